@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors returned by Submit or carried by error events. The api package maps
+// each one to an HTTP status in a single table.
+var (
+	// ErrOverloaded means the waiting queue is full; the caller should retry later (HTTP 429).
+	ErrOverloaded = errors.New("engine: overloaded")
+	// ErrPromptTooLong means the prompt does not fit the model's context window (HTTP 400).
+	ErrPromptTooLong = errors.New("engine: prompt too long")
+	// ErrInvalidRequest means the request's parameters are out of range (HTTP 400).
+	ErrInvalidRequest = errors.New("engine: invalid request")
+	// ErrClosed means the engine is shutting down or stopped (HTTP 503).
+	ErrClosed = errors.New("engine: closed")
+	// ErrModel means the forward pass failed; the request is ended, the engine keeps serving (HTTP 500).
+	ErrModel = errors.New("engine: model failure")
+)
+
+// FinishReason tells why a sequence ended.
+type FinishReason string
+
+// Finish reasons. The empty string means the sequence is still running.
+const (
+	FinishStop   FinishReason = "stop"   // eos token, stop token id or stop string
+	FinishLength FinishReason = "length" // max_tokens or the model's context
+	FinishAbort  FinishReason = "abort"  // the client went away or Abort was called
+	FinishError  FinishReason = "error"  // the forward pass failed; Event.Err says why
+)
+
+// SamplingParams control how each next token is chosen and when a sequence stops.
+// The zero value is not valid: start from DefaultSamplingParams.
+type SamplingParams struct {
+	N                 int     // sequences to return per prompt (>= 1)
+	BestOf            int     // sequences to generate; the N with the highest cumulative logprob are returned (0 = N)
+	MaxTokens         int     // tokens to generate at most; clipped to the context room left
+	MinTokens         int     // eos and stop token ids are ignored before this many tokens
+	Temperature       float32 // 0 = greedy
+	TopP              float32 // 1 = off
+	TopK              int     // 0 = off
+	MinP              float32 // 0 = off
+	RepetitionPenalty float32 // 1 = off
+	PresencePenalty   float32
+	FrequencyPenalty  float32
+	LogitBias         map[int32]float32
+	Seed              *int64 // same seed + same prompt => same text, whatever else is in the batch
+	IgnoreEOS         bool
+	StopTokenIDs      []int32
+	Stop              []string // stop strings; never emitted
+	Logprobs          int      // -1 = none; k >= 0 = chosen token's logprob plus the k most likely alternatives
+	PromptLogprobs    int      // -1 = none; k >= 0 = logprobs of the prompt tokens (echo with logprobs)
+}
+
+// DefaultSamplingParams returns the OpenAI defaults: one sequence, 16 tokens, temperature 1.
+func DefaultSamplingParams() SamplingParams {
+	return SamplingParams{
+		N:                 1,
+		MaxTokens:         16,
+		Temperature:       1,
+		TopP:              1,
+		RepetitionPenalty: 1,
+		Logprobs:          -1,
+		PromptLogprobs:    -1,
+	}
+}
+
+// Request is one generation request: a tokenized prompt and how to continue it.
+type Request struct {
+	ID     string  // unique; used by Abort
+	Prompt []int32 // token ids, already including BOS when the model wants it
+	Params SamplingParams
+}
+
+// TopLogprob is one alternative token at a position.
+type TopLogprob struct {
+	ID      int32
+	Text    string
+	Logprob float32
+}
+
+// TokenLogprob is the logprob of one chosen (or prompt) token and the most likely alternatives.
+type TokenLogprob struct {
+	ID      int32
+	Text    string
+	Logprob float32 // NaN for the first prompt token, which has no logprob
+	Top     []TopLogprob
+}
+
+// Usage counts tokens for a whole request.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int // summed over all sequences
+	CachedTokens     int // prompt tokens served from the prefix cache
+}
+
+// Timings are wall-clock instants of one sequence's life.
+type Timings struct {
+	Arrival    time.Time
+	Scheduled  time.Time // first admitted into a batch
+	FirstToken time.Time
+	Finished   time.Time
+}
+
+// Event is one update for one sequence of a request. Events of all sequences of a
+// request arrive on one channel, which the engine closes after the last sequence ends
+// (the last event carries Usage).
+type Event struct {
+	Index             int     // which sequence of the request (0 .. N-1)
+	TokenIDs          []int32 // tokens generated since the previous event of this sequence
+	Text              string  // complete UTF-8 text released since the previous event (stop strings held back)
+	Logprobs          []TokenLogprob
+	PromptLogprobs    []TokenLogprob // on the first event of a sequence, when requested
+	FinishReason      FinishReason   // non-empty on the sequence's last event
+	CumulativeLogprob float64
+	Usage             *Usage // set on the request's last event
+	Timings           Timings
+	Err               error // with FinishError
+}
+
+// Stats is a snapshot of the engine for metrics and the live view.
+type Stats struct {
+	Running, Waiting  int
+	KVTotalBlocks     int
+	KVFreeBlocks      int
+	KVCachedBlocks    int
+	KVUsage           float64 // used fraction of the KV pool, 0..1
+	BlockSizeTokens   int
+	Preemptions       int64
+	PrefixQueryTokens int64
+	PrefixHitTokens   int64
+	PromptTokens      int64 // prompt tokens computed (not served from cache)
+	GenerationTokens  int64
+	Steps             int64 // forward passes run
+	RecentBatchSizes  []int // sequences per step, newest last (bounded)
+}
+
+// StepInfo describes one finished forward pass; Config.OnStep receives it on the engine goroutine.
+type StepInfo struct {
+	NumSeqs   int           // sequences in the batch
+	NumTokens int           // tokens fed to the model
+	Duration  time.Duration // the whole step: schedule, gather, forward, scatter, sample
+}
