@@ -1,0 +1,420 @@
+package engine
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// sampler chooses the next token of one sequence. It keeps the sequence's own random
+// stream and token counts, so the choice depends only on the sequence's logits and
+// history, never on the other sequences of the batch.
+//
+// Processing order (the Hugging Face and vLLM order): logit_bias, the min_tokens mask,
+// repetition penalty over prompt and output, presence and frequency penalties over the
+// output, then temperature; temperature 0 takes the argmax (ties go to the lowest id).
+// Otherwise top_k, top_p and min_p cut the softmax and one token is drawn from what is
+// left. Logprobs always describe the raw model distribution (log_softmax of the logits
+// before any processing), as vLLM reports them by default.
+type sampler struct {
+	params *SamplingParams
+	rng    *rand.Rand
+
+	// promptSeen holds the prompt's distinct tokens (for the repetition penalty).
+	promptSeen map[int32]struct{}
+	// outCounts counts each generated token (presence, frequency and repetition penalties).
+	outCounts map[int32]int
+	// numOut is the number of generated tokens so far.
+	numOut int
+	// stopIDs are masked while numOut < MinTokens (eos ids unless IgnoreEOS, plus StopTokenIDs).
+	stopIDs []int32
+}
+
+// sampleScratch holds buffers shared by every sampler of one engine; the engine
+// goroutine samples one sequence at a time.
+type sampleScratch struct {
+	logits []float32 // processed logits
+	idx    []int32   // candidate token ids
+	probs  []float64 // candidate probabilities
+}
+
+// sampled is the outcome of one sampling step.
+type sampled struct {
+	ID      int32
+	Logprob float32 // raw log-probability of ID; NaN when not computed
+	Top     []TopLogprob
+}
+
+// newSampler returns the sampler of sequence index of a request. A request with a seed
+// gets the same random stream for the same (seed, index) whatever else runs; without a
+// seed the stream is random.
+func newSampler(p *SamplingParams, prompt []int32, eos []int32, index int) *sampler {
+	s := &sampler{params: p}
+	if p.Seed != nil {
+		s.rng = rand.New(rand.NewPCG(uint64(*p.Seed), uint64(index)))
+	} else {
+		s.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	if p.RepetitionPenalty != 1 && p.RepetitionPenalty != 0 {
+		s.promptSeen = make(map[int32]struct{}, len(prompt))
+		for _, id := range prompt {
+			s.promptSeen[id] = struct{}{}
+		}
+	}
+	s.outCounts = make(map[int32]int)
+	if p.MinTokens > 0 {
+		if !p.IgnoreEOS {
+			s.stopIDs = append(s.stopIDs, eos...)
+		}
+		s.stopIDs = append(s.stopIDs, p.StopTokenIDs...)
+	}
+	return s
+}
+
+// clone returns a copy of s with its own counts and the given random stream index,
+// for a sequence forked from s's sequence.
+func (s *sampler) clone(index int) *sampler {
+	c := *s
+	c.outCounts = make(map[int32]int, len(s.outCounts))
+	for k, v := range s.outCounts {
+		c.outCounts[k] = v
+	}
+	if s.params.Seed != nil {
+		c.rng = rand.New(rand.NewPCG(uint64(*s.params.Seed), uint64(index)))
+	} else {
+		c.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return &c
+}
+
+// accept records a generated token.
+func (s *sampler) accept(id int32) {
+	s.outCounts[id]++
+	s.numOut++
+}
+
+// needsRawLogprob reports whether the chosen token's raw logprob must be computed.
+func (s *sampler) needsRawLogprob() bool {
+	return s.params.Logprobs >= 0 || s.params.BestOf > s.params.N
+}
+
+// processed reports whether any logit processor changes the logits.
+func (s *sampler) processed() bool {
+	p := s.params
+	return len(p.LogitBias) > 0 || (len(s.stopIDs) > 0 && s.numOut < p.MinTokens) ||
+		(p.RepetitionPenalty != 1 && p.RepetitionPenalty != 0) || p.PresencePenalty != 0 || p.FrequencyPenalty != 0
+}
+
+// sample chooses the next token from raw logits (one row of VocabSize floats, left
+// unchanged). It does not record the token: call accept.
+func (s *sampler) sample(raw []float32, sc *sampleScratch) sampled {
+	logits := raw
+	if s.processed() {
+		sc.logits = append(sc.logits[:0], raw...)
+		logits = sc.logits
+		s.applyProcessors(logits)
+	}
+	var id int32
+	if s.params.Temperature == 0 {
+		id = argmax(logits)
+	} else {
+		id = s.draw(logits, sc)
+	}
+	out := sampled{ID: id, Logprob: float32(math.NaN())}
+	if s.needsRawLogprob() {
+		lse := logSumExp(raw)
+		out.Logprob = raw[id] - float32(lse)
+		if k := s.params.Logprobs; k > 0 {
+			top := topK(raw, k, sc)
+			out.Top = make([]TopLogprob, len(top))
+			for i, t := range top {
+				out.Top[i] = TopLogprob{ID: t, Logprob: raw[t] - float32(lse)}
+			}
+		}
+	}
+	return out
+}
+
+// applyProcessors applies logit_bias, the min_tokens mask and the penalties in place.
+func (s *sampler) applyProcessors(logits []float32) {
+	p := s.params
+	v := int32(len(logits))
+	for id, b := range p.LogitBias {
+		if id >= 0 && id < v {
+			logits[id] += b
+		}
+	}
+	if s.numOut < p.MinTokens {
+		for _, id := range s.stopIDs {
+			if id >= 0 && id < v {
+				logits[id] = float32(math.Inf(-1))
+			}
+		}
+	}
+	if rp := p.RepetitionPenalty; rp != 1 && rp != 0 {
+		penalize := func(id int32) {
+			if id < 0 || id >= v {
+				return
+			}
+			if logits[id] > 0 {
+				logits[id] /= rp
+			} else {
+				logits[id] *= rp
+			}
+		}
+		for id := range s.promptSeen {
+			penalize(id)
+		}
+		for id := range s.outCounts {
+			if _, dup := s.promptSeen[id]; !dup {
+				penalize(id)
+			}
+		}
+	}
+	if p.PresencePenalty != 0 || p.FrequencyPenalty != 0 {
+		for id, n := range s.outCounts {
+			if id >= 0 && id < v {
+				logits[id] -= p.PresencePenalty + p.FrequencyPenalty*float32(n)
+			}
+		}
+	}
+}
+
+// draw samples from softmax(logits/temperature) cut by top_k, top_p and min_p.
+func (s *sampler) draw(logits []float32, sc *sampleScratch) int32 {
+	cand, probs, total := s.dist(logits, sc)
+	if total <= 0 || math.IsNaN(total) {
+		// Everything is masked: fall back to the argmax (lowest id on ties).
+		return argmax(logits)
+	}
+	r := s.rng.Float64() * total
+	last := -1
+	for i, q := range probs {
+		if q == 0 {
+			continue
+		}
+		last = i
+		r -= q
+		if r < 0 {
+			break
+		}
+	}
+	if cand != nil {
+		return cand[last]
+	}
+	return int32(last)
+}
+
+// dist returns the distribution draw samples from: unnormalised probabilities (the
+// most likely token has 1) of the candidates cand (nil means every token, probs
+// indexed by id) and their sum. Cut tokens have probability 0 or are left out.
+func (s *sampler) dist(logits []float32, sc *sampleScratch) (cand []int32, probs []float64, total float64) {
+	p := s.params
+	invT := 1 / float64(p.Temperature)
+	v := len(logits)
+	k := p.TopK
+	if k <= 0 || k > v {
+		k = v
+	}
+	topP := float64(p.TopP)
+	if topP <= 0 || topP > 1 {
+		topP = 1
+	}
+
+	// Candidates: all tokens, or the k (or enough for top_p) most likely, in
+	// descending order when a cut needs the order.
+	if k < v {
+		cand = topK(logits, k, sc)
+	} else if topP < 1 {
+		cand = nucleus(logits, invT, topP, sc)
+	}
+
+	maxL := math.Inf(-1)
+	if cand != nil {
+		maxL = float64(logits[cand[0]])
+	} else {
+		for _, l := range logits {
+			maxL = math.Max(maxL, float64(l))
+		}
+	}
+	if math.IsInf(maxL, 0) || math.IsNaN(maxL) {
+		return cand, nil, 0
+	}
+
+	probs = sc.probs[:0]
+	if cand != nil {
+		for _, id := range cand {
+			probs = append(probs, math.Exp((float64(logits[id])-maxL)*invT))
+		}
+	} else {
+		for _, l := range logits {
+			probs = append(probs, math.Exp((float64(l)-maxL)*invT))
+		}
+	}
+	sc.probs = probs
+	for _, q := range probs {
+		total += q
+	}
+
+	// top_p over the (sorted) candidates: keep the smallest prefix whose mass reaches top_p.
+	if topP < 1 && cand != nil {
+		acc := 0.0
+		for i, q := range probs {
+			acc += q
+			if acc >= topP*total {
+				probs, cand = probs[:i+1], cand[:i+1]
+				break
+			}
+		}
+		total = acc
+	}
+	// min_p: drop tokens less likely than min_p times the most likely one.
+	if mp := float64(p.MinP); mp > 0 {
+		total = 0
+		for i, q := range probs {
+			if q < mp {
+				probs[i] = 0
+			}
+			total += probs[i]
+		}
+	}
+	return cand, probs, total
+}
+
+// nucleus returns, in descending order, the most likely tokens whose probability mass
+// (at temperature 1/invT) reaches topP, without sorting the whole vocabulary: it
+// selects the m best for growing m until their mass suffices.
+func nucleus(logits []float32, invT, topP float64, sc *sampleScratch) []int32 {
+	maxL := math.Inf(-1)
+	for _, l := range logits {
+		maxL = math.Max(maxL, float64(l))
+	}
+	total := 0.0
+	for _, l := range logits {
+		total += math.Exp((float64(l) - maxL) * invT)
+	}
+	for m := 64; ; m *= 4 {
+		if m >= len(logits) {
+			return topK(logits, len(logits), sc)
+		}
+		cand := topK(logits, m, sc)
+		acc := 0.0
+		for _, id := range cand {
+			acc += math.Exp((float64(logits[id]) - maxL) * invT)
+		}
+		if acc >= topP*total {
+			return cand
+		}
+	}
+}
+
+// argmax returns the index of the largest value; ties go to the lowest index. NaN
+// values are never chosen unless everything is NaN.
+func argmax(x []float32) int32 {
+	best := 0
+	for i := 1; i < len(x); i++ {
+		if x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]) {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// logSumExp returns log(sum(exp(x))) computed stably in float64.
+func logSumExp(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, l := range x {
+		m = math.Max(m, float64(l))
+	}
+	if math.IsInf(m, 0) {
+		return m
+	}
+	sum := 0.0
+	for _, l := range x {
+		sum += math.Exp(float64(l) - m)
+	}
+	return m + math.Log(sum)
+}
+
+// better reports whether token a ranks before token b: higher logit first, then lower id.
+func better(x []float32, a, b int32) bool {
+	if x[a] != x[b] {
+		return x[a] > x[b]
+	}
+	return a < b
+}
+
+// topK returns the k highest-logit token ids in descending order (ties: lower id
+// first). It partially selects with quickselect, then sorts only the k winners, so the
+// cost is O(V + k log k) rather than O(V log V). The result aliases sc.idx.
+func topK(x []float32, k int, sc *sampleScratch) []int32 {
+	v := len(x)
+	if k > v {
+		k = v
+	}
+	if k <= 0 {
+		return nil
+	}
+	idx := sc.idx[:0]
+	for i := range v {
+		idx = append(idx, int32(i))
+	}
+	sc.idx = idx
+	if k < v {
+		quickselect(x, idx, k)
+	}
+	top := idx[:k]
+	slices.SortFunc(top, func(a, b int32) int {
+		if better(x, a, b) {
+			return -1
+		}
+		if better(x, b, a) {
+			return 1
+		}
+		return 0
+	})
+	return top
+}
+
+// quickselect reorders idx so that its first k entries are the k best (by better),
+// in no particular order.
+func quickselect(x []float32, idx []int32, k int) {
+	lo, hi := 0, len(idx)-1
+	for lo < hi {
+		// Median of three as the pivot.
+		mid := lo + (hi-lo)/2
+		if better(x, idx[mid], idx[lo]) {
+			idx[mid], idx[lo] = idx[lo], idx[mid]
+		}
+		if better(x, idx[hi], idx[lo]) {
+			idx[hi], idx[lo] = idx[lo], idx[hi]
+		}
+		if better(x, idx[hi], idx[mid]) {
+			idx[hi], idx[mid] = idx[mid], idx[hi]
+		}
+		pivot := idx[mid]
+		i, j := lo, hi
+		for i <= j {
+			for better(x, idx[i], pivot) {
+				i++
+			}
+			for better(x, pivot, idx[j]) {
+				j--
+			}
+			if i <= j {
+				idx[i], idx[j] = idx[j], idx[i]
+				i++
+				j--
+			}
+		}
+		// Now idx[lo..j] rank at or before pivot and idx[i..hi] at or after it.
+		switch {
+		case k-1 <= j:
+			hi = j
+		case k-1 >= i:
+			lo = i
+		default:
+			return
+		}
+	}
+}
