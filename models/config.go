@@ -1,0 +1,286 @@
+package models
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ErrBadConfig marks a config.json or generation_config.json that cannot be parsed or
+// describes an impossible model.
+var ErrBadConfig = errors.New("models: bad model config")
+
+// TokenIDs is a list of token ids that JSON may spell as a single integer, a list of
+// integers or null (as Hugging Face does for eos_token_id).
+type TokenIDs []int32
+
+// UnmarshalJSON accepts an integer, a list of integers or null.
+func (t *TokenIDs) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		*t = nil
+		return nil
+	}
+	if len(b) > 0 && b[0] == '[' {
+		var ids []int32
+		if err := json.Unmarshal(b, &ids); err != nil {
+			return fmt.Errorf("token id list: %w", err)
+		}
+		*t = ids
+		return nil
+	}
+	var id int32
+	if err := json.Unmarshal(b, &id); err != nil {
+		return fmt.Errorf("token id must be an integer or a list of integers, got %s", truncateForError(b))
+	}
+	*t = TokenIDs{id}
+	return nil
+}
+
+// Config is a model's config.json: the Hugging Face Llama-family fields Conveyor uses.
+type Config struct {
+	Architectures         []string `json:"architectures"`
+	ModelType             string   `json:"model_type"`
+	VocabSize             int      `json:"vocab_size"`
+	HiddenSize            int      `json:"hidden_size"`
+	IntermediateSize      int      `json:"intermediate_size"`
+	NumHiddenLayers       int      `json:"num_hidden_layers"`
+	NumAttentionHeads     int      `json:"num_attention_heads"`
+	NumKeyValueHeads      int      `json:"num_key_value_heads"` // 0 means NumAttentionHeads (no GQA)
+	HeadDim               int      `json:"head_dim"`            // 0 means HiddenSize / NumAttentionHeads
+	RMSNormEps            float64  `json:"rms_norm_eps"`
+	RopeTheta             float64  `json:"rope_theta"` // 0 means 10000
+	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
+	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`
+	// BOSTokenID is the beginning-of-sequence token, nil when the model has none.
+	BOSTokenID *int32 `json:"bos_token_id"`
+	// EOSTokenID lists the end-of-sequence tokens (JSON: an integer or a list).
+	EOSTokenID TokenIDs `json:"eos_token_id"`
+	TorchDType string   `json:"torch_dtype"`
+}
+
+// DefaultRopeTheta is the rotary base Llama uses when config.json gives none.
+const DefaultRopeTheta = 10000.0
+
+// DefaultRMSNormEps is the RMSNorm epsilon used when config.json gives none.
+const DefaultRMSNormEps = 1e-6
+
+// KVHeads returns the number of key/value heads (NumKeyValueHeads, or
+// NumAttentionHeads when that is 0).
+func (c *Config) KVHeads() int {
+	if c.NumKeyValueHeads > 0 {
+		return c.NumKeyValueHeads
+	}
+	return c.NumAttentionHeads
+}
+
+// HeadDimOrDefault returns the attention head size: HeadDim, or HiddenSize /
+// NumAttentionHeads when HeadDim is 0.
+func (c *Config) HeadDimOrDefault() int {
+	if c.HeadDim > 0 {
+		return c.HeadDim
+	}
+	if c.NumAttentionHeads <= 0 {
+		return 0
+	}
+	return c.HiddenSize / c.NumAttentionHeads
+}
+
+// Theta returns the rotary base (RopeTheta, or DefaultRopeTheta when unset).
+func (c *Config) Theta() float64 {
+	if c.RopeTheta > 0 {
+		return c.RopeTheta
+	}
+	return DefaultRopeTheta
+}
+
+// Eps returns the RMSNorm epsilon (RMSNormEps, or DefaultRMSNormEps when unset).
+func (c *Config) Eps() float64 {
+	if c.RMSNormEps > 0 {
+		return c.RMSNormEps
+	}
+	return DefaultRMSNormEps
+}
+
+// BOS returns the beginning-of-sequence token id and whether the model has one.
+func (c *Config) BOS() (int32, bool) {
+	if c.BOSTokenID == nil {
+		return 0, false
+	}
+	return *c.BOSTokenID, true
+}
+
+// NumParams returns the number of weights a Llama model with this config holds.
+func (c *Config) NumParams() int64 {
+	h, i, v := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.VocabSize)
+	d := int64(c.HeadDimOrDefault())
+	qo := 2 * h * int64(c.NumAttentionHeads) * d
+	kv := 2 * h * int64(c.KVHeads()) * d
+	layer := qo + kv + 3*h*i + 2*h
+	n := int64(c.NumHiddenLayers)*layer + v*h + h
+	if !c.TieWordEmbeddings {
+		n += v * h
+	}
+	return n
+}
+
+// Validate reports the first thing that makes the config unusable for a Llama-family
+// decoder. Errors wrap ErrBadConfig.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.VocabSize <= 0:
+		return bad("vocab_size must be positive, got %d", c.VocabSize)
+	case c.HiddenSize <= 0:
+		return bad("hidden_size must be positive, got %d", c.HiddenSize)
+	case c.IntermediateSize <= 0:
+		return bad("intermediate_size must be positive, got %d", c.IntermediateSize)
+	case c.NumHiddenLayers <= 0:
+		return bad("num_hidden_layers must be positive, got %d", c.NumHiddenLayers)
+	case c.NumAttentionHeads <= 0:
+		return bad("num_attention_heads must be positive, got %d", c.NumAttentionHeads)
+	case c.NumKeyValueHeads < 0:
+		return bad("num_key_value_heads must not be negative, got %d", c.NumKeyValueHeads)
+	case c.HeadDim < 0:
+		return bad("head_dim must not be negative, got %d", c.HeadDim)
+	case c.RMSNormEps < 0:
+		return bad("rms_norm_eps must not be negative, got %g", c.RMSNormEps)
+	case c.RopeTheta < 0:
+		return bad("rope_theta must not be negative, got %g", c.RopeTheta)
+	case c.MaxPositionEmbeddings < 0:
+		return bad("max_position_embeddings must not be negative, got %d", c.MaxPositionEmbeddings)
+	}
+	if c.HeadDim == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
+		return bad("num_attention_heads (%d) does not divide hidden_size (%d); set head_dim explicitly", c.NumAttentionHeads, c.HiddenSize)
+	}
+	if c.NumAttentionHeads%c.KVHeads() != 0 {
+		return bad("num_key_value_heads (%d) does not divide num_attention_heads (%d)", c.KVHeads(), c.NumAttentionHeads)
+	}
+	if d := c.HeadDimOrDefault(); d%2 != 0 {
+		return bad("head size %d is odd; rotary embeddings need an even head size", d)
+	}
+	if c.ModelType != "" && !supportedModelType(c.ModelType) {
+		return bad("model_type %q is not a Llama-family decoder (supported: llama, mistral)", c.ModelType)
+	}
+	if c.BOSTokenID != nil && (*c.BOSTokenID < 0 || int(*c.BOSTokenID) >= c.VocabSize) {
+		return bad("bos_token_id %d is outside the vocabulary [0,%d)", *c.BOSTokenID, c.VocabSize)
+	}
+	for _, id := range c.EOSTokenID {
+		if id < 0 || int(id) >= c.VocabSize {
+			return bad("eos_token_id %d is outside the vocabulary [0,%d)", id, c.VocabSize)
+		}
+	}
+	return nil
+}
+
+func supportedModelType(t string) bool {
+	switch t {
+	case "llama", "mistral":
+		return true
+	}
+	return false
+}
+
+// LoadConfig reads and validates dir/config.json.
+func LoadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, "config.json")
+	var c Config
+	if err := readJSONFile(path, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// LoadConfigFile reads and validates a config.json at an explicit path.
+func LoadConfigFile(path string) (*Config, error) {
+	var c Config
+	if err := readJSONFile(path, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// GenerationConfig is a model's optional generation_config.json: special tokens and
+// the sampling defaults its authors recommend. Zero values mean "not given".
+type GenerationConfig struct {
+	BOSTokenID        *int32   `json:"bos_token_id"`
+	EOSTokenID        TokenIDs `json:"eos_token_id"`
+	PadTokenID        *int32   `json:"pad_token_id"`
+	DoSample          *bool    `json:"do_sample"`
+	Temperature       *float64 `json:"temperature"`
+	TopP              *float64 `json:"top_p"`
+	TopK              *int     `json:"top_k"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	MaxNewTokens      *int     `json:"max_new_tokens"`
+	MaxLength         *int     `json:"max_length"`
+}
+
+// LoadGenerationConfig reads dir/generation_config.json. A missing file is not an
+// error: it returns a zero GenerationConfig.
+func LoadGenerationConfig(dir string) (*GenerationConfig, error) {
+	path := filepath.Join(dir, "generation_config.json")
+	var g GenerationConfig
+	if err := readJSONFile(path, &g); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return &GenerationConfig{}, nil
+		}
+		return nil, err
+	}
+	return &g, nil
+}
+
+// EOSTokenIDs merges the end-of-sequence ids of config.json and generation_config.json
+// (g may be nil), in order, without duplicates.
+func EOSTokenIDs(c *Config, g *GenerationConfig) []int32 {
+	var out []int32
+	seen := map[int32]bool{}
+	add := func(ids []int32) {
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	if c != nil {
+		add(c.EOSTokenID)
+	}
+	if g != nil {
+		add(g.EOSTokenID)
+	}
+	return out
+}
+
+// readJSONFile decodes path into v. Errors name the file; a missing file's error wraps
+// fs.ErrNotExist; malformed JSON wraps ErrBadConfig.
+func readJSONFile(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("models: read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+	}
+	return nil
+}
+
+// truncateForError shortens b for inclusion in an error message.
+func truncateForError(b []byte) string {
+	const max = 40
+	if len(b) > max {
+		return string(b[:max]) + "..."
+	}
+	return string(b)
+}
