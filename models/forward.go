@@ -1,0 +1,290 @@
+package models
+
+import (
+	"fmt"
+	"unsafe"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// Indexes into Runner.kvMem and Runner.kvViews.
+const (
+	pastKeys = iota
+	pastValues
+	presentKeys
+	presentValues
+)
+
+// Forward runs one forward pass over the whole batch in a single ONNX Runtime call.
+//
+// Rows may mix prefill and decode: input_ids are right-padded to the longest row, the
+// past is dense over maxPast = max PastLen, and attention_mask is 1 on [0, PastLen_b)
+// and [maxPast, maxPast+n_b). kv.GatherPast fills the past tensors before the run and
+// kv.ScatterNew receives the present tensors (new tokens at column maxPast) after it.
+// kv may be nil when every row has PastLen 0 and the new keys and values are not needed.
+//
+// Bad input is an error wrapping ErrBatch; a failed run wraps ErrRun. The returned
+// logits are valid until the next Forward.
+func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.session == nil {
+		return nil, fmt.Errorf("%w: runner is closed", ErrRun)
+	}
+	maxPast, maxNew, err := r.checkBatch(b, kv)
+	if err != nil {
+		return nil, err
+	}
+	rows := len(b.Seqs)
+	total := maxPast + maxNew
+	r.fillTokenInputs(b, maxPast, maxNew)
+	r.layoutKV(rows, maxPast, total)
+	if kv != nil && maxPast > 0 {
+		if err := kv.GatherPast(r.kvViews[pastKeys], r.kvViews[pastValues]); err != nil {
+			return nil, fmt.Errorf("%w: gather past: %w", ErrRun, err)
+		}
+	}
+
+	defer r.destroyTensors()
+	if err := r.makeTensors(rows, maxPast, maxNew); err != nil {
+		return nil, err
+	}
+	if err := r.session.Run(r.inputs, r.outputs); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrRun, oneLine(err.Error()))
+	}
+	if kv != nil {
+		if err := kv.ScatterNew(r.kvViews[presentKeys], r.kvViews[presentValues], maxPast); err != nil {
+			return nil, fmt.Errorf("%w: scatter new: %w", ErrRun, err)
+		}
+	}
+	return r.collectLogits(b, maxNew)
+}
+
+// checkBatch validates the batch and returns the longest past and new-token counts.
+func (r *Runner) checkBatch(b *Batch, kv KV) (maxPast, maxNew int, err error) {
+	if b == nil || len(b.Seqs) == 0 {
+		return 0, 0, fmt.Errorf("%w: empty batch", ErrBatch)
+	}
+	vocab := int32(r.spec.VocabSize)
+	for i, s := range b.Seqs {
+		n := len(s.Tokens)
+		switch {
+		case n == 0:
+			return 0, 0, fmt.Errorf("%w: row %d has no tokens", ErrBatch, i)
+		case s.PastLen < 0:
+			return 0, 0, fmt.Errorf("%w: row %d has negative past length %d", ErrBatch, i, s.PastLen)
+		case s.PastLen > r.spec.MaxPositions-n:
+			return 0, 0, fmt.Errorf("%w: row %d: %d past + %d new tokens exceed the context of %d tokens",
+				ErrBatch, i, s.PastLen, n, r.spec.MaxPositions)
+		case s.PastLen > 0 && kv == nil:
+			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but no KV was given", ErrBatch, i, s.PastLen)
+		}
+		for j, t := range s.Tokens {
+			if t < 0 || t >= vocab {
+				return 0, 0, fmt.Errorf("%w: row %d token %d: id %d outside the vocabulary [0, %d)", ErrBatch, i, j, t, vocab)
+			}
+		}
+		maxPast = max(maxPast, s.PastLen)
+		maxNew = max(maxNew, n)
+	}
+	if r.io.logitsLastOnly {
+		for i, s := range b.Seqs {
+			if len(s.Tokens) != maxNew || (s.AllLogits && maxNew > 1) {
+				return 0, 0, fmt.Errorf("%w: row %d: this model returns only the last position's logits, so rows "+
+					"must have equal token counts and cannot ask for all logits", ErrBatch, i)
+			}
+		}
+	}
+	return maxPast, maxNew, nil
+}
+
+// fillTokenInputs writes input_ids (right-padded with 0), position_ids (0 on padding)
+// and attention_mask.
+func (r *Runner) fillTokenInputs(b *Batch, maxPast, maxNew int) {
+	rows, total := len(b.Seqs), maxPast+maxNew
+	r.ids = grow(r.ids, rows*maxNew)
+	r.pos = grow(r.pos, rows*maxNew)
+	r.mask = grow(r.mask, rows*total)
+	clear(r.ids)
+	clear(r.pos)
+	clear(r.mask)
+	for i, s := range b.Seqs {
+		ids, pos := r.ids[i*maxNew:(i+1)*maxNew], r.pos[i*maxNew:(i+1)*maxNew]
+		for j, t := range s.Tokens {
+			ids[j] = int64(t)
+			pos[j] = int64(s.PastLen + j)
+		}
+		mask := r.mask[i*total : (i+1)*total]
+		for j := 0; j < s.PastLen; j++ {
+			mask[j] = 1
+		}
+		for j := range s.Tokens {
+			mask[maxPast+j] = 1
+		}
+	}
+}
+
+// layoutKV sizes the key/value memory for this pass and points the DenseKV views at it.
+func (r *Runner) layoutKV(rows, maxPast, total int) {
+	sp := r.spec
+	for kind := range r.kvMem {
+		tokens := maxPast
+		if kind >= presentKeys {
+			tokens = total
+		}
+		layerBytes := rows * sp.NumKVHeads * tokens * sp.HeadDim * sp.KVDType.Size()
+		r.kvMem[kind] = growBytes(r.kvMem[kind], sp.NumLayers*layerBytes)
+		for l := range r.kvViews[kind] {
+			r.kvViews[kind][l] = DenseKV{
+				Data:    r.kvMem[kind][l*layerBytes : (l+1)*layerBytes : (l+1)*layerBytes],
+				Batch:   rows,
+				KVHeads: sp.NumKVHeads,
+				Tokens:  tokens,
+				HeadDim: sp.HeadDim,
+				DType:   sp.KVDType,
+			}
+		}
+	}
+}
+
+// makeTensors wraps the Go buffers in ONNX Runtime tensors (no copies).
+func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
+	fail := func(what string, err error) error {
+		return fmt.Errorf("%w: create %s tensor: %s", ErrRun, what, oneLine(err.Error()))
+	}
+	var err error
+	b, s, t := int64(rows), int64(maxNew), int64(maxPast+maxNew)
+	if r.inputs[r.io.ids], err = ort.NewTensor(ort.NewShape(b, s), r.ids); err != nil {
+		return fail("input_ids", err)
+	}
+	if r.io.pos >= 0 {
+		if r.inputs[r.io.pos], err = ort.NewTensor(ort.NewShape(b, s), r.pos); err != nil {
+			return fail("position_ids", err)
+		}
+	}
+	if r.io.mask >= 0 {
+		if r.inputs[r.io.mask], err = ort.NewTensor(ort.NewShape(b, t), r.mask); err != nil {
+			return fail("attention_mask", err)
+		}
+	}
+	if r.io.useCache >= 0 {
+		r.useCache[0] = maxPast > 0
+		if r.inputs[r.io.useCache], err = ort.NewTensor(ort.NewShape(1), r.useCache); err != nil {
+			return fail("use_cache_branch", err)
+		}
+	}
+	kvType := ort.TensorElementDataType(ort.TensorElementDataTypeFloat)
+	if r.spec.KVDType == Float16 {
+		kvType = ort.TensorElementDataType(ort.TensorElementDataTypeFloat16)
+	}
+	for kind, idx := range [4][]int{r.io.pastK, r.io.pastV, r.io.presK, r.io.presV} {
+		dst := r.inputs
+		if kind >= presentKeys {
+			dst = r.outputs
+		}
+		for l, v := range r.kvViews[kind] {
+			data := v.Data
+			if len(data) == 0 {
+				data = r.empty
+			}
+			shape := ort.NewShape(int64(v.Batch), int64(v.KVHeads), int64(v.Tokens), int64(v.HeadDim))
+			if dst[idx[l]], err = ort.NewCustomDataTensor(shape, data, kvType); err != nil {
+				return fail(fmt.Sprintf("layer %d key/value", l), err)
+			}
+		}
+	}
+	if !r.io.logitsPrealloc {
+		return nil // ONNX Runtime allocates the logits
+	}
+	shape := ort.NewShape(b, s, int64(r.spec.VocabSize))
+	n := rows * maxNew * r.spec.VocabSize
+	if r.io.logitsF16 {
+		r.logits16 = growBytes(r.logits16, 2*n)
+		r.outputs[r.io.logits], err = ort.NewCustomDataTensor(shape, r.logits16,
+			ort.TensorElementDataType(ort.TensorElementDataTypeFloat16))
+	} else {
+		r.logits = grow(r.logits, n)
+		r.outputs[r.io.logits], err = ort.NewTensor(shape, r.logits)
+	}
+	if err != nil {
+		return fail("logits", err)
+	}
+	return nil
+}
+
+// destroyTensors releases the per-call ONNX Runtime tensors (the Go memory stays).
+func (r *Runner) destroyTensors() {
+	for _, vals := range [][]ort.Value{r.inputs, r.outputs} {
+		for i, v := range vals {
+			if v != nil {
+				_ = v.Destroy()
+				vals[i] = nil
+			}
+		}
+	}
+}
+
+// collectLogits slices each row's logits out of the pass's output.
+func (r *Runner) collectLogits(b *Batch, maxNew int) (*Output, error) {
+	vocab := r.spec.VocabSize
+	rows := len(b.Seqs)
+	r.rows = grow(r.rows, rows)
+	// all is the logits as [rows, seqOut, vocab] float32; seqOut is maxNew or 1.
+	var all []float32
+	seqOut := maxNew
+	switch {
+	case !r.io.logitsPrealloc:
+		t, ok := r.outputs[r.io.logits].(*ort.Tensor[float32])
+		if !ok {
+			return nil, fmt.Errorf("%w: logits output is not a float32 tensor", ErrRun)
+		}
+		shape := t.GetShape()
+		if len(shape) != 3 || shape[0] != int64(rows) || shape[2] != int64(vocab) || (shape[1] != 1 && shape[1] != int64(maxNew)) {
+			return nil, fmt.Errorf("%w: logits have shape %v, want [%d, 1 or %d, %d]", ErrRun, shape, rows, maxNew, vocab)
+		}
+		seqOut = int(shape[1])
+		r.logitsOut = grow(r.logitsOut, len(t.GetData()))
+		copy(r.logitsOut, t.GetData())
+		all = r.logitsOut
+	case r.io.logitsF16:
+		// Convert only the positions that are returned.
+		need := 0
+		for _, s := range b.Seqs {
+			need += logitPositions(s) * vocab
+		}
+		r.logitsOut = grow(r.logitsOut, need)
+		half := unsafe.Slice((*uint16)(unsafe.Pointer(&r.logits16[0])), len(r.logits16)/2)
+		off := 0
+		for i, s := range b.Seqs {
+			n, first := logitPositions(s), len(s.Tokens)-logitPositions(s)
+			src := half[(i*maxNew+first)*vocab : (i*maxNew+first+n)*vocab]
+			dst := r.logitsOut[off : off+n*vocab : off+n*vocab]
+			for j, h := range src {
+				dst[j] = halfToFloat32(h)
+			}
+			r.rows[i] = dst
+			off += n * vocab
+		}
+		return &Output{Logits: r.rows}, nil
+	default:
+		all = r.logits
+	}
+	for i, s := range b.Seqs {
+		n := logitPositions(s)
+		first := len(s.Tokens) - n
+		if seqOut == 1 {
+			first = 0
+		}
+		lo, hi := (i*seqOut+first)*vocab, (i*seqOut+first+n)*vocab
+		r.rows[i] = all[lo:hi:hi]
+	}
+	return &Output{Logits: r.rows}, nil
+}
+
+// logitPositions returns how many positions' logits row s gets back.
+func logitPositions(s SeqInput) int {
+	if s.AllLogits {
+		return len(s.Tokens)
+	}
+	return 1
+}

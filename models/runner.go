@@ -1,0 +1,555 @@
+package models
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// Sentinel errors of the runner. Every error returned by OpenRunner or Forward wraps
+// one of these (or ErrORT).
+var (
+	// ErrModelDir means the model directory cannot be served: model.onnx or config.json
+	// is missing or malformed, or the graph does not follow the decoder interface.
+	ErrModelDir = errors.New("models: unusable model directory")
+	// ErrBatch means a Forward call's batch is invalid (empty, a row without tokens, a
+	// token id outside the vocabulary, a past beyond the context window...).
+	ErrBatch = errors.New("models: invalid batch")
+	// ErrRun means the forward pass itself failed (ONNX Runtime or the KV callbacks).
+	ErrRun = errors.New("models: forward pass failed")
+)
+
+// DType is the element type of key/value tensors.
+type DType int
+
+// Supported key/value element types.
+const (
+	Float32 DType = iota
+	Float16
+)
+
+// Size returns the number of bytes per element.
+func (d DType) Size() int {
+	if d == Float16 {
+		return 2
+	}
+	return 4
+}
+
+// String returns "float32" or "float16".
+func (d DType) String() string {
+	if d == Float16 {
+		return "float16"
+	}
+	return "float32"
+}
+
+// Spec is what the engine needs to know about a loaded model. It comes from the ONNX
+// graph's inputs and outputs, config.json and generation_config.json.
+type Spec struct {
+	NumLayers, NumKVHeads, HeadDim, VocabSize int
+	// MaxPositions is the context length in tokens.
+	MaxPositions int
+	KVDType      DType
+	// BOSTokenID is -1 when the model has none.
+	BOSTokenID int32
+	// EOSTokenIDs lists config.json's and generation_config.json's eos ids, deduplicated.
+	EOSTokenIDs []int32
+}
+
+// KVBytesPerToken returns the bytes one token's keys and values take over all layers.
+func (s Spec) KVBytesPerToken() int {
+	return 2 * s.NumLayers * s.NumKVHeads * s.HeadDim * s.KVDType.Size()
+}
+
+// RunnerOptions configure OpenRunner.
+type RunnerOptions struct {
+	// ORTLib is the ONNX Runtime library path; "" = $CONVEYOR_ORT_LIB or DefaultORTLib.
+	ORTLib string
+	// IntraOpThreads is ONNX Runtime's thread count inside one operator; 0 = all cores.
+	IntraOpThreads int
+}
+
+// DefaultRunnerOptions returns options that use every core and the default library path.
+func DefaultRunnerOptions() RunnerOptions { return RunnerOptions{} }
+
+// Validate reports whether the options are usable.
+func (o RunnerOptions) Validate() error {
+	if o.IntraOpThreads < 0 {
+		return fmt.Errorf("%w: intra-op threads %d < 0", ErrModelDir, o.IntraOpThreads)
+	}
+	return nil
+}
+
+// Batch is the input of one forward pass: one row per sequence.
+type Batch struct {
+	Seqs []SeqInput
+}
+
+// SeqInput is one row of a Batch.
+type SeqInput struct {
+	// Tokens are the new tokens fed this pass (at least one).
+	Tokens []int32
+	// PastLen is the number of tokens already in the KV cache; the new tokens take
+	// positions PastLen .. PastLen+len(Tokens)-1.
+	PastLen int
+	// AllLogits asks for the logits of every new position (prompt logprobs, echo);
+	// otherwise only the last position's are returned.
+	AllLogits bool
+}
+
+// DenseKV is one layer's K or V as a dense [Batch, KVHeads, Tokens, HeadDim] tensor
+// in DType, as row-major bytes.
+type DenseKV struct {
+	Data                            []byte
+	Batch, KVHeads, Tokens, HeadDim int
+	DType                           DType
+}
+
+// KV moves keys and values between the engine's cache and the model's dense tensors,
+// for one pass. The runner owns the memory behind every DenseKV it hands out; it is
+// valid only during the call.
+type KV interface {
+	// GatherPast fills k[l], v[l] (Tokens = max PastLen of the batch) with each row's
+	// past, zeroing positions at or beyond the row's PastLen. len(k) == NumLayers.
+	GatherPast(k, v []DenseKV) error
+	// ScatterNew stores each row b's new keys/values: the present tensors hold them at
+	// token columns [newOffset, newOffset+len(Tokens_b)); they belong at positions
+	// [PastLen_b, PastLen_b+len(Tokens_b)).
+	ScatterNew(k, v []DenseKV, newOffset int) error
+}
+
+// Output is the result of Forward.
+type Output struct {
+	// Logits[b] is row b's logits: VocabSize floats (last new position) or
+	// len(Tokens)*VocabSize when AllLogits. Valid until the next Forward.
+	Logits [][]float32
+}
+
+// Runner runs forward passes of one decoder model through ONNX Runtime. Forward calls
+// are serialised; the runner reuses its buffers from call to call.
+type Runner struct {
+	mu      sync.Mutex
+	session *ort.DynamicAdvancedSession
+	spec    Spec
+	io      decoderIO
+
+	inputs, outputs []ort.Value // per-call tensors, destroyed after each Forward
+
+	ids, pos, mask []int64
+	// kvMem holds past K, past V, present K and present V, each as NumLayers
+	// consecutive [B, kvh, tokens, hd] tensors (tokens = maxPast, or maxPast+maxNew
+	// for present).
+	kvMem     [4][]byte
+	kvViews   [4][]DenseKV
+	empty     []byte    // backing for zero-sized tensors
+	logits    []float32 // [B, S, V] written by ONNX Runtime (float32 logits)
+	logits16  []byte    // [B, S, V] written by ONNX Runtime (float16 logits)
+	logitsOut []float32 // logits converted from float16 or copied from ONNX Runtime
+	rows      [][]float32
+	useCache  []bool
+}
+
+// decoderIO records where each decoder input and output sits in the session's name lists.
+type decoderIO struct {
+	inNames, outNames []string
+	ids, mask, pos    int // input indexes; -1 when absent
+	useCache          int // input index of use_cache_branch; -1 when absent
+	pastK, pastV      []int
+	logits            int // output index
+	presK, presV      []int
+	logitsF16         bool
+	logitsLastOnly    bool // the graph returns only the last position's logits ([B, 1, V])
+	logitsPrealloc    bool // logits have a known [B, S, V] shape and are preallocated
+}
+
+// OpenRunner loads dir/model.onnx (plus config.json and generation_config.json) into an
+// ONNX Runtime session. Any graph with the Hugging Face Optimum decoder interface
+// (input_ids, attention_mask, position_ids, past_key_values.{i}.key/value -> logits,
+// present.{i}.key/value) loads; layers, KV heads, head size and KV type come from
+// the graph. InitORT(opts.ORTLib) is called first.
+func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := InitORT(opts.ORTLib); err != nil {
+		return nil, err
+	}
+	modelPath := filepath.Join(dir, "model.onnx")
+	if st, err := os.Stat(modelPath); err != nil || st.IsDir() {
+		return nil, fmt.Errorf("%w: no model.onnx in %s", ErrModelDir, dir)
+	}
+	meta, err := readModelMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	ins, outs, err := graphInfo(modelPath)
+	if err != nil {
+		return nil, err
+	}
+	io, spec, err := parseDecoderIO(ins, outs, meta)
+	if err != nil {
+		return nil, err
+	}
+
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+	}
+	defer so.Destroy()
+	threads := opts.IntraOpThreads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	for _, set := range []func() error{
+		func() error { return so.SetIntraOpNumThreads(threads) },
+		func() error { return so.SetInterOpNumThreads(1) },
+		func() error { return so.SetExecutionMode(ort.ExecutionModeSequential) },
+		func() error { return so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll) },
+	} {
+		if err := set(); err != nil {
+			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+		}
+	}
+	sess, err := ort.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
+	}
+	r := &Runner{
+		session:  sess,
+		spec:     spec,
+		io:       io,
+		inputs:   make([]ort.Value, len(io.inNames)),
+		outputs:  make([]ort.Value, len(io.outNames)),
+		useCache: make([]bool, 1),
+	}
+	for i := range r.kvViews {
+		r.kvViews[i] = make([]DenseKV, spec.NumLayers)
+	}
+	r.empty = growBytes(nil, 8)
+	return r, nil
+}
+
+// Spec returns what the engine needs to know about the model.
+func (r *Runner) Spec() Spec {
+	s := r.spec
+	s.EOSTokenIDs = append([]int32(nil), s.EOSTokenIDs...)
+	return s
+}
+
+// Close releases the ONNX Runtime session. It is idempotent; Forward after Close fails.
+func (r *Runner) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.session == nil {
+		return nil
+	}
+	err := r.session.Destroy()
+	r.session = nil
+	if err != nil {
+		return fmt.Errorf("%w: close session: %s", ErrRun, oneLine(err.Error()))
+	}
+	return nil
+}
+
+// graphInfo reads the graph's input and output names, shapes and types. It loads the
+// model once without graph optimisation, which is cheap next to the real session.
+func graphInfo(modelPath string) (ins, outs []ort.InputOutputInfo, err error) {
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+	}
+	defer so.Destroy()
+	_ = so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll)
+	_ = so.SetIntraOpNumThreads(1)
+	ins, outs, err = ort.GetInputOutputInfoWithOptions(modelPath, so)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
+	}
+	return ins, outs, nil
+}
+
+// parseDecoderIO checks that the graph follows the decoder interface and derives the Spec.
+func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO, Spec, error) {
+	io := decoderIO{ids: -1, mask: -1, pos: -1, useCache: -1, logits: -1}
+	bad := func(format string, args ...any) (decoderIO, Spec, error) {
+		return decoderIO{}, Spec{}, fmt.Errorf("%w: %s", ErrModelDir, fmt.Sprintf(format, args...))
+	}
+	pastK := map[int]ort.InputOutputInfo{}
+	pastV := map[int]ort.InputOutputInfo{}
+	for _, in := range ins {
+		idx := len(io.inNames)
+		switch name := in.Name; {
+		case name == "input_ids":
+			io.ids = idx
+		case name == "attention_mask":
+			io.mask = idx
+		case name == "position_ids":
+			io.pos = idx
+		case name == "use_cache_branch":
+			if in.DataType != ort.TensorElementDataTypeBool {
+				return bad("input use_cache_branch has type %s, want bool", in.DataType)
+			}
+			io.useCache = idx
+		default:
+			layer, kind, ok := parseKVName(name, "past_key_values.")
+			if !ok {
+				return bad("unsupported graph input %q", name)
+			}
+			if kind == "key" {
+				pastK[layer] = in
+			} else {
+				pastV[layer] = in
+			}
+		}
+		if in.Name == "input_ids" || in.Name == "attention_mask" || in.Name == "position_ids" {
+			if in.DataType != ort.TensorElementDataTypeInt64 {
+				return bad("input %s has type %s, want int64", in.Name, in.DataType)
+			}
+		}
+		io.inNames = append(io.inNames, in.Name)
+	}
+	if io.ids < 0 {
+		return bad("graph has no input_ids input")
+	}
+	layers := len(pastK)
+	if layers == 0 {
+		return bad("graph has no past_key_values.{i}.key inputs (export it with past key values)")
+	}
+	for l := 0; l < layers; l++ {
+		if _, ok := pastK[l]; !ok {
+			return bad("graph lacks past_key_values.%d.key", l)
+		}
+		if _, ok := pastV[l]; !ok {
+			return bad("graph lacks past_key_values.%d.value", l)
+		}
+	}
+	if len(pastV) != layers {
+		return bad("graph has %d past keys but %d past values", layers, len(pastV))
+	}
+
+	first := pastK[0]
+	if len(first.Dimensions) != 4 {
+		return bad("past_key_values.0.key has shape %v, want [batch, kv_heads, past, head_dim]", first.Dimensions)
+	}
+	kvHeads, headDim := int(first.Dimensions[1]), int(first.Dimensions[3])
+	if kvHeads <= 0 {
+		kvHeads = meta.numKVHeads
+	}
+	if headDim <= 0 {
+		headDim = meta.headDim
+	}
+	if kvHeads <= 0 || headDim <= 0 {
+		return bad("cannot tell KV heads and head size from the graph or config.json")
+	}
+	var kvType DType
+	switch first.DataType {
+	case ort.TensorElementDataTypeFloat:
+		kvType = Float32
+	case ort.TensorElementDataTypeFloat16:
+		kvType = Float16
+	default:
+		return bad("past_key_values have type %s, want float32 or float16", first.DataType)
+	}
+	for l := 0; l < layers; l++ {
+		for _, in := range []ort.InputOutputInfo{pastK[l], pastV[l]} {
+			if in.DataType != first.DataType || !sameKVShape(in.Dimensions, first.Dimensions) {
+				return bad("%s has %s %v, unlike past_key_values.0.key (%s %v)", in.Name, in.DataType, in.Dimensions, first.DataType, first.Dimensions)
+			}
+		}
+	}
+	for l := 0; l < layers; l++ {
+		io.pastK = append(io.pastK, indexOf(io.inNames, pastK[l].Name))
+		io.pastV = append(io.pastV, indexOf(io.inNames, pastV[l].Name))
+	}
+
+	// Outputs: only logits and present.* are requested from the session.
+	byName := map[string]ort.InputOutputInfo{}
+	for _, o := range outs {
+		byName[o.Name] = o
+	}
+	lg, ok := byName["logits"]
+	if !ok {
+		return bad("graph has no logits output")
+	}
+	if len(lg.Dimensions) != 3 {
+		return bad("logits have shape %v, want [batch, seq, vocab]", lg.Dimensions)
+	}
+	switch lg.DataType {
+	case ort.TensorElementDataTypeFloat:
+	case ort.TensorElementDataTypeFloat16:
+		io.logitsF16 = true
+	default:
+		return bad("logits have type %s, want float32 or float16", lg.DataType)
+	}
+	vocab := int(lg.Dimensions[2])
+	if vocab <= 0 {
+		vocab = meta.vocabSize
+	}
+	if vocab <= 0 {
+		return bad("cannot tell the vocabulary size from the graph or config.json")
+	}
+	io.logitsLastOnly = lg.Dimensions[1] == 1
+	io.logitsPrealloc = !io.logitsLastOnly
+	if io.logitsF16 && !io.logitsPrealloc {
+		return bad("float16 last-position-only logits are not supported")
+	}
+	io.logits = 0
+	io.outNames = append(io.outNames, "logits")
+	for l := 0; l < layers; l++ {
+		for _, kind := range []string{"key", "value"} {
+			name := fmt.Sprintf("present.%d.%s", l, kind)
+			o, ok := byName[name]
+			if !ok {
+				return bad("graph lacks output %s", name)
+			}
+			if o.DataType != first.DataType {
+				return bad("%s has type %s, want %s like the past", name, o.DataType, first.DataType)
+			}
+			if kind == "key" {
+				io.presK = append(io.presK, len(io.outNames))
+			} else {
+				io.presV = append(io.presV, len(io.outNames))
+			}
+			io.outNames = append(io.outNames, name)
+		}
+	}
+
+	if meta.maxPositions <= 0 {
+		return bad("config.json has no context length (max_position_embeddings)")
+	}
+	spec := Spec{
+		NumLayers:    layers,
+		NumKVHeads:   kvHeads,
+		HeadDim:      headDim,
+		VocabSize:    vocab,
+		MaxPositions: meta.maxPositions,
+		KVDType:      kvType,
+		BOSTokenID:   meta.bos,
+		EOSTokenIDs:  meta.eos,
+	}
+	return io, spec, nil
+}
+
+// parseKVName splits "past_key_values.3.key" into (3, "key").
+func parseKVName(name, prefix string) (layer int, kind string, ok bool) {
+	rest, found := strings.CutPrefix(name, prefix)
+	if !found {
+		return 0, "", false
+	}
+	num, kind, found := strings.Cut(rest, ".")
+	if !found || (kind != "key" && kind != "value") {
+		return 0, "", false
+	}
+	layer, err := strconv.Atoi(num)
+	if err != nil || layer < 0 {
+		return 0, "", false
+	}
+	return layer, kind, true
+}
+
+func sameKVShape(a, b ort.Shape) bool {
+	return len(a) == 4 && len(b) == 4 && a[1] == b[1] && a[3] == b[3]
+}
+
+func indexOf(names []string, name string) int {
+	for i, n := range names {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// modelMeta is what the runner reads from config.json and generation_config.json. It
+// is deliberately lenient (any decoder family's config), unlike Config.
+type modelMeta struct {
+	vocabSize, maxPositions, numKVHeads, headDim int
+	bos                                          int32
+	eos                                          []int32
+}
+
+func readModelMeta(dir string) (modelMeta, error) {
+	m := modelMeta{bos: -1}
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return m, fmt.Errorf("%w: no config.json in %s", ErrModelDir, dir)
+	}
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return m, fmt.Errorf("%w: config.json: %s", ErrModelDir, oneLine(err.Error()))
+	}
+	num := func(keys ...string) int {
+		for _, k := range keys {
+			var v float64
+			if json.Unmarshal(cfg[k], &v) == nil && v > 0 && v < math.MaxInt32 {
+				return int(v)
+			}
+		}
+		return 0
+	}
+	m.vocabSize = num("vocab_size")
+	m.maxPositions = num("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+	heads := num("num_attention_heads", "n_head")
+	m.numKVHeads = num("num_key_value_heads")
+	if m.numKVHeads == 0 {
+		m.numKVHeads = heads
+	}
+	m.headDim = num("head_dim")
+	if hidden := num("hidden_size", "n_embd"); m.headDim == 0 && heads > 0 {
+		m.headDim = hidden / heads
+	}
+	var bos, eos TokenIDs
+	if json.Unmarshal(cfg["bos_token_id"], &bos) == nil && len(bos) > 0 && bos[0] >= 0 {
+		m.bos = bos[0]
+	}
+	_ = json.Unmarshal(cfg["eos_token_id"], &eos)
+	gen, err := LoadGenerationConfig(dir)
+	if err != nil {
+		return m, fmt.Errorf("%w: %w", ErrModelDir, err)
+	}
+	if m.bos < 0 && gen.BOSTokenID != nil && *gen.BOSTokenID >= 0 {
+		m.bos = *gen.BOSTokenID
+	}
+	m.eos = EOSTokenIDs(&Config{EOSTokenID: eos}, gen)
+	return m, nil
+}
+
+// grow returns buf resized to n elements, reallocating only when it is too small.
+func grow[T any](buf []T, n int) []T {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]T, n, n+n/4)
+}
+
+// growBytes is grow for tensor memory: 8-byte aligned and never empty (ONNX Runtime
+// refuses a zero-length data pointer even for tensors with a zero dimension).
+func growBytes(buf []byte, n int) []byte {
+	if n < 8 {
+		n = 8
+	}
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	words := make([]uint64, (n+n/4+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)[:n]
+}
+
+// float32Bytes views a float32 slice as bytes.
+func float32Bytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
+}
