@@ -1,0 +1,80 @@
+package loadgen
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRatiosAndSustained(t *testing.T) {
+	pts := []Point{
+		{Policy: "continuous", Rate: 2, Report: Report{OutputThroughput: 300, TTFT: Dist{P50: 50}, RequestThroughput: 2}},
+		{Policy: "static", Rate: 2, Report: Report{OutputThroughput: 100, TTFT: Dist{P50: 400}, RequestThroughput: 1.7}},
+		{Policy: "continuous", Rate: 8, Report: Report{OutputThroughput: 900, TTFT: Dist{P50: 80}, RequestThroughput: 7.5}},
+		{Policy: "static", Rate: 8, Report: Report{OutputThroughput: 150, TTFT: Dist{P50: 9000}, RequestThroughput: 2}},
+	}
+	r := Ratios(pts, "continuous", "static")
+	if len(r) != 2 || r[0].Throughput != 3 || r[0].TTFTp50 != 8 || r[1].Throughput != 6 || r[1].TTFTp50 != 112.5 {
+		t.Fatalf("ratios %+v", r)
+	}
+	if !Sustained(pts[1]) || Sustained(pts[3]) {
+		t.Fatal("static sustains 2 req/s (1.7 >= 1.6) but not 8 req/s")
+	}
+	h, ok := Headline(pts)
+	if !ok || !strings.Contains(h, "6.00×") || !strings.Contains(h, "at 2 req/s, the highest rate static sustains, its p50 TTFT is 8.00× lower") {
+		t.Fatalf("headline %q", h)
+	}
+}
+
+func TestCompareWritesAReport(t *testing.T) {
+	delays := map[string]time.Duration{"continuous": 5 * time.Millisecond, "static": 40 * time.Millisecond}
+	var started, stopped []string
+	start := func(ctx context.Context, policy string) (Server, error) {
+		srv := scriptedServer(t, delays[policy], time.Millisecond)
+		started = append(started, policy)
+		return Server{BaseURL: srv.URL, Stop: func() error { srv.Close(); stopped = append(stopped, policy); return nil }}, nil
+	}
+	var log strings.Builder
+	pts, err := Compare(context.Background(), CompareConfig{
+		Policies: []string{"continuous", "static"}, Rates: []float64{50, 100},
+		Workload: WorkloadConfig{NumRequests: 5, Dist: Fixed, PromptTokens: 3, OutputTokens: 4, MaxTokenID: 20},
+		Model:    "m", Start: start, Log: &log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pts) != 4 || strings.Join(started, ",") != "continuous,static" || strings.Join(stopped, ",") != "continuous,static" {
+		t.Fatalf("points %d, started %v, stopped %v", len(pts), started, stopped)
+	}
+	for _, p := range pts {
+		if p.Report.Completed != 5 {
+			t.Fatalf("%s @ %v: %d completed (%v)", p.Policy, p.Rate, p.Report.Completed, p.Report.Errors)
+		}
+	}
+	if r := Ratios(pts, "continuous", "static"); len(r) != 2 || !(r[0].TTFTp50 > 2) || math.IsNaN(r[0].Throughput) {
+		t.Fatalf("ratios %+v", r)
+	}
+	dir := t.TempDir()
+	if err := WriteReport(dir, ReportMeta{Command: "conveyor bench compare", Machine: "test", Model: "fake"}, pts); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"report.md", "throughput.png", "ttft.png", "itl.png"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Size() == 0 {
+			t.Fatalf("%s missing or empty: %v", name, err)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"Continuous ÷ static", "| continuous | 50 |", "| static | 100 |", "`conveyor bench compare`"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if !strings.Contains(log.String(), "static") {
+		t.Errorf("no progress log: %q", log.String())
+	}
+}
