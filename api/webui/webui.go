@@ -1,0 +1,68 @@
+// Package webui is Conveyor's built-in chat page: plain HTML, CSS and JavaScript embedded
+// in the binary, with no build step and nothing fetched from elsewhere at run time.
+//
+// The page streams replies from /v1/chat/completions (fetch with a stream reader over the
+// SSE body), can stop a reply mid-stream (which aborts the request and so frees the
+// sequence on the server), shows time to first token and tokens/s per reply, and polls
+// /v1/engine/stats about once a second for a live view of the running batch. All model
+// text is inserted with textContent, never as HTML.
+package webui
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+
+	"github.com/conveyor-llm/conveyor/engine"
+)
+
+//go:embed static
+var static embed.FS
+
+// Handler serves the page and its assets (/, /app.js, /style.css).
+func Handler() http.Handler {
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return http.FileServer(http.FS(sub))
+}
+
+// Stats is the JSON body of GET /v1/engine/stats.
+type Stats struct {
+	Running           int     `json:"running"`
+	Waiting           int     `json:"waiting"`
+	KVTotalBlocks     int     `json:"kv_total_blocks"`
+	KVUsedBlocks      int     `json:"kv_used_blocks"`
+	KVCachedBlocks    int     `json:"kv_cached_blocks"`
+	KVFreeBlocks      int     `json:"kv_free_blocks"`
+	KVUsage           float64 `json:"kv_usage"`
+	BlockSizeTokens   int     `json:"block_size"`
+	PrefixQueryTokens int64   `json:"prefix_cache_queries_tokens"`
+	PrefixHitTokens   int64   `json:"prefix_cache_hits_tokens"`
+	PrefixHitRate     float64 `json:"prefix_cache_hit_rate"`
+	Preemptions       int64   `json:"preemptions"`
+	Steps             int64   `json:"steps"`
+	RecentBatchSizes  []int   `json:"recent_batch_sizes"`
+}
+
+// StatsFrom converts an engine snapshot to the endpoint's JSON shape.
+func StatsFrom(s engine.Stats) Stats {
+	out := Stats{
+		Running: s.Running, Waiting: s.Waiting,
+		KVTotalBlocks: s.KVTotalBlocks, KVCachedBlocks: s.KVCachedBlocks, KVFreeBlocks: s.KVFreeBlocks,
+		KVUsedBlocks: s.KVTotalBlocks - s.KVFreeBlocks - s.KVCachedBlocks, KVUsage: s.KVUsage,
+		BlockSizeTokens: s.BlockSizeTokens, PrefixQueryTokens: s.PrefixQueryTokens, PrefixHitTokens: s.PrefixHitTokens,
+		Preemptions: s.Preemptions, Steps: s.Steps, RecentBatchSizes: s.RecentBatchSizes,
+	}
+	if out.KVUsedBlocks < 0 {
+		out.KVUsedBlocks = 0
+	}
+	if s.PrefixQueryTokens > 0 {
+		out.PrefixHitRate = float64(s.PrefixHitTokens) / float64(s.PrefixQueryTokens)
+	}
+	if out.RecentBatchSizes == nil {
+		out.RecentBatchSizes = []int{}
+	}
+	return out
+}
