@@ -1,0 +1,184 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Sentinel errors. Returned errors wrap one of these; test with errors.Is.
+var (
+	// ErrQueueFull means the waiting queue already holds Config.MaxQueue requests.
+	ErrQueueFull = errors.New("scheduler: waiting queue full")
+	// ErrTooLong means a prompt is longer than Config.MaxModelLen tokens or needs more KV
+	// blocks than the whole pool has.
+	ErrTooLong = errors.New("scheduler: prompt too long")
+	// ErrInvalid means an argument is out of range: a bad configuration, an empty prompt, a
+	// duplicate sequence id, a stale plan or results that do not match the plan.
+	ErrInvalid = errors.New("scheduler: invalid argument")
+)
+
+// Policy is the admission policy: which waiting sequences may join the running batch.
+// Everything else (token budget, chunked prefill, prefix caching, preemption) is shared.
+type Policy int
+
+// Policies.
+const (
+	// Continuous admits waiting sequences at every step, in arrival order, while the
+	// sequence cap, the token budget and free KV blocks allow (iteration-level batching).
+	Continuous Policy = iota
+	// Static forms a batch when MaxBatchSize sequences wait or the oldest has waited
+	// MaxBatchDelay; the batch runs until its last sequence finishes, and only then does the
+	// next batch form. Finished sequences leave their slot idle.
+	Static
+	// Sequential runs one request (all n sequences of it) at a time.
+	Sequential
+)
+
+// String returns the policy's name as ParsePolicy accepts it.
+func (p Policy) String() string {
+	switch p {
+	case Continuous:
+		return "continuous"
+	case Static:
+		return "static"
+	case Sequential:
+		return "sequential"
+	}
+	return fmt.Sprintf("Policy(%d)", int(p))
+}
+
+// ParsePolicy parses "continuous", "static" or "sequential" (case-insensitive).
+func ParsePolicy(s string) (Policy, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "continuous":
+		return Continuous, nil
+	case "static":
+		return Static, nil
+	case "sequential":
+		return Sequential, nil
+	}
+	return 0, fmt.Errorf("%w: unknown policy %q (want continuous, static or sequential)", ErrInvalid, s)
+}
+
+// Config configures a Scheduler.
+type Config struct {
+	Policy Policy
+	// MaxNumSeqs caps the sequences in the running batch (children of an n > 1 request
+	// waiting for their fork count too).
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is the per-step token budget: new tokens fed to the model in one
+	// forward pass, summed over the batch. It must be >= MaxNumSeqs so that every running
+	// sequence can decode in every step.
+	MaxNumBatchedTokens int
+	// MaxModelLen is the model's context in tokens. A prompt may hold at most MaxModelLen
+	// tokens; a sequence ends (FinishLength) once it holds MaxModelLen tokens or more, so no
+	// position >= MaxModelLen is ever computed.
+	MaxModelLen int
+	// MaxBatchSize is the static batch size in sequences (Static only).
+	MaxBatchSize int
+	// MaxBatchDelay is how long the oldest waiting request waits for a static batch to fill
+	// before a smaller batch forms (Static only).
+	MaxBatchDelay time.Duration
+	// MaxQueue caps the waiting requests Add accepts. Preempted sequences return to the
+	// queue whatever its length.
+	MaxQueue int
+	// EnableChunkedPrefill lets a prompt be computed over several steps in chunks that fit
+	// the token budget. When false, a prompt is admitted only when all of it fits the step's
+	// remaining budget, and MaxNumBatchedTokens must be >= MaxModelLen.
+	EnableChunkedPrefill bool
+	// EnablePrefixCaching looks up each admitted sequence's prefix in the pool's prefix cache
+	// so cached tokens are not recomputed. The pool must be built with prefix caching too.
+	EnablePrefixCaching bool
+}
+
+// DefaultConfig returns continuous batching with 256 sequences, a 2048-token step budget,
+// a 2048-token context, chunked prefill and prefix caching; static batches of 8 with a
+// 50 ms delay; and a queue of 1024 requests.
+func DefaultConfig() Config {
+	return Config{
+		Policy:               Continuous,
+		MaxNumSeqs:           256,
+		MaxNumBatchedTokens:  2048,
+		MaxModelLen:          2048,
+		MaxBatchSize:         8,
+		MaxBatchDelay:        50 * time.Millisecond,
+		MaxQueue:             1024,
+		EnableChunkedPrefill: true,
+		EnablePrefixCaching:  true,
+	}
+}
+
+// Validate reports whether the configuration can build a scheduler.
+func (c Config) Validate() error {
+	switch {
+	case c.Policy != Continuous && c.Policy != Static && c.Policy != Sequential:
+		return fmt.Errorf("%w: unknown policy %d", ErrInvalid, int(c.Policy))
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("%w: MaxNumSeqs %d must be >= 1", ErrInvalid, c.MaxNumSeqs)
+	case c.MaxNumBatchedTokens < c.MaxNumSeqs:
+		return fmt.Errorf("%w: MaxNumBatchedTokens %d must be >= MaxNumSeqs %d", ErrInvalid,
+			c.MaxNumBatchedTokens, c.MaxNumSeqs)
+	case c.MaxModelLen < 1:
+		return fmt.Errorf("%w: MaxModelLen %d must be >= 1", ErrInvalid, c.MaxModelLen)
+	case !c.EnableChunkedPrefill && c.MaxNumBatchedTokens < c.MaxModelLen:
+		return fmt.Errorf("%w: without chunked prefill MaxNumBatchedTokens %d must be >= MaxModelLen %d",
+			ErrInvalid, c.MaxNumBatchedTokens, c.MaxModelLen)
+	case c.MaxQueue < 1:
+		return fmt.Errorf("%w: MaxQueue %d must be >= 1", ErrInvalid, c.MaxQueue)
+	}
+	if c.Policy == Static {
+		if c.MaxBatchSize < 1 || c.MaxBatchSize > c.MaxNumSeqs {
+			return fmt.Errorf("%w: MaxBatchSize %d must be in [1, MaxNumSeqs %d]", ErrInvalid,
+				c.MaxBatchSize, c.MaxNumSeqs)
+		}
+		if c.MaxBatchDelay < 0 {
+			return fmt.Errorf("%w: MaxBatchDelay %v must be >= 0", ErrInvalid, c.MaxBatchDelay)
+		}
+	}
+	return nil
+}
+
+// Clock tells the time. The scheduler reads it to time arrivals, admissions and static
+// batch delays; tests inject a ManualClock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// ManualClock is a Clock that moves only when told to. It is safe for concurrent use.
+type ManualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewManualClock returns a clock reading t.
+func NewManualClock(t time.Time) *ManualClock { return &ManualClock{t: t} }
+
+// Now returns the clock's current reading.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward by d.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Set moves the clock to t.
+func (c *ManualClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}

@@ -1,0 +1,88 @@
+// Package scheduler decides, one forward pass at a time, which sequences run and how many
+// tokens each computes. It is a pure state machine: no goroutines, no I/O, time from an
+// injected Clock. One goroutine (the engine's step loop) owns a Scheduler and the
+// kvcache.Pool it manages.
+//
+// # Model
+//
+// There is no separate prefill and decode phase (as in vLLM's v1 engine core). A Sequence
+// holds its known tokens (prompt, then generated) and knows how many of them are computed,
+// that is, have their keys and values in the sequence's KV blocks. Each step gives a
+// sequence some of its uncomputed tokens: a whole prompt, a chunk of it, or the one token
+// sampled last step. When a step computes the last known token, Item.Sample is set and the
+// engine samples the next token from the last position's logits.
+//
+// # The step contract
+//
+//	plan := s.Schedule()            // which sequences, how many tokens, block copies
+//	// engine: apply plan.Copies to storage; for each item gather the past
+//	// [0, StartPos) from pool.BlockTable(id), run ONE forward pass over item.Tokens(),
+//	// scatter the new K/V to [StartPos, StartPos+NumNewTokens), sample where item.Sample;
+//	// end the sequences in plan.Failed.
+//	done, err := s.Update(plan, results) // results[i] belongs to plan.Items[i]
+//
+// The scheduler owns the pool's bookkeeping: LookupPrefix when a sequence is admitted,
+// Allocate (and Fork) in Schedule, Commit and Free in Update and Abort. The engine only
+// reads block tables and moves data in kvcache.Storage.
+//
+// # Policies
+//
+// All policies share the step: running sequences first (oldest admitted first), each gets
+// its next token or prompt chunk while the per-step token budget (MaxNumBatchedTokens)
+// lasts; then waiting sequences are admitted in arrival order while the sequence cap
+// (MaxNumSeqs), the budget and free KV blocks allow. Admission stops at the first sequence
+// that does not fit (first come, first served). Policies differ only in which waiting
+// sequences may be admitted:
+//
+//   - Continuous: any, at every step.
+//   - Static: only the members of the current batch. A batch forms when MaxBatchSize
+//     sequences wait or the oldest has waited MaxBatchDelay (NextBatchTime tells the engine
+//     when to wake); it runs until its last member finishes, and only then does the next
+//     batch form. A finished member's slot stays idle.
+//   - Sequential: batches of one request.
+//
+// With chunked prefill (the default) a prompt longer than the remaining budget is computed
+// over several steps; without it a prompt is admitted only when it fits whole. With prefix
+// caching, admission looks the sequence's tokens up in the pool's prefix cache, and the
+// cached tokens count as computed (at least one token is always computed, so there are
+// logits to sample from).
+//
+// # Preemption
+//
+// When a running sequence needs a KV block and none is free, the newest running sequence is
+// preempted: its blocks are freed, its computed count drops to 0, and it returns to the
+// front of the waiting queue; when it is admitted again, its prompt and generated tokens are
+// recomputed (prefix caching may serve part of them) and generation continues where it
+// stopped. Older sequences are never preempted for newer ones, and no sequence is admitted
+// in a step that preempted, so the oldest running sequence always progresses. A sequence
+// that cannot fit even with every other sequence gone is ended with FinishNoCapacity and
+// reported in Plan.Failed, never retried forever.
+//
+// # Requests with n > 1
+//
+// AddGroup queues a request's sequences together. The first computes the prompt, stopping
+// one token short; then the others fork from it (kvcache.Pool.Fork shares its blocks) and
+// every sequence computes the last prompt token on its own row, so the prompt is computed
+// once and each sequence samples its first token from its own logits. A partial last block
+// is copied on write (Plan.Copies).
+//
+// # Example
+//
+//	pool, _ := kvcache.NewPool(kvcache.PoolConfig{NumBlocks: 1024, BlockSizeTokens: 16, EnablePrefixCaching: true})
+//	s, _ := scheduler.New(scheduler.DefaultConfig(), pool, nil)
+//	_ = s.Add(&scheduler.Sequence{ID: 1, Tokens: prompt})
+//	for s.HasWork() {
+//		plan := s.Schedule()
+//		results := make([]scheduler.Result, len(plan.Items))
+//		for i, it := range plan.Items {
+//			if it.Sample {
+//				results[i].Token = model.Next(it.Seq.Tokens) // after a forward pass
+//				results[i].Finished = results[i].Token == eos
+//			}
+//		}
+//		done, _ := s.Update(plan, results)
+//		for _, q := range done {
+//			fmt.Println(q.ID, q.Tokens[q.NumPromptTokens():])
+//		}
+//	}
+package scheduler

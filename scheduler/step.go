@@ -1,0 +1,387 @@
+package scheduler
+
+import (
+	"fmt"
+)
+
+// Schedule plans the next forward pass. Running sequences come first, in admission order:
+// each gets its decode token or its next prompt chunk while the token budget lasts, and when
+// one needs a KV block that is not free, the newest running sequence is preempted. Then, if
+// nothing was preempted, waiting sequences are admitted as the policy, the sequence cap,
+// the remaining budget and free blocks allow.
+//
+// The returned plan stays valid until the next Schedule. A plan with items must be applied
+// with Update before the next pass can be planned: until then Schedule returns the same
+// plan. A plan may be empty (nothing to run yet) and still carry Failed sequences.
+func (s *Scheduler) Schedule() *Plan {
+	p := &s.plan
+	if s.pending {
+		return p
+	}
+	p.Items = p.Items[:0]
+	p.Copies = p.Copies[:0]
+	clear(p.Preempted)
+	p.Preempted = p.Preempted[:0]
+	clear(p.Failed)
+	p.Failed = p.Failed[:0]
+	s.step++
+	p.step = s.step
+	s.now = s.clock.Now()
+
+	budget := s.scheduleRunning(s.cfg.MaxNumBatchedTokens)
+	if len(p.Preempted) == 0 && budget > 0 {
+		budget = s.admit(budget)
+	}
+	p.NumBatchedTokens = s.cfg.MaxNumBatchedTokens - budget
+
+	s.stats.LastStepSeqs = len(p.Items)
+	s.stats.LastStepTokens = p.NumBatchedTokens
+	if len(p.Items) > 0 {
+		s.stats.Steps++
+		s.stats.ScheduledTokens += int64(p.NumBatchedTokens)
+		s.pending = true
+	}
+	return p
+}
+
+// wantTokens returns how many tokens q should compute next: all it knows, except that a
+// parent whose children wait to fork stops one token short of its prompt.
+func (q *Sequence) wantTokens() int {
+	n := len(q.Tokens) - q.numComputed
+	if len(q.awaiting) > 0 {
+		n = min(n, q.numPrompt-1-q.numComputed)
+	}
+	return n
+}
+
+func (s *Scheduler) addItem(q *Sequence, n int) {
+	start := q.numComputed
+	s.plan.Items = append(s.plan.Items, Item{
+		Seq:          q,
+		StartPos:     start,
+		NumNewTokens: n,
+		Sample:       start+n == len(q.Tokens),
+	})
+}
+
+// scheduleRunning plans the running sequences and returns the budget left.
+func (s *Scheduler) scheduleRunning(budget int) int {
+	for i := 0; i < len(s.running) && budget > 0; i++ {
+		q := s.running[i]
+		if len(q.awaiting) > 0 && q.numComputed >= q.numPrompt-1 {
+			s.forkChildren(q)
+		}
+		n := min(q.wantTokens(), budget)
+		if n <= 0 {
+			continue
+		}
+		if !s.reserve(i, n) {
+			break // q left the running batch; it was the newest, so nothing follows it
+		}
+		s.addItem(q, n)
+		budget -= n
+	}
+	return budget
+}
+
+// reserve allocates n more token slots for running[i], preempting the newest running
+// sequences while that does not fit. When running[i] is itself the newest, it is preempted
+// (older sequences will free blocks as they finish) or, when it is the only running
+// sequence, failed (it can never fit), and reserve returns false.
+func (s *Scheduler) reserve(i, n int) bool {
+	q := s.running[i]
+	for {
+		cow, ok := s.pool.Allocate(q.ID, n)
+		if ok {
+			s.plan.Copies = append(s.plan.Copies, cow...)
+			return true
+		}
+		last := len(s.running) - 1
+		switch {
+		case last > i:
+			s.preempt(last)
+		case i > 0:
+			s.preempt(i)
+			return false
+		default:
+			s.removeRunning(i)
+			s.fail(q)
+			return false
+		}
+	}
+}
+
+// forkChildren makes q's waiting children share q's blocks and run; they join the end of
+// the running batch with q's computed count. q has computed all prompt tokens but the last.
+func (s *Scheduler) forkChildren(q *Sequence) {
+	children := q.awaiting
+	q.awaiting = nil
+	s.numAwaiting -= len(children)
+	for _, c := range children {
+		if q.numComputed > 0 {
+			if err := s.pool.Fork(q.ID, c.ID); err != nil {
+				// Cannot share: the child waits as an ordinary sequence and the prefix cache
+				// serves what it can.
+				s.pool.Free(c.ID)
+				s.waiting.insert(0, c)
+				s.numWaitingSeqs++
+				continue
+			}
+		}
+		s.startRunning(c, q.numComputed)
+	}
+}
+
+// startRunning moves a sequence into the running batch with computed tokens.
+func (s *Scheduler) startRunning(q *Sequence, computed int) {
+	q.status = StatusRunning
+	q.numComputed = computed
+	if !q.admitted {
+		q.admitted = true
+		q.firstScheduled = s.now
+		q.numCachedTok = computed
+	}
+	s.running = append(s.running, q)
+}
+
+func (s *Scheduler) removeRunning(i int) {
+	copy(s.running[i:], s.running[i+1:])
+	s.running[len(s.running)-1] = nil
+	s.running = s.running[:len(s.running)-1]
+}
+
+// preempt frees running[i]'s blocks and puts it back at the front of the waiting queue, to
+// be recomputed from scratch (prompt and generated tokens alike). Its children waiting to
+// fork stay with it.
+func (s *Scheduler) preempt(i int) {
+	q := s.running[i]
+	s.removeRunning(i)
+	s.pool.Free(q.ID)
+	q.status = StatusWaiting
+	q.numComputed = 0
+	q.numPreemptions++
+	s.stats.Preemptions++
+	s.numAwaiting -= len(q.awaiting)
+	s.numWaitingSeqs += 1 + len(q.awaiting)
+	s.waiting.insert(0, q)
+	s.plan.Preempted = append(s.plan.Preempted, q)
+}
+
+// fail ends q, which is in neither the running batch nor the queue, and its waiting
+// children with FinishNoCapacity.
+func (s *Scheduler) fail(q *Sequence) {
+	children := q.awaiting
+	q.awaiting = nil
+	if q.status == StatusRunning {
+		s.numAwaiting -= len(children)
+	} else {
+		s.numWaitingSeqs -= len(children)
+	}
+	for _, c := range append(children, q) {
+		s.finishSeq(c, FinishNoCapacity)
+		s.plan.Failed = append(s.plan.Failed, c)
+		s.stats.Failed++
+	}
+}
+
+// formBatch starts the next static (or sequential) batch from the front of the queue when
+// the policy allows it.
+func (s *Scheduler) formBatch() {
+	if s.waiting.len() == 0 {
+		return
+	}
+	if s.cfg.Policy == Static && s.numWaitingSeqs < s.cfg.MaxBatchSize &&
+		s.now.Sub(s.waiting.front().enqueued) < s.cfg.MaxBatchDelay {
+		return
+	}
+	s.curBatch++
+	members := 0
+	for i := 0; i < s.waiting.len(); i++ {
+		q := s.waiting.at(i)
+		k := 1 + len(q.awaiting)
+		if i > 0 && (s.cfg.Policy == Sequential || members+k > s.cfg.MaxBatchSize) {
+			break
+		}
+		q.batch = s.curBatch
+		for _, c := range q.awaiting {
+			c.batch = s.curBatch
+		}
+		members += k
+	}
+	s.batchRemaining = members
+}
+
+// admit moves waiting sequences into the running batch, in queue order, and returns the
+// budget left. The first sequence that does not fit stops admission (first come, first
+// served), except one that cannot fit even into an empty pool, which fails.
+func (s *Scheduler) admit(budget int) int {
+	static := s.cfg.Policy != Continuous
+	if static && s.batchRemaining <= 0 {
+		s.formBatch()
+	}
+	for budget > 0 && s.waiting.len() > 0 {
+		q := s.waiting.front()
+		if static && (q.batch == 0 || q.batch != s.curBatch) {
+			break
+		}
+		if len(s.running)+s.numAwaiting+1+len(q.awaiting) > s.cfg.MaxNumSeqs {
+			break
+		}
+		cached := 0
+		if s.cfg.EnablePrefixCaching {
+			cached = s.pool.LookupPrefix(q.ID, q.Tokens, q.PrefixKey)
+		}
+		q.numComputed = cached
+		forkNow := len(q.awaiting) > 0 && cached >= q.numPrompt-1
+		n := len(q.Tokens) - cached
+		if !forkNow {
+			n = q.wantTokens()
+		}
+		if !s.cfg.EnableChunkedPrefill && n > budget {
+			s.pool.Free(q.ID)
+			q.numComputed = 0
+			break
+		}
+		n = min(n, budget)
+
+		// Children fork before the parent grows, so they share only the computed prefix.
+		if forkNow && cached > 0 {
+			s.forkAttached(q)
+		}
+		cow, ok := s.pool.Allocate(q.ID, n)
+		if !ok {
+			if forkNow {
+				for _, c := range q.awaiting {
+					s.pool.Free(c.ID)
+				}
+			}
+			s.pool.Free(q.ID)
+			q.numComputed = 0
+			if len(s.running) == 0 && s.numAwaiting == 0 {
+				// Nothing else holds blocks: q cannot fit even alone.
+				s.waiting.popFront()
+				s.numWaitingSeqs--
+				s.fail(q)
+				continue
+			}
+			break
+		}
+		s.plan.Copies = append(s.plan.Copies, cow...)
+
+		s.waiting.popFront()
+		s.numWaitingSeqs -= 1 + len(q.awaiting)
+		s.startRunning(q, cached)
+		s.addItem(q, n)
+		budget -= n
+		if !forkNow {
+			s.numAwaiting += len(q.awaiting)
+			continue
+		}
+		children := q.awaiting
+		q.awaiting = nil
+		for _, c := range children {
+			s.startRunning(c, cached)
+		}
+		// Each child computes the last prompt token itself, budget and blocks permitting;
+		// otherwise it runs from the next step on.
+		for _, c := range children {
+			if budget == 0 {
+				break
+			}
+			cow, ok := s.pool.Allocate(c.ID, 1)
+			if !ok {
+				break
+			}
+			s.plan.Copies = append(s.plan.Copies, cow...)
+			s.addItem(c, 1)
+			budget--
+		}
+	}
+	return budget
+}
+
+// forkAttached makes each child waiting on q share q's blocks (still attached to q). A child
+// the pool refuses to fork becomes an ordinary waiting sequence right behind q, served by
+// the prefix cache instead.
+func (s *Scheduler) forkAttached(q *Sequence) {
+	kept := q.awaiting[:0]
+	var refused []*Sequence
+	for _, c := range q.awaiting {
+		if err := s.pool.Fork(q.ID, c.ID); err != nil {
+			s.pool.Free(c.ID)
+			refused = append(refused, c)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	q.awaiting = kept
+	if len(refused) > 0 {
+		s.waiting.insert(1, refused...)
+	}
+}
+
+// Update applies the outcome of the forward pass planned by the last Schedule: results[i]
+// belongs to plan.Items[i]. For each item it commits the computed tokens to the KV pool
+// (registering full blocks for prefix caching), advances the sequence's computed count,
+// appends the sampled token when the item sampled, and ends the sequence when the result
+// says so or it reached MaxModelLen. Items whose sequence was aborted meanwhile are
+// skipped. It returns the sequences that finished (blocks freed); the slice is reused by the
+// next Update.
+func (s *Scheduler) Update(plan *Plan, results []Result) ([]*Sequence, error) {
+	if plan != &s.plan || plan.step != s.step {
+		return nil, fmt.Errorf("%w: plan is not the scheduler's latest", ErrInvalid)
+	}
+	if !s.pending {
+		if len(plan.Items) == 0 && len(results) == 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: plan already applied", ErrInvalid)
+	}
+	if len(results) != len(plan.Items) {
+		return nil, fmt.Errorf("%w: %d results for %d plan items", ErrInvalid, len(results), len(plan.Items))
+	}
+	clear(s.finished)
+	s.finished = s.finished[:0]
+	var firstErr error
+	for i := range plan.Items {
+		it := &plan.Items[i]
+		q := it.Seq
+		if q.status != StatusRunning {
+			continue
+		}
+		end := it.StartPos + it.NumNewTokens
+		if err := s.pool.Commit(q.ID, it.StartPos, q.Tokens[it.StartPos:end], q.PrefixKey); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("scheduler: commit sequence %d: %w", q.ID, err)
+		}
+		q.numComputed = end
+		if it.Sample {
+			q.Tokens = append(q.Tokens, results[i].Token)
+			s.stats.GeneratedTokens++
+		}
+		switch {
+		case results[i].Finished:
+			s.endRunning(q, FinishEngine)
+		case it.Sample && len(q.Tokens) >= s.cfg.MaxModelLen:
+			s.endRunning(q, FinishLength)
+		}
+	}
+	if len(s.finished) > 0 {
+		kept := s.running[:0]
+		for _, q := range s.running {
+			if q.status == StatusRunning {
+				kept = append(kept, q)
+			}
+		}
+		clear(s.running[len(kept):])
+		s.running = kept
+	}
+	s.pending = false
+	return s.finished, firstErr
+}
+
+// endRunning finishes a running sequence during Update; the caller compacts s.running.
+func (s *Scheduler) endRunning(q *Sequence, reason FinishReason) {
+	s.detachChildren(q, 0)
+	s.finishSeq(q, reason)
+	s.finished = append(s.finished, q)
+}
