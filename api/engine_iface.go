@@ -1,0 +1,51 @@
+package api
+
+import (
+	"context"
+
+	"github.com/conveyor-llm/conveyor/engine"
+)
+
+// Engine is what the server needs from the generation engine. *engine.Engine satisfies it;
+// handler tests use a fake.
+type Engine interface {
+	// Submit queues a request and returns the channel its events arrive on. It fails fast
+	// (before any HTTP header is written) with engine.ErrOverloaded, engine.ErrPromptTooLong,
+	// engine.ErrInvalidRequest or engine.ErrClosed.
+	Submit(ctx context.Context, req *engine.Request) (<-chan engine.Event, error)
+	// Abort ends the request with the given id; its events channel is closed soon after.
+	Abort(id string)
+	// Stats returns a snapshot for /metrics.
+	Stats() engine.Stats
+}
+
+// Message is one chat message after parsing: a role and its text.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Tokenizer is what the server needs from the model's tokenizer. NewTokenizer adapts
+// *tokenizer.Tokenizer to it; handler tests use a fake.
+type Tokenizer interface {
+	// Encode turns text into token ids; addSpecial prepends BOS when the model wants it.
+	Encode(text string, addSpecial bool) ([]int32, error)
+	// Decode turns token ids back into text.
+	Decode(ids []int32, skipSpecial bool) string
+	// TokenText is the display text of one token (for logprobs).
+	TokenText(id int32) string
+	// VocabSize is the number of token ids; valid ids are 0 .. VocabSize-1.
+	VocabSize() int
+	// ApplyChatTemplate renders messages into one prompt string, ending with the
+	// assistant turn's opening when addGenerationPrompt is true.
+	ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error)
+}
+
+// Backend is the loaded model the server talks to. Until Server.SetBackend is called the
+// server answers 503 on every model route and /health.
+type Backend struct {
+	Engine    Engine
+	Tokenizer Tokenizer
+	// MaxModelLen is the model's context length in tokens (prompt + completion).
+	MaxModelLen int
+}

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// requestIDKey is the gin context key of the request id.
+const requestIDKey = "request_id"
+
+// newID returns a random hex id with a prefix ("cmpl-3f2a…").
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// validRequestID accepts a client's X-Request-Id if it is short and printable ASCII.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// requestLog assigns a request id (the client's X-Request-Id when sane, else a new one),
+// echoes it in the response, and logs one line per request when it ends.
+func (s *Server) requestLog(c *gin.Context) {
+	start := time.Now()
+	id := c.GetHeader("X-Request-Id")
+	if !validRequestID(id) {
+		id = newID("req-")
+	}
+	c.Set(requestIDKey, id)
+	c.Header("X-Request-Id", id)
+	c.Next()
+	status := c.Writer.Status()
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	s.log.LogAttrs(c.Request.Context(), level, "request",
+		slog.String("request_id", id),
+		slog.String("method", c.Request.Method),
+		slog.String("path", c.Request.URL.Path),
+		slog.Int("status", status),
+		slog.Int("bytes", c.Writer.Size()),
+		slog.Duration("duration", time.Since(start)),
+		slog.String("remote", c.ClientIP()),
+	)
+}
+
+// recoverPanic turns a handler panic into a 500 with the OpenAI error object (when no
+// header went out yet) and a logged stack; the server keeps serving.
+func (s *Server) recoverPanic(c *gin.Context) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panic", "request_id", c.GetString(requestIDKey), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if !c.Writer.Written() {
+				writeError(c.Writer, fmt.Errorf("internal error"))
+			}
+			c.Abort()
+		}
+	}()
+	c.Next()
+}
+
+// limitBody caps the request body at Config.MaxBodyBytes; reading past it fails with
+// *http.MaxBytesError, which readBody turns into a 413.
+func (s *Server) limitBody(c *gin.Context) {
+	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
+		writeError(c.Writer, errorf(errBodyTooLarge, "request body is larger than %d bytes", s.cfg.MaxBodyBytes))
+		c.Abort()
+		return
+	}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
+	c.Next()
+}
+
+// requireKey checks "Authorization: Bearer <key>" when an API key is configured.
+func (s *Server) requireKey(c *gin.Context) {
+	if s.cfg.APIKey == "" {
+		c.Next()
+		return
+	}
+	auth := c.GetHeader("Authorization")
+	token, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.APIKey)) != 1 {
+		c.Header("WWW-Authenticate", `Bearer realm="conveyor"`)
+		msg := "missing API key: send Authorization: Bearer <key>"
+		if auth != "" {
+			msg = "incorrect API key provided"
+		}
+		writeError(c.Writer, errorf(errUnauthorized, "%s", msg))
+		c.Abort()
+		return
+	}
+	c.Next()
+}

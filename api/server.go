@@ -1,0 +1,226 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/net/netutil"
+)
+
+// Config configures the HTTP server. Start from DefaultConfig.
+type Config struct {
+	// ModelName is the id clients put in "model" and /v1/models lists.
+	ModelName string
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on /v1/*, /tokenize and
+	// /detokenize. /health and /metrics stay open for probes and scrapers.
+	APIKey string
+	// MaxBodyBytes caps a request body; larger bodies get 413.
+	MaxBodyBytes int64
+	// MaxConnections caps concurrently open TCP connections; further clients wait in the
+	// listen backlog.
+	MaxConnections int
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long.
+	IdleTimeout time.Duration
+	// KeepAliveInterval is how often an SSE comment is sent while a stream waits for tokens.
+	KeepAliveInterval time.Duration
+	// AbortGrace is how long Shutdown waits for aborted handlers to return after its deadline.
+	AbortGrace time.Duration
+	// Logger receives one structured line per request; nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics is the registry /metrics serves; nil means a new one.
+	Metrics *Metrics
+}
+
+// DefaultConfig returns the defaults used by `conveyor serve`.
+func DefaultConfig() Config {
+	return Config{
+		ModelName:         "conveyor",
+		MaxBodyBytes:      8 << 20,
+		MaxConnections:    1024,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		KeepAliveInterval: 5 * time.Second,
+		AbortGrace:        5 * time.Second,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.ModelName == "":
+		return errors.New("api: ModelName must not be empty")
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("api: MaxBodyBytes must be > 0, got %d", c.MaxBodyBytes)
+	case c.MaxConnections <= 0:
+		return fmt.Errorf("api: MaxConnections must be > 0, got %d", c.MaxConnections)
+	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
+		return errors.New("api: ReadHeaderTimeout and IdleTimeout must be > 0")
+	case c.KeepAliveInterval <= 0:
+		return fmt.Errorf("api: KeepAliveInterval must be > 0, got %v", c.KeepAliveInterval)
+	case c.AbortGrace < 0:
+		return fmt.Errorf("api: AbortGrace must be >= 0, got %v", c.AbortGrace)
+	}
+	return nil
+}
+
+// Server is the OpenAI-compatible HTTP front end. It is created before the model is
+// loaded (answering 503 on /health) and becomes ready with SetBackend.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	handler http.Handler
+	created int64 // unix seconds, reported by /v1/models
+
+	backend  atomic.Pointer[Backend]
+	draining atomic.Bool
+
+	// active counts generation handlers, so a forced shutdown can wait for them to return.
+	active sync.WaitGroup
+
+	mu         sync.Mutex
+	httpSrv    *http.Server
+	cancelBase context.CancelFunc // cancels every request context when set
+}
+
+// New builds a server; it serves nothing until Serve or Handler is used.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, created: time.Now().Unix()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// SetBackend makes the server ready: model routes start answering and /health turns 200.
+func (s *Server) SetBackend(b Backend) {
+	s.metrics.setStatsSource(b.Engine)
+	s.backend.Store(&b)
+}
+
+// Metrics returns the server's metrics (its OnStep method feeds the engine's step histograms).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Handler returns the server's routes as an http.Handler (used directly by tests).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a clean Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	base, cancel := context.WithCancel(context.Background())
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		cancel()
+		return http.ErrServerClosed
+	}
+	s.httpSrv, s.cancelBase = srv, cancel
+	s.mu.Unlock()
+	err := srv.Serve(netutil.LimitListener(ln, s.cfg.MaxConnections))
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown drains the server: /health turns 503, new generation requests get 503, the
+// listener closes, and in-flight requests may finish until ctx ends. Past that deadline,
+// every remaining request is aborted (streams get an in-band error, their sequences are
+// aborted in the engine) and the connections are closed; ctx's error is returned then.
+// The caller shuts the engine down afterwards.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.mu.Lock()
+	srv, cancel := s.httpSrv, s.cancelBase
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err == nil {
+		cancel()
+		return nil
+	}
+	s.log.Warn("drain deadline passed; aborting in-flight requests", "err", err)
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		s.active.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(s.cfg.AbortGrace)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
+	_ = srv.Close()
+	return err
+}
+
+// Draining reports whether Shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// ready returns the backend, or an error for 503 while loading or draining.
+func (s *Server) ready() (*Backend, error) {
+	if s.draining.Load() {
+		return nil, fmt.Errorf("the server is shutting down: %w", errNotReady)
+	}
+	b := s.backend.Load()
+	if b == nil {
+		return nil, fmt.Errorf("the model is still loading: %w", errNotReady)
+	}
+	return b, nil
+}
+
+// routes builds the gin engine.
+func (s *Server) routes() http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	r.Use(s.requestLog, s.recoverPanic, s.limitBody)
+
+	r.GET("/health", s.handleHealth)
+	r.GET("/metrics", gin.WrapH(s.metrics.Handler()))
+
+	authed := r.Group("/", s.requireKey)
+	authed.GET("/v1/models", s.handleModels)
+	authed.GET("/v1/models/*id", s.handleModel)
+	authed.POST("/v1/completions", s.handleCompletions)
+	authed.POST("/v1/chat/completions", s.handleChat)
+	authed.POST("/tokenize", s.handleTokenize)
+	authed.POST("/detokenize", s.handleDetokenize)
+
+	r.NoRoute(func(c *gin.Context) {
+		writeError(c.Writer, errorf(errNotFound, "no route for %s %s", c.Request.Method, c.Request.URL.Path))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		writeError(c.Writer, errorf(errMethodNotAllowed, "method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
+	})
+	return r
+}
