@@ -1,0 +1,297 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nikolalohinski/gonja/v2"
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+// chatTemplate is a compiled Jinja chat template.
+type chatTemplate struct {
+	source string
+	tpl    *exec.Template
+	err    error // parse error, reported by every ApplyChatTemplate
+}
+
+// chatEnv is the Jinja environment of chat templates: gonja's built-ins with tojson
+// replaced by one that writes JSON as Python's json.dumps does (", " and ": " separators,
+// non-ASCII kept), as transformers' chat templates expect.
+var chatEnv = sync.OnceValue(func() *exec.Environment {
+	filters := exec.NewFilterSet(map[string]exec.FilterFunction{})
+	filters.Update(builtins.Filters)
+	_ = filters.Replace("tojson", filterToJSON)
+	return &exec.Environment{
+		Context:           gonja.DefaultContext,
+		Filters:           filters,
+		Tests:             builtins.Tests,
+		ControlStructures: builtins.ControlStructures,
+		Methods:           builtins.Methods,
+	}
+})
+
+// compileChatTemplate parses src with the options transformers renders chat templates with
+// (trim_blocks and lstrip_blocks on).
+func compileChatTemplate(src string) *chatTemplate {
+	ct := &chatTemplate{source: src}
+	cfg := config.New()
+	cfg.TrimBlocks = true
+	cfg.LeftStripBlocks = true
+	loader, err := loaders.NewFileSystemLoader("")
+	if err == nil {
+		var shifted loaders.Loader
+		shifted, err = loaders.NewShiftedLoader("chat_template", strings.NewReader(src), loader)
+		if err == nil {
+			ct.tpl, err = exec.NewTemplate("chat_template", cfg, shifted, chatEnv())
+		}
+	}
+	if err != nil {
+		ct.err = fmt.Errorf("%w: parse: %v", ErrTemplate, err)
+	}
+	return ct
+}
+
+// raisedError carries the message of raise_exception out of the template engine.
+type raisedError struct{ msg string }
+
+func (e *raisedError) Error() string { return e.msg }
+
+// ApplyChatTemplate renders msgs with the model's chat template (chat_template of
+// tokenizer_config.json). The template sees messages (a list of {"role", "content"}),
+// add_generation_prompt, bos_token, eos_token, raise_exception(msg) and strftime_now(fmt).
+// A model without a template gets the fallback format described in the package
+// documentation. Template errors, including raise_exception, wrap ErrTemplate.
+func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
+	if t.chat == nil {
+		return fallbackChat(msgs, addGenerationPrompt), nil
+	}
+	if t.chat.err != nil {
+		return "", t.chat.err
+	}
+	messages := make([]any, len(msgs))
+	for i, m := range msgs {
+		messages[i] = map[string]any{"role": m.Role, "content": m.Content}
+	}
+	var raised *raisedError
+	ctx := exec.NewContext(map[string]any{
+		"messages":              messages,
+		"add_generation_prompt": addGenerationPrompt,
+		"bos_token":             t.specialText(t.bos),
+		"eos_token":             t.specialText(t.firstEOS()),
+		"raise_exception": func(msg string) (string, error) {
+			raised = &raisedError{msg: msg}
+			return "", raised
+		},
+		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
+	})
+	out, err := renderSafely(t.chat.tpl, ctx)
+	if raised != nil {
+		return "", fmt.Errorf("%w: template raised: %s", ErrTemplate, raised.msg)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: render: %v", ErrTemplate, err)
+	}
+	return out, nil
+}
+
+// renderSafely executes tpl, turning a panic inside the engine into an error.
+func renderSafely(tpl *exec.Template, ctx *exec.Context) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("template engine panic: %v", r)
+		}
+	}()
+	return tpl.ExecuteToString(ctx)
+}
+
+// HasChatTemplate reports whether the model ships a chat template (else ApplyChatTemplate
+// uses the fallback format).
+func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil }
+
+func (t *Tokenizer) firstEOS() int32 {
+	if len(t.eos) == 0 {
+		return -1
+	}
+	return t.eos[0]
+}
+
+// specialText is the token string of id, or "" for -1.
+func (t *Tokenizer) specialText(id int32) string {
+	s, _ := t.Token(id)
+	return s
+}
+
+// fallbackChat is the format used when a model has no chat template:
+//
+//	<|system|>\n{content}\n<|user|>\n{content}\n<|assistant|>\n
+//
+// one "<|role|>\n" header and the content plus "\n" per message, then "<|assistant|>\n"
+// when a generation prompt is wanted.
+func fallbackChat(msgs []Message, addGenerationPrompt bool) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("<|" + m.Role + "|>\n" + m.Content + "\n")
+	}
+	if addGenerationPrompt {
+		b.WriteString("<|assistant|>\n")
+	}
+	return b.String()
+}
+
+// filterToJSON is the tojson filter as transformers defines it: json.dumps with
+// ensure_ascii=False and an optional indent (keys of mappings come out sorted).
+func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	indent := -1
+	if v, ok := params.KwArgs["indent"]; ok && v.IsInteger() {
+		indent = v.Integer()
+	} else if len(params.Args) > 0 && params.Args[0].IsInteger() {
+		indent = params.Args[0].Integer()
+	}
+	raw, err := json.Marshal(in.ToGoSimpleType(true))
+	if err != nil {
+		return exec.AsValue(fmt.Errorf("tojson: %v", err))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return exec.AsValue(fmt.Errorf("tojson: %v", err))
+	}
+	var b strings.Builder
+	writePyJSON(&b, v, indent, 0)
+	return exec.AsSafeValue(b.String())
+}
+
+// writePyJSON writes v as Python's json.dumps(v, ensure_ascii=False, indent=indent) does
+// (indent < 0: on one line).
+func writePyJSON(b *strings.Builder, v any, indent, depth int) {
+	newline := func(d int) {
+		if indent >= 0 {
+			b.WriteByte('\n')
+			b.WriteString(strings.Repeat(" ", indent*d))
+		}
+	}
+	sep := ", "
+	if indent >= 0 {
+		sep = ","
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 {
+			b.WriteString("{}")
+			return
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			newline(depth + 1)
+			writePyString(b, k)
+			b.WriteString(": ")
+			writePyJSON(b, x[k], indent, depth+1)
+		}
+		newline(depth)
+		b.WriteByte('}')
+	case []any:
+		if len(x) == 0 {
+			b.WriteString("[]")
+			return
+		}
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			newline(depth + 1)
+			writePyJSON(b, e, indent, depth+1)
+		}
+		newline(depth)
+		b.WriteByte(']')
+	case string:
+		writePyString(b, x)
+	case json.Number:
+		b.WriteString(x.String())
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case nil:
+		b.WriteString("null")
+	default:
+		fmt.Fprintf(b, "%v", x)
+	}
+}
+
+// writePyString writes s as a JSON string without escaping non-ASCII or HTML characters.
+func writePyString(b *strings.Builder, s string) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	b.Write(bytes.TrimRight(buf.Bytes(), "\n"))
+}
+
+// strftime formats t with the Python strftime directives chat templates use.
+func strftime(t time.Time, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'Y':
+			b.WriteString(t.Format("2006"))
+		case 'y':
+			b.WriteString(t.Format("06"))
+		case 'm':
+			b.WriteString(t.Format("01"))
+		case 'd':
+			b.WriteString(t.Format("02"))
+		case 'b':
+			b.WriteString(t.Format("Jan"))
+		case 'B':
+			b.WriteString(t.Format("January"))
+		case 'a':
+			b.WriteString(t.Format("Mon"))
+		case 'A':
+			b.WriteString(t.Format("Monday"))
+		case 'H':
+			b.WriteString(t.Format("15"))
+		case 'I':
+			b.WriteString(t.Format("03"))
+		case 'M':
+			b.WriteString(t.Format("04"))
+		case 'S':
+			b.WriteString(t.Format("05"))
+		case 'p':
+			b.WriteString(t.Format("PM"))
+		case 'j':
+			fmt.Fprintf(&b, "%03d", t.YearDay())
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
+}
