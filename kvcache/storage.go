@@ -2,7 +2,13 @@ package kvcache
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 )
+
+// parallelMinBytes is the amount of data a gather or scatter must move before it is split
+// across goroutines; below it, starting goroutines costs more than it saves.
+const parallelMinBytes = 256 << 10
 
 // StorageConfig describes the K/V arenas.
 type StorageConfig struct {
@@ -30,42 +36,278 @@ func (c StorageConfig) Validate() error {
 	if c.Parallelism < 0 {
 		return fmt.Errorf("%w: Parallelism %d must be >= 0", ErrInvalid, c.Parallelism)
 	}
+	arena := int64(c.NumBlocks) * int64(c.KVHeads) * int64(c.BlockSizeTokens) * int64(c.HeadDim) * int64(c.DType.Size())
+	if arena/int64(c.NumBlocks) != int64(c.KVHeads)*int64(c.BlockSizeTokens)*int64(c.HeadDim)*int64(c.DType.Size()) ||
+		arena > int64(^uint(0)>>1) {
+		return fmt.Errorf("%w: arena of %d blocks is too large", ErrInvalid, c.NumBlocks)
+	}
 	return nil
 }
 
-// Storage holds the K and V arenas of every layer, laid out [block][kvHead][token][headDim].
-// Gather and Scatter may use several goroutines internally but a Storage must not be used
+// Storage holds the K and V arenas of every layer. Each arena is laid out
+// [block][kvHead][blockSizeTokens][headDim], so one (block, kv head) pair is one contiguous
+// run of blockSizeTokens*headDim values and a whole block is one contiguous run per layer.
+// Gather and Scatter may use several goroutines internally, but a Storage must not be used
 // from two goroutines at once.
 type Storage struct {
 	cfg StorageConfig
+	k   [][]byte // per layer
+	v   [][]byte // per layer
+
+	elem      int // bytes per element
+	tokBytes  int // bytes of one token of one head: headDim * elem
+	headBytes int // bytes of one (block, head) run: blockSizeTokens * tokBytes
+	blkBytes  int // bytes of one block in one layer's arena: kvHeads * headBytes
+	par       int // goroutines for large jobs
+
+	wg sync.WaitGroup
+	// The running job, read by the worker goroutines.
+	job storageJob
 }
 
-// NewStorage allocates the arenas (2 * Layers * NumBlocks * BlockBytes/2/Layers bytes).
+// storageJob holds one Gather or Scatter call's arguments for the worker goroutines.
+type storageJob struct {
+	scatter   bool
+	tables    [][]BlockID
+	lens      []int // gather: pastLens; scatter: counts
+	startPos  []int // scatter only
+	tokens    int   // gather: maxPast; scatter: srcTokens
+	srcOffset int   // scatter only
+	k, v      [][]byte
+}
+
+// NewStorage allocates the arenas: NumBlocks * BlockBytes(...) bytes in all.
 func NewStorage(cfg StorageConfig) (*Storage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Storage{cfg: cfg}, nil
+	s := &Storage{cfg: cfg, elem: cfg.DType.Size()}
+	s.tokBytes = cfg.HeadDim * s.elem
+	s.headBytes = cfg.BlockSizeTokens * s.tokBytes
+	s.blkBytes = cfg.KVHeads * s.headBytes
+	s.par = cfg.Parallelism
+	if s.par == 0 {
+		s.par = runtime.GOMAXPROCS(0)
+	}
+	s.k = make([][]byte, cfg.Layers)
+	s.v = make([][]byte, cfg.Layers)
+	for l := range cfg.Layers {
+		s.k[l] = make([]byte, cfg.NumBlocks*s.blkBytes)
+		s.v[l] = make([]byte, cfg.NumBlocks*s.blkBytes)
+	}
+	return s, nil
 }
 
 // Config returns the storage's configuration.
 func (s *Storage) Config() StorageConfig { return s.cfg }
 
+// LayerK returns layer l's K arena, laid out [block][kvHead][blockSizeTokens][headDim]. It is
+// the storage itself, not a copy: for attention kernels that read blocks in place.
+func (s *Storage) LayerK(l int) []byte { return s.k[l] }
+
+// LayerV returns layer l's V arena; see LayerK.
+func (s *Storage) LayerV(l int) []byte { return s.v[l] }
+
+func (s *Storage) validBlock(b BlockID) bool { return b >= 0 && int(b) < s.cfg.NumBlocks }
+
 // CopyBlock copies block src's K and V, all layers, into block dst.
-func (s *Storage) CopyBlock(src, dst BlockID) error { return nil }
+func (s *Storage) CopyBlock(src, dst BlockID) error {
+	if !s.validBlock(src) || !s.validBlock(dst) {
+		return fmt.Errorf("%w: copy block %d to %d in a pool of %d", ErrInvalid, src, dst, s.cfg.NumBlocks)
+	}
+	if src == dst {
+		return nil
+	}
+	so, do := int(src)*s.blkBytes, int(dst)*s.blkBytes
+	for l := range s.cfg.Layers {
+		copy(s.k[l][do:do+s.blkBytes], s.k[l][so:so+s.blkBytes])
+		copy(s.v[l][do:do+s.blkBytes], s.v[l][so:so+s.blkBytes])
+	}
+	return nil
+}
+
+// ApplyCopies performs the copy-on-write copies returned by Pool.Allocate, in order.
+func (s *Storage) ApplyCopies(ops []CopyOp) error {
+	for _, op := range ops {
+		if err := s.CopyBlock(op.Src, op.Dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkDense validates per-layer dense buffers of rows*kvHeads*tokens*headDim elements.
+func (s *Storage) checkDense(what string, k, v [][]byte, rows, tokens int) error {
+	if len(k) != s.cfg.Layers || len(v) != s.cfg.Layers {
+		return fmt.Errorf("%w: %s got %d K and %d V layers, want %d", ErrInvalid, what, len(k), len(v), s.cfg.Layers)
+	}
+	want := rows * s.cfg.KVHeads * tokens * s.tokBytes
+	for l := range s.cfg.Layers {
+		if len(k[l]) != want || len(v[l]) != want {
+			return fmt.Errorf("%w: %s layer %d buffers hold %d and %d bytes, want %d", ErrInvalid, what, l, len(k[l]), len(v[l]), want)
+		}
+	}
+	return nil
+}
+
+// checkSpan validates that table covers positions [from, from+n) with blocks inside the pool.
+func (s *Storage) checkSpan(what string, row int, table []BlockID, from, n int) error {
+	if n == 0 {
+		return nil
+	}
+	bs := s.cfg.BlockSizeTokens
+	if from < 0 || n < 0 || from+n > len(table)*bs {
+		return fmt.Errorf("%w: %s row %d positions [%d, %d) beyond its %d blocks", ErrInvalid, what, row, from, from+n, len(table))
+	}
+	for j := from / bs; j <= (from+n-1)/bs; j++ {
+		if !s.validBlock(table[j]) {
+			return fmt.Errorf("%w: %s row %d names block %d outside the pool", ErrInvalid, what, row, table[j])
+		}
+	}
+	return nil
+}
 
 // Gather writes each row's past into dense [batch, kvHeads, maxPast, headDim] buffers, one per
 // layer: row b takes positions [0, pastLens[b]) from tables[b]; positions at or beyond
 // pastLens[b] are zeroed. len(k) == len(v) == Layers and each buffer holds exactly
-// batch*kvHeads*maxPast*headDim elements. Large gathers are split across goroutines.
+// batch*kvHeads*maxPast*headDim elements, batch = len(tables). It allocates nothing; large
+// gathers are split across goroutines, all finished before it returns.
 func (s *Storage) Gather(tables [][]BlockID, pastLens []int, maxPast int, k, v [][]byte) error {
+	if len(pastLens) != len(tables) || maxPast < 0 {
+		return fmt.Errorf("%w: gather of %d tables with %d past lengths, maxPast %d", ErrInvalid, len(tables), len(pastLens), maxPast)
+	}
+	if err := s.checkDense("gather", k, v, len(tables), maxPast); err != nil {
+		return err
+	}
+	for b, t := range tables {
+		if pastLens[b] < 0 || pastLens[b] > maxPast {
+			return fmt.Errorf("%w: gather row %d past %d outside [0, %d]", ErrInvalid, b, pastLens[b], maxPast)
+		}
+		if err := s.checkSpan("gather", b, t, 0, pastLens[b]); err != nil {
+			return err
+		}
+	}
+	s.job = storageJob{tables: tables, lens: pastLens, tokens: maxPast, k: k, v: v}
+	// Every destination byte is written once (copied or zeroed) and most are read once.
+	s.run(len(tables), 2*s.cfg.Layers*len(tables)*s.cfg.KVHeads*maxPast*s.tokBytes)
 	return nil
 }
 
 // Scatter stores row b's new K/V for all layers: the dense [batch, kvHeads, srcTokens, headDim]
 // buffers k[l], v[l] hold them at token columns [srcOffset, srcOffset+counts[b]); they go to
 // positions [startPos[b], startPos[b]+counts[b]) of tables[b]. Rows with counts[b] == 0 are
-// skipped.
+// skipped. Rows must not write to the same block (the pool's copy-on-write guarantees this
+// for blocks being appended to).
 func (s *Storage) Scatter(tables [][]BlockID, startPos, counts []int, srcTokens, srcOffset int, k, v [][]byte) error {
+	if len(startPos) != len(tables) || len(counts) != len(tables) || srcTokens < 0 || srcOffset < 0 {
+		return fmt.Errorf("%w: scatter of %d tables with %d start positions, %d counts, srcTokens %d, srcOffset %d",
+			ErrInvalid, len(tables), len(startPos), len(counts), srcTokens, srcOffset)
+	}
+	if err := s.checkDense("scatter", k, v, len(tables), srcTokens); err != nil {
+		return err
+	}
+	total := 0
+	for b, t := range tables {
+		if counts[b] < 0 || srcOffset+counts[b] > srcTokens {
+			return fmt.Errorf("%w: scatter row %d columns [%d, %d) outside %d", ErrInvalid, b, srcOffset, srcOffset+counts[b], srcTokens)
+		}
+		if err := s.checkSpan("scatter", b, t, startPos[b], counts[b]); err != nil {
+			return err
+		}
+		total += counts[b]
+	}
+	s.job = storageJob{scatter: true, tables: tables, lens: counts, startPos: startPos, tokens: srcTokens, srcOffset: srcOffset, k: k, v: v}
+	s.run(len(tables), 2*s.cfg.Layers*s.cfg.KVHeads*total*s.tokBytes)
 	return nil
+}
+
+// run executes s.job over layers x rows units, on several goroutines when it moves more than
+// parallelMinBytes, and returns when every unit is done.
+func (s *Storage) run(rows, bytes int) {
+	units := s.cfg.Layers * rows
+	workers := min(s.par, units)
+	if bytes < parallelMinBytes || workers <= 1 {
+		s.runUnits(0, units)
+		s.job = storageJob{}
+		return
+	}
+	s.wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
+		go s.worker(w*units/workers, (w+1)*units/workers)
+	}
+	s.runUnits(0, units/workers)
+	s.wg.Wait()
+	s.job = storageJob{}
+}
+
+func (s *Storage) worker(lo, hi int) {
+	defer s.wg.Done()
+	s.runUnits(lo, hi)
+}
+
+// runUnits does units [lo, hi) of s.job; unit u is layer u/rows, row u%rows.
+func (s *Storage) runUnits(lo, hi int) {
+	rows := len(s.job.tables)
+	for u := lo; u < hi; u++ {
+		l, b := u/rows, u%rows
+		if s.job.scatter {
+			s.scatterRow(l, b)
+		} else {
+			s.gatherRow(l, b)
+		}
+	}
+}
+
+// gatherRow copies row b's past of layer l, K and V, and zeroes the padding after it.
+func (s *Storage) gatherRow(l, b int) {
+	j := &s.job
+	past, maxPast := j.lens[b], j.tokens
+	table := j.tables[b]
+	rowBytes := maxPast * s.tokBytes // one head of one row in the dense buffer
+	lo := b * s.cfg.KVHeads * rowBytes
+	gatherHeads(j.k[l][lo:lo+s.cfg.KVHeads*rowBytes], s.k[l], table, past, rowBytes, s)
+	gatherHeads(j.v[l][lo:lo+s.cfg.KVHeads*rowBytes], s.v[l], table, past, rowBytes, s)
+}
+
+func gatherHeads(dst, arena []byte, table []BlockID, past, rowBytes int, s *Storage) {
+	pastBytes := past * s.tokBytes
+	for h := range s.cfg.KVHeads {
+		d := dst[h*rowBytes : (h+1)*rowBytes]
+		off := 0
+		for i := 0; off < pastBytes; i++ {
+			n := min(s.headBytes, pastBytes-off)
+			so := int(table[i])*s.blkBytes + h*s.headBytes
+			copy(d[off:off+n], arena[so:so+n])
+			off += n
+		}
+		clear(d[pastBytes:])
+	}
+}
+
+// scatterRow stores row b's new tokens of layer l, K and V.
+func (s *Storage) scatterRow(l, b int) {
+	j := &s.job
+	n := j.lens[b]
+	if n == 0 {
+		return
+	}
+	rowBytes := j.tokens * s.tokBytes
+	lo := b*s.cfg.KVHeads*rowBytes + j.srcOffset*s.tokBytes
+	scatterHeads(s.k[l], j.k[l], lo, rowBytes, j.tables[b], j.startPos[b], n, s)
+	scatterHeads(s.v[l], j.v[l], lo, rowBytes, j.tables[b], j.startPos[b], n, s)
+}
+
+func scatterHeads(arena, src []byte, lo, rowBytes int, table []BlockID, start, n int, s *Storage) {
+	bs := s.cfg.BlockSizeTokens
+	for h := range s.cfg.KVHeads {
+		sp := lo + h*rowBytes
+		for pos, end := start, start+n; pos < end; {
+			i, in := pos/bs, pos%bs
+			cnt := min(bs-in, end-pos)
+			do := int(table[i])*s.blkBytes + h*s.headBytes + in*s.tokBytes
+			copy(arena[do:do+cnt*s.tokBytes], src[sp:sp+cnt*s.tokBytes])
+			sp += cnt * s.tokBytes
+			pos += cnt
+		}
+	}
 }
