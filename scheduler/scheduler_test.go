@@ -1,0 +1,297 @@
+package scheduler
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+)
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	bad := map[string]func(*Config){
+		"policy":           func(c *Config) { c.Policy = Policy(7) },
+		"max seqs":         func(c *Config) { c.MaxNumSeqs = 0 },
+		"budget below cap": func(c *Config) { c.MaxNumBatchedTokens = c.MaxNumSeqs - 1 },
+		"model len":        func(c *Config) { c.MaxModelLen = 0 },
+		"no chunking":      func(c *Config) { c.EnableChunkedPrefill = false; c.MaxModelLen = c.MaxNumBatchedTokens + 1 },
+		"queue":            func(c *Config) { c.MaxQueue = 0 },
+		"batch size":       func(c *Config) { c.Policy = Static; c.MaxBatchSize = 0 },
+		"batch over cap":   func(c *Config) { c.Policy = Static; c.MaxBatchSize = c.MaxNumSeqs + 1 },
+		"batch delay":      func(c *Config) { c.Policy = Static; c.MaxBatchDelay = -time.Second },
+	}
+	for name, mutate := range bad {
+		cfg := DefaultConfig()
+		mutate(&cfg)
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)
+		}
+	}
+	pool, _ := kvcache.NewPool(kvcache.PoolConfig{NumBlocks: 4, BlockSizeTokens: 4})
+	if _, err := New(DefaultConfig(), nil, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("New with nil pool: %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.MaxQueue = -1
+	if _, err := New(cfg, pool, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("New with bad config: %v", err)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, p := range []Policy{Continuous, Static, Sequential} {
+		got, err := ParsePolicy(" " + p.String() + " ")
+		if err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %v, %v", p.String(), got, err)
+		}
+	}
+	if _, err := ParsePolicy("Eager"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ParsePolicy(Eager): %v", err)
+	}
+}
+
+func TestAddRejectsBadInput(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModelLen = 16
+	cfg.MaxQueue = 2
+	h := newHarness(t, cfg, 3, 4, false) // 12 token slots
+	tests := []struct {
+		name  string
+		group []*Sequence
+		want  error
+	}{
+		{"empty group", nil, ErrInvalid},
+		{"nil sequence", []*Sequence{nil}, ErrInvalid},
+		{"empty prompt", []*Sequence{{ID: 1}}, ErrInvalid},
+		{"longer than the model", []*Sequence{{ID: 1, Tokens: seqTokens(0, 17)}}, ErrTooLong},
+		{"larger than the pool", []*Sequence{{ID: 1, Tokens: seqTokens(0, 13)}}, ErrTooLong},
+		{"same id twice", []*Sequence{{ID: 1, Tokens: seqTokens(0, 2)}, {ID: 1, Tokens: seqTokens(0, 2)}}, ErrInvalid},
+		{"different prompts", []*Sequence{{ID: 1, Tokens: seqTokens(0, 2)}, {ID: 2, Tokens: seqTokens(1, 2)}}, ErrInvalid},
+		{"more than a batch", []*Sequence{
+			{ID: 1, Tokens: seqTokens(0, 2)}, {ID: 2, Tokens: seqTokens(0, 2)}, {ID: 3, Tokens: seqTokens(0, 2)},
+			{ID: 4, Tokens: seqTokens(0, 2)}, {ID: 5, Tokens: seqTokens(0, 2)},
+		}, ErrInvalid},
+	}
+	for _, tc := range tests {
+		if err := h.s.AddGroup(tc.group); !errors.Is(err, tc.want) {
+			t.Errorf("%s: AddGroup = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if h.s.HasWork() {
+		t.Fatal("a rejected request was queued")
+	}
+	if err := h.s.Add(&Sequence{ID: 1, Tokens: seqTokens(0, 12)}); err != nil {
+		t.Fatalf("a prompt filling the pool exactly: %v", err)
+	}
+	if err := h.s.Add(&Sequence{ID: 1, Tokens: seqTokens(0, 2)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("live id reused: %v", err)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxQueue = 2
+	h := newHarness(t, cfg, 64, 4, false)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 2), maxNew: 3})
+	h.mustAdd(req{name: "b", prompt: seqTokens(1, 2), maxNew: 3, n: 3}) // one request, three sequences
+	if err := h.add(req{name: "c", prompt: seqTokens(1, 2), maxNew: 1}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third request: %v, want ErrQueueFull", err)
+	}
+	if st := h.s.Stats(); st.WaitingRequests != 2 || st.Waiting != 4 {
+		t.Fatalf("stats %+v, want 2 requests, 4 sequences waiting", st)
+	}
+	h.step() // both admitted: the queue has room again
+	h.mustAdd(req{name: "c", prompt: seqTokens(1, 2), maxNew: 1})
+	h.run(20)
+}
+
+func TestMaxModelLen(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModelLen = 6
+	h := newHarness(t, cfg, 64, 4, false)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 4), maxNew: 100})
+	h.mustAdd(req{name: "b", prompt: seqTokens(1, 6), maxNew: 100}) // a prompt as long as the context
+	h.run(10)
+	for name, want := range map[string]int{"a": 6, "b": 7} {
+		q := h.done[name]
+		if q.FinishReason() != FinishLength || len(q.Tokens) != want {
+			t.Errorf("%s: %v with %d tokens, want length with %d", name, q.FinishReason(), len(q.Tokens), want)
+		}
+	}
+}
+
+func TestAbortFreesBlocks(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxNumSeqs = 2
+	h := newHarness(t, cfg, 64, 4, true)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 9), maxNew: 50})
+	h.mustAdd(req{name: "b", prompt: seqTokens(20, 5), maxNew: 50})
+	h.mustAdd(req{name: "c", prompt: seqTokens(40, 5), maxNew: 50})
+	h.step()
+	h.step()
+	if h.pool.Stats().UsedBlocks == 0 {
+		t.Fatal("nothing allocated")
+	}
+	a, b, c := h.byName["a"], h.byName["b"], h.byName["c"]
+	if c.Status() != StatusWaiting || a.Status() != StatusRunning {
+		t.Fatalf("statuses a %v c %v", a.Status(), c.Status())
+	}
+	if !h.s.Abort(c.ID) || !h.s.Abort(a.ID) {
+		t.Fatal("Abort of a live sequence returned false")
+	}
+	if h.s.Abort(a.ID) {
+		t.Fatal("second Abort returned true")
+	}
+	if a.Status() != StatusFinished || a.FinishReason() != FinishAborted || c.FinishReason() != FinishAborted {
+		t.Fatalf("a %v/%v c %v", a.Status(), a.FinishReason(), c.FinishReason())
+	}
+	if got := h.pool.NumTokens(a.ID); got != 0 {
+		t.Fatalf("aborted a still holds %d tokens", got)
+	}
+	h.check()
+
+	// Abort between Schedule and Update: Update skips the aborted item.
+	plan := h.s.Schedule()
+	if len(plan.Items) != 1 || plan.Items[0].Seq != b {
+		t.Fatalf("plan %+v", plan.Items)
+	}
+	h.s.Abort(b.ID)
+	done, err := h.s.Update(plan, []Result{{Token: 5, Finished: false}})
+	if err != nil || len(done) != 0 {
+		t.Fatalf("Update after abort: %v, %v", done, err)
+	}
+	if h.s.HasWork() {
+		t.Fatal("work left")
+	}
+	if st := h.pool.Stats(); st.UsedBlocks != 0 || st.FreeBlocks != st.TotalBlocks {
+		t.Fatalf("pool after aborting everything: %+v", st)
+	}
+	h.check()
+}
+
+func TestAbortGroup(t *testing.T) {
+	h := newHarness(t, testConfig(), 64, 4, false)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 10), maxNew: 3, n: 3})
+	h.step() // a computes 9 tokens; a1, a2 wait to fork
+	if st := h.s.Stats(); st.Running != 3 || st.Waiting != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Aborting a waiting child, then the parent: the last child becomes an ordinary sequence.
+	h.s.Abort(h.byName["a1"].ID)
+	h.check()
+	h.s.Abort(h.byName["a"].ID)
+	h.check()
+	if st := h.s.Stats(); st.Running != 0 || st.Waiting != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	h.run(10)
+	if got, want := h.output("a2"), reference(2, seqTokens(1, 10), 3); !slices.Equal(got, want) {
+		t.Fatalf("a2 generated %v, want %v", got, want)
+	}
+}
+
+func TestForkCopiesPartialBlock(t *testing.T) {
+	h := newHarness(t, testConfig(), 32, 4, false)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 6), maxNew: 2, n: 3})
+	h.step()
+	plan := h.s.Schedule()
+	// Positions 4..5 share block 1 (one token computed). Two of three sequences copy it; the
+	// last writes in place.
+	if len(plan.Items) != 3 || len(plan.Copies) != 2 {
+		t.Fatalf("items %d copies %v", len(plan.Items), plan.Copies)
+	}
+	if h.s.Schedule() != plan {
+		t.Fatal("Schedule before Update did not return the pending plan")
+	}
+	tables := map[kvcache.BlockID]int{}
+	for _, it := range plan.Items {
+		tb := h.pool.BlockTable(it.Seq.ID)
+		tables[tb[0]]++
+		tables[tb[1]]++
+	}
+	if len(tables) != 4 {
+		t.Fatalf("want block 0 shared and three private second blocks, got %v", tables)
+	}
+	if _, err := h.s.Update(plan, make([]Result, 2)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("short results: %v", err)
+	}
+	if _, err := h.s.Update(plan, make([]Result, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.Update(plan, make([]Result, 3)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("second Update of one plan: %v", err)
+	}
+	if _, err := h.s.Update(&Plan{}, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("foreign plan: %v", err)
+	}
+	for n, want := range map[string]int{"a": 0, "a1": 5, "a2": 5} {
+		if got := h.byName[n].NumCachedPromptTokens(); got != want {
+			t.Errorf("%s: %d cached prompt tokens, want %d", n, got, want)
+		}
+	}
+}
+
+func TestNextBatchTime(t *testing.T) {
+	cfg := testConfig()
+	cfg.Policy = Static
+	cfg.MaxBatchSize = 2
+	cfg.MaxBatchDelay = 30 * time.Millisecond
+	h := newHarness(t, cfg, 64, 4, false)
+	if _, ok := h.s.NextBatchTime(); ok {
+		t.Fatal("deadline with an empty queue")
+	}
+	t0 := h.clock.Now()
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 2), maxNew: 1})
+	h.clock.Advance(5 * time.Millisecond)
+	h.mustAdd(req{name: "b", prompt: seqTokens(1, 2), maxNew: 1, n: 2})
+	// Three sequences wait, so a batch forms at once; b's two do not fit next to a.
+	if got := h.step(); got != "a:0+2*; done a" {
+		t.Fatalf("step: %q", got)
+	}
+	if _, ok := h.s.NextBatchTime(); ok {
+		t.Fatal("a full batch (b's two sequences) is waiting: no deadline expected")
+	}
+	for h.s.Stats().Running > 0 || h.s.Stats().Waiting > 0 {
+		h.step()
+	}
+	h.mustAdd(req{name: "c", prompt: seqTokens(1, 2), maxNew: 1})
+	at, ok := h.s.NextBatchTime()
+	if !ok || !at.Equal(t0.Add(35*time.Millisecond)) {
+		t.Fatalf("NextBatchTime = %v, %v; want %v", at, ok, t0.Add(35*time.Millisecond))
+	}
+	h.clock.Set(at.Add(-time.Nanosecond))
+	if got := h.step(); got != "-" {
+		t.Fatalf("before the deadline: %q", got)
+	}
+	h.clock.Set(at)
+	if got := h.step(); got != "c:0+2*; done c" {
+		t.Fatalf("at the deadline: %q", got)
+	}
+}
+
+func TestStats(t *testing.T) {
+	h := newHarness(t, testConfig(), 4, 2, false)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 3), maxNew: 4})
+	h.mustAdd(req{name: "b", prompt: seqTokens(5, 3), maxNew: 4})
+	h.mustAdd(req{name: "c", prompt: seqTokens(9, 3), maxNew: 1})
+	h.step()
+	st := h.s.Stats()
+	if st.Running != 2 || st.Waiting != 1 || st.LastStepSeqs != 2 || st.LastStepTokens != 6 || st.Steps != 1 {
+		t.Fatalf("after one step: %+v", st)
+	}
+	h.run(50)
+	st = h.s.Stats()
+	if st.Preemptions < 1 || st.GeneratedTokens != 9 || st.Running != 0 || st.Waiting != 0 {
+		t.Fatalf("at the end: %+v", st)
+	}
+	if st.ScheduledTokens != int64(h.fed) || st.Steps != int64(h.nsteps) {
+		t.Fatalf("stats %+v, fed %d in %d steps", st, h.fed, h.nsteps)
+	}
+	if h.byName["b"].NumPreemptions() == 0 {
+		t.Fatal("b was never preempted")
+	}
+}
