@@ -167,12 +167,16 @@ func build(data []byte) (*Tokenizer, error) {
 		t.special[id] = at.Special
 		t.added[id] = true
 		t.ids[at.Content] = int32(id)
-		t.matcher = append(t.matcher, addedMatch{
+		first := at.Content[0]
+		t.matcher[first] = append(t.matcher[first], addedMatch{
 			content: at.Content, id: int32(id),
 			lstrip: at.LStrip, rstrip: at.RStrip, singleWord: at.SingleWord,
 		})
+		t.hasAdded = true
 	}
-	sort.SliceStable(t.matcher, func(i, j int) bool { return len(t.matcher[i].content) > len(t.matcher[j].content) })
+	for _, ms := range t.matcher {
+		sort.SliceStable(ms, func(i, j int) bool { return len(ms[i].content) > len(ms[j].content) })
+	}
 
 	if t.prefix, t.suffix, err = parsePostProcessor(f.PostProcessor, t.ids); err != nil {
 		return nil, err

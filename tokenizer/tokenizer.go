@@ -30,9 +30,10 @@ type Tokenizer struct {
 	special []bool   // special added token (left out by skipSpecial)
 	added   []bool   // added token (decoded as its content, never stripped)
 
-	ids     map[string]int32 // token string -> id (model vocabulary and added tokens)
-	matcher []addedMatch     // added tokens, longest first
+	ids     map[string]int32  // token string -> id (model vocabulary and added tokens)
+	matcher [256][]addedMatch // added tokens by first byte, longest first
 
+	hasAdded           bool    // there are added tokens to look for in input text
 	stripLeadingSpaces int     // spaces the decoder strips from the start of the text
 	prefix, suffix     []int32 // ids added around a sequence when addSpecial is set
 	bos                int32   // -1 when none
@@ -106,7 +107,7 @@ type segment struct {
 // splitAdded cuts text at the added tokens it contains (leftmost match first, the longest
 // one at a position), honouring their lstrip, rstrip and single_word flags.
 func (t *Tokenizer) splitAdded(text string) []segment {
-	if len(t.matcher) == 0 {
+	if !t.hasAdded {
 		return []segment{{text: text, id: -1}}
 	}
 	var out []segment
@@ -150,7 +151,7 @@ func (t *Tokenizer) splitAdded(text string) []segment {
 
 // matchAt returns the longest added token that occurs at text[i:].
 func (t *Tokenizer) matchAt(text string, i int) (addedMatch, bool) {
-	for _, m := range t.matcher {
+	for _, m := range t.matcher[text[i]] {
 		if !strings.HasPrefix(text[i:], m.content) {
 			continue
 		}
