@@ -16,6 +16,8 @@ var (
 	ErrInvalidRequest = errors.New("engine: invalid request")
 	// ErrClosed means the engine is shutting down or stopped (HTTP 503).
 	ErrClosed = errors.New("engine: closed")
+	// ErrInvalidConfig means an engine Config is out of range.
+	ErrInvalidConfig = errors.New("engine: invalid configuration")
 	// ErrModel means the forward pass failed; the request is ended, the engine keeps serving (HTTP 500).
 	ErrModel = errors.New("engine: model failure")
 )
@@ -135,6 +137,11 @@ type Stats struct {
 	GenerationTokens  int64
 	Steps             int64 // forward passes run
 	RecentBatchSizes  []int // sequences per step, newest last (bounded)
+
+	FedTokens           int64           // tokens fed to the model over all steps (prompt, recomputation, decode)
+	RecentStepTokens    []int           // tokens fed per step, newest last (bounded like RecentBatchSizes)
+	RecentStepDurations []time.Duration // wall time per step, newest last (bounded like RecentBatchSizes)
+	DroppedEvents       int64           // events that found their channel full (always 0 unless there is a bug)
 }
 
 // StepInfo describes one finished forward pass; Config.OnStep receives it on the engine goroutine.

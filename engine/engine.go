@@ -1,0 +1,427 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/scheduler"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// Model runs one forward pass for a batch of sequences; *models.Runner implements it.
+type Model interface {
+	// Spec describes the model's shape, context and eos ids.
+	Spec() models.Spec
+	// Forward computes the batch, reading past keys and values through kv and storing
+	// the new ones through it.
+	Forward(b *models.Batch, kv models.KV) (*models.Output, error)
+}
+
+// recentSteps bounds the per-step history kept in Stats.
+const recentSteps = 64
+
+// Engine runs generation requests through one model with continuous batching. One
+// goroutine (Run) owns the scheduler, the KV cache and every sequence's state; Submit,
+// Abort, Stats and Shutdown are safe for concurrent use and never wait for a step.
+type Engine struct {
+	cfg         Config
+	model       Model
+	spec        models.Spec
+	text        textSource // nil: token ids only
+	eos         []int32
+	maxModelLen int // tokens per sequence at most
+	numBlocks   int
+	blockSize   int
+	maxSeqsReq  int // sequences one request may have
+
+	// Owned by the engine goroutine.
+	pool    *kvcache.Pool
+	storage *kvcache.Storage
+	sched   *scheduler.Scheduler
+	kv      pagedKV
+	batch   models.Batch
+	results []scheduler.Result
+	scratch sampleScratch
+	nextSeq kvcache.SeqID
+	live    map[*request]struct{}
+	dequeue []*request
+	counts  counters
+
+	// Shared with Submit, Abort and Shutdown; guarded by mu.
+	mu       sync.Mutex
+	inbox    []*request
+	aborts   []*request
+	ids      map[string]*request
+	queued   int  // requests accepted and not yet admitted (what MaxQueue caps)
+	closed   bool // Submit refuses new requests
+	draining bool // finish the live requests, then stop
+	stopNow  bool // abort everything and stop
+	started  bool
+
+	wake chan struct{} // capacity 1: "look at the inbox"
+	done chan struct{} // closed when the loop has stopped
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// counters are the engine goroutine's running totals for Stats.
+type counters struct {
+	promptTokens     int64
+	generationTokens int64
+	steps            int64
+	fedTokens        int64
+	batchSizes       []int
+	stepTokens       []int
+	stepDurations    []time.Duration
+	droppedEvents    int64
+}
+
+// New builds an engine for model: a KV cache of cfg.KVCacheBytes, a scheduler, and the
+// tokenizer tok for text (tok may be nil: events then carry token ids only). The engine
+// does not run until Run or Start.
+func New(cfg Config, model Model, tok *tokenizer.Tokenizer) (*Engine, error) {
+	var text textSource
+	if tok != nil {
+		text = tokenizerText{tok}
+	}
+	return newEngine(cfg, model, text)
+}
+
+func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if model == nil {
+		return nil, fmt.Errorf("%w: nil model", ErrInvalidConfig)
+	}
+	spec := model.Spec()
+	if spec.NumLayers <= 0 || spec.NumKVHeads <= 0 || spec.HeadDim <= 0 || spec.VocabSize <= 0 || spec.MaxPositions <= 1 {
+		return nil, fmt.Errorf("%w: model spec %+v", ErrInvalidConfig, spec)
+	}
+	dt, err := kvDType(spec.KVDType)
+	if err != nil {
+		return nil, err
+	}
+	maxLen := spec.MaxPositions
+	if cfg.MaxModelLen > 0 && cfg.MaxModelLen < maxLen {
+		maxLen = cfg.MaxModelLen
+	}
+	numBlocks := kvcache.NumBlocksForBudget(cfg.KVCacheBytes, cfg.BlockSizeTokens, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, dt)
+	if numBlocks < 1 {
+		return nil, fmt.Errorf("%w: KVCacheBytes %d holds no %d-token block (%d bytes each)", ErrInvalidConfig,
+			cfg.KVCacheBytes, cfg.BlockSizeTokens,
+			kvcache.BlockBytes(cfg.BlockSizeTokens, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, dt))
+	}
+	pool, err := kvcache.NewPool(kvcache.PoolConfig{
+		NumBlocks: numBlocks, BlockSizeTokens: cfg.BlockSizeTokens, EnablePrefixCaching: cfg.EnablePrefixCaching,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	storage, err := kvcache.NewStorage(kvcache.StorageConfig{
+		NumBlocks: numBlocks, BlockSizeTokens: cfg.BlockSizeTokens, Layers: spec.NumLayers,
+		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt, Parallelism: cfg.StorageParallelism,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	scfg := scheduler.Config{
+		Policy:              cfg.Policy,
+		MaxNumSeqs:          cfg.MaxNumSeqs,
+		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
+		MaxModelLen:         maxLen,
+		MaxBatchSize:        cfg.MaxBatchSize,
+		MaxBatchDelay:       cfg.MaxBatchDelay,
+		// The engine caps the queue itself (synchronously, in Submit); the scheduler's
+		// queue only needs room for what the engine lets through.
+		MaxQueue:             cfg.MaxQueue + cfg.MaxNumSeqs + 1,
+		EnableChunkedPrefill: true,
+		EnablePrefixCaching:  cfg.EnablePrefixCaching,
+	}
+	if scfg.Policy != PolicyStatic {
+		scfg.MaxBatchSize = 0
+	}
+	sched, err := scheduler.New(scfg, pool, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	e := &Engine{
+		cfg:         cfg,
+		model:       model,
+		spec:        spec,
+		text:        text,
+		maxModelLen: maxLen,
+		numBlocks:   numBlocks,
+		blockSize:   cfg.BlockSizeTokens,
+		maxSeqsReq:  cfg.MaxNumSeqs,
+		pool:        pool,
+		storage:     storage,
+		sched:       sched,
+		nextSeq:     1,
+		live:        make(map[*request]struct{}),
+		ids:         make(map[string]*request),
+		wake:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	if cfg.Policy == PolicyStatic {
+		e.maxSeqsReq = cfg.MaxBatchSize
+	}
+	e.kv.storage = storage
+	e.eos = append(e.eos, spec.EOSTokenIDs...)
+	if text != nil {
+		for _, id := range text.eos() {
+			if !containsID(e.eos, id) {
+				e.eos = append(e.eos, id)
+			}
+		}
+	}
+	e.publishStats()
+	return e, nil
+}
+
+func containsID(ids []int32, id int32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxModelLen returns the longest sequence (prompt + generated tokens) the engine runs.
+func (e *Engine) MaxModelLen() int { return e.maxModelLen }
+
+// NumKVBlocks returns the number of blocks in the KV cache.
+func (e *Engine) NumKVBlocks() int { return e.numBlocks }
+
+// EOSTokenIDs returns the ids that end a sequence (the model's and the tokenizer's).
+func (e *Engine) EOSTokenIDs() []int32 { return append([]int32(nil), e.eos...) }
+
+// Submit validates req and queues it. The returned channel receives the request's events
+// and is closed after the last one (which carries Usage); it is buffered for every event
+// the request can produce, so the engine never waits for a slow reader. When ctx is done
+// the request is aborted (its last event has FinishAbort) and its KV blocks are free by
+// the next step.
+//
+// Submit decides synchronously: ErrInvalidRequest or ErrPromptTooLong for bad input,
+// ErrOverloaded when MaxQueue requests already wait, ErrClosed after Shutdown. The caller
+// may reuse req once Submit returns.
+func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error) {
+	if req == nil {
+		return nil, fmt.Errorf("%w: nil request", ErrInvalidRequest)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := e.normalize(req)
+	if err != nil {
+		return nil, err
+	}
+	r := &request{
+		id:      req.ID,
+		params:  p,
+		prompt:  append([]int32(nil), req.Prompt...),
+		arrival: time.Now(),
+		bestOf:  p.BestOf > p.N,
+	}
+	nseq := p.BestOf
+	r.ch = make(chan Event, nseq*(p.MaxTokens+1)+1)
+
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return nil, ErrClosed
+	case e.queued >= e.cfg.MaxQueue:
+		n := e.queued
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d requests waiting", ErrOverloaded, n)
+	case r.id != "" && e.ids[r.id] != nil:
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: request id %q is already running", ErrInvalidRequest, r.id)
+	}
+	if r.id != "" {
+		e.ids[r.id] = r
+	}
+	e.queued++
+	r.queued = true
+	r.accepted = true
+	e.inbox = append(e.inbox, r)
+	// Registered under mu so the engine, which ends requests under mu too, sees it set.
+	r.stopWatch = context.AfterFunc(ctx, func() { e.abortRequest(r) })
+	e.mu.Unlock()
+	e.signal()
+	return r.ch, nil
+}
+
+// Abort ends the request with the given id, if it is still running: its sequences end
+// with FinishAbort and their KV blocks are free by the next step.
+func (e *Engine) Abort(id string) {
+	e.mu.Lock()
+	r := e.ids[id]
+	if r != nil {
+		e.aborts = append(e.aborts, r)
+	}
+	e.mu.Unlock()
+	if r != nil {
+		e.signal()
+	}
+}
+
+// abortRequest is Abort for a request whose context is done.
+func (e *Engine) abortRequest(r *request) {
+	e.mu.Lock()
+	ok := r.accepted && !r.ended
+	if ok {
+		e.aborts = append(e.aborts, r)
+	}
+	e.mu.Unlock()
+	if ok {
+		e.signal()
+	}
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the engine, updated after every step.
+func (e *Engine) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	s := e.stats
+	s.RecentBatchSizes = append([]int(nil), s.RecentBatchSizes...)
+	s.RecentStepTokens = append([]int(nil), s.RecentStepTokens...)
+	s.RecentStepDurations = append([]time.Duration(nil), s.RecentStepDurations...)
+	return s
+}
+
+// Start runs the engine loop in a new goroutine (see Run).
+func (e *Engine) Start(ctx context.Context) {
+	go func() { _ = e.Run(ctx) }()
+}
+
+// Run runs the engine loop on the calling goroutine until ctx is done (every live
+// request is then aborted) or Shutdown completes. It returns ctx.Err() or nil after a
+// shutdown. Run may be called once.
+func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	if e.started {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: Run called twice or after Shutdown", ErrClosed)
+	}
+	e.started = true
+	e.mu.Unlock()
+	defer close(e.done)
+	defer func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+	}()
+
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		draining, stopNow := e.takeInbox()
+		if ctx.Err() != nil || stopNow {
+			e.abortAll()
+			e.publishStats()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return nil
+		}
+		if draining && len(e.live) == 0 {
+			e.publishStats()
+			return nil
+		}
+		if !e.sched.HasWork() {
+			e.publishStats()
+			select {
+			case <-e.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		plan := e.sched.Schedule()
+		e.failNoCapacity(plan.Failed)
+		if len(plan.Items) == 0 {
+			// Nothing can run yet (a static batch is forming): sleep until it may form
+			// or something arrives.
+			e.publishStats()
+			wait := 50 * time.Millisecond
+			if t, ok := e.sched.NextBatchTime(); ok {
+				wait = max(time.Until(t), 0)
+			}
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-e.wake:
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			timer.Stop()
+			continue
+		}
+		e.step(plan)
+	}
+}
+
+// Shutdown stops accepting requests (Submit returns ErrClosed), lets the live ones finish
+// until ctx is done, then aborts the rest, and returns once the engine loop has stopped.
+// It returns ctx.Err() when requests had to be aborted. If the engine never ran, the
+// queued requests are aborted at once.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.draining = true
+	started := e.started
+	e.started = true
+	e.mu.Unlock()
+	if !started {
+		e.takeInbox()
+		e.abortAll()
+		e.publishStats()
+		close(e.done)
+		return nil
+	}
+	e.signal()
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	e.stopNow = true
+	e.mu.Unlock()
+	e.signal()
+	<-e.done
+	return ctx.Err()
+}
+
+// Close aborts every live request and stops the engine (Shutdown without a grace
+// period).
+func (e *Engine) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

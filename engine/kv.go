@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models"
+)
+
+// pagedKV is the models.KV of one forward pass: it gathers each row's past from the
+// sequence's KV blocks into the runner's dense tensors and scatters the new keys and
+// values back into the blocks. The engine refills it for every pass and reuses its slices.
+type pagedKV struct {
+	storage  *kvcache.Storage
+	tables   [][]kvcache.BlockID // row b's block table
+	pastLens []int               // row b's tokens already in its blocks
+	counts   []int               // row b's new tokens
+	k, v     [][]byte            // per-layer views handed to the storage
+}
+
+// reset empties the row lists for the next pass.
+func (kv *pagedKV) reset() {
+	kv.tables = kv.tables[:0]
+	kv.pastLens = kv.pastLens[:0]
+	kv.counts = kv.counts[:0]
+}
+
+// add appends one row.
+func (kv *pagedKV) add(table []kvcache.BlockID, pastLen, count int) {
+	kv.tables = append(kv.tables, table)
+	kv.pastLens = append(kv.pastLens, pastLen)
+	kv.counts = append(kv.counts, count)
+}
+
+func (kv *pagedKV) views(k, v []models.DenseKV) {
+	kv.k, kv.v = kv.k[:0], kv.v[:0]
+	for l := range k {
+		kv.k = append(kv.k, k[l].Data)
+		kv.v = append(kv.v, v[l].Data)
+	}
+}
+
+// GatherPast fills every layer's past tensors from the rows' blocks.
+func (kv *pagedKV) GatherPast(k, v []models.DenseKV) error {
+	if len(k) == 0 || len(k) != len(v) {
+		return fmt.Errorf("engine: gather: %d key and %d value layers", len(k), len(v))
+	}
+	if k[0].Batch != len(kv.tables) {
+		return fmt.Errorf("engine: gather: %d rows, batch has %d", k[0].Batch, len(kv.tables))
+	}
+	kv.views(k, v)
+	return kv.storage.Gather(kv.tables, kv.pastLens, k[0].Tokens, kv.k, kv.v)
+}
+
+// ScatterNew stores every row's new keys and values in its blocks.
+func (kv *pagedKV) ScatterNew(k, v []models.DenseKV, newOffset int) error {
+	if len(k) == 0 || len(k) != len(v) {
+		return fmt.Errorf("engine: scatter: %d key and %d value layers", len(k), len(v))
+	}
+	if k[0].Batch != len(kv.tables) {
+		return fmt.Errorf("engine: scatter: %d rows, batch has %d", k[0].Batch, len(kv.tables))
+	}
+	kv.views(k, v)
+	return kv.storage.Scatter(kv.tables, kv.pastLens, kv.counts, k[0].Tokens, newOffset, kv.k, kv.v)
+}
+
+// kvDType maps the model's K/V element type onto the cache's.
+func kvDType(d models.DType) (kvcache.DType, error) {
+	switch d {
+	case models.Float32:
+		return kvcache.Float32, nil
+	case models.Float16:
+		return kvcache.Float16, nil
+	}
+	return 0, fmt.Errorf("%w: unsupported K/V dtype %v", ErrInvalidConfig, d)
+}

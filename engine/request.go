@@ -1,0 +1,380 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/scheduler"
+)
+
+// maxLogprobs caps Logprobs and PromptLogprobs (alternatives per position).
+const maxLogprobs = 20
+
+// request is the engine's state of one submitted Request.
+type request struct {
+	id      string
+	params  SamplingParams
+	prompt  []int32
+	ch      chan Event
+	arrival time.Time
+	bestOf  bool // generate BestOf sequences, return the N best at the end
+
+	// Set under Engine.mu.
+	stopWatch func() bool // stops the context watch
+	accepted  bool
+	ended     bool
+	queued    bool // counted in Engine.queued (not yet admitted)
+
+	// Owned by the engine goroutine.
+	admitted bool // some sequence was scheduled (no longer counted against MaxQueue)
+	seqs     []*seqState
+	live     int            // sequences not finished
+	promptLP []TokenLogprob // prompt logprobs so far; nil unless requested
+}
+
+// seqState is the engine's state of one sequence of a request.
+type seqState struct {
+	req        *request
+	index      int
+	seq        scheduler.Sequence
+	sampler    *sampler
+	stop       *stopChecker
+	numOut     int
+	cumLogprob float64
+	firstToken time.Time
+	done       bool
+	sentFirst  bool
+	result     Event // best_of: everything the sequence produced, merged
+}
+
+// normalize validates req and returns its parameters with defaults resolved and
+// max_tokens clipped to the room left in the context.
+func (e *Engine) normalize(req *Request) (SamplingParams, error) {
+	p := req.Params
+	invalid := func(format string, args ...any) (SamplingParams, error) {
+		return SamplingParams{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, args...)...)
+	}
+	n := len(req.Prompt)
+	if n == 0 {
+		return invalid("empty prompt")
+	}
+	if n >= e.maxModelLen {
+		return SamplingParams{}, fmt.Errorf("%w: %d prompt tokens; the context holds %d tokens, one of which must be left to generate",
+			ErrPromptTooLong, n, e.maxModelLen)
+	}
+	if blocks := (n + 1 + e.blockSize - 1) / e.blockSize; blocks > e.numBlocks {
+		return SamplingParams{}, fmt.Errorf("%w: %d prompt tokens; the KV cache holds %d tokens",
+			ErrPromptTooLong, n, e.numBlocks*e.blockSize)
+	}
+	vocab := int32(e.spec.VocabSize)
+	for i, id := range req.Prompt {
+		if id < 0 || id >= vocab {
+			return invalid("prompt token %d is id %d, outside the vocabulary [0, %d)", i, id, vocab)
+		}
+	}
+	if p.N < 1 {
+		return invalid("n %d must be >= 1", p.N)
+	}
+	if p.BestOf == 0 {
+		p.BestOf = p.N
+	}
+	if p.BestOf < p.N {
+		return invalid("best_of %d must be >= n %d", p.BestOf, p.N)
+	}
+	if p.BestOf > e.maxSeqsReq {
+		return invalid("%d sequences per request; at most %d fit a batch", p.BestOf, e.maxSeqsReq)
+	}
+	if p.MaxTokens < 1 {
+		return invalid("max_tokens %d must be >= 1", p.MaxTokens)
+	}
+	p.MaxTokens = min(p.MaxTokens, e.maxModelLen-n)
+	if p.MinTokens < 0 {
+		return invalid("min_tokens %d must be >= 0", p.MinTokens)
+	}
+	p.MinTokens = min(p.MinTokens, p.MaxTokens)
+	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+	switch {
+	case !finite(p.Temperature) || p.Temperature < 0:
+		return invalid("temperature %v must be >= 0", p.Temperature)
+	case !finite(p.TopP) || p.TopP <= 0 || p.TopP > 1:
+		return invalid("top_p %v must be in (0, 1]", p.TopP)
+	case p.TopK < -1:
+		return invalid("top_k %d must be >= 0 (or -1 for off)", p.TopK)
+	case !finite(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return invalid("min_p %v must be in [0, 1]", p.MinP)
+	case !finite(p.RepetitionPenalty) || p.RepetitionPenalty <= 0:
+		return invalid("repetition_penalty %v must be > 0", p.RepetitionPenalty)
+	case !finite(p.PresencePenalty) || !finite(p.FrequencyPenalty):
+		return invalid("presence and frequency penalties must be finite")
+	case p.Logprobs < -1 || p.Logprobs > maxLogprobs:
+		return invalid("logprobs %d must be in [-1, %d]", p.Logprobs, maxLogprobs)
+	case p.PromptLogprobs < -1 || p.PromptLogprobs > maxLogprobs:
+		return invalid("prompt_logprobs %d must be in [-1, %d]", p.PromptLogprobs, maxLogprobs)
+	}
+	if p.TopK == -1 {
+		p.TopK = 0
+	}
+	if len(p.LogitBias) > 0 {
+		p.LogitBias = maps.Clone(p.LogitBias)
+		for id, b := range p.LogitBias {
+			if id < 0 || id >= vocab {
+				return invalid("logit_bias token id %d outside the vocabulary [0, %d)", id, vocab)
+			}
+			if !finite(b) {
+				return invalid("logit_bias for token %d is not finite", id)
+			}
+		}
+	}
+	p.StopTokenIDs = slices.Clone(p.StopTokenIDs)
+	for _, id := range p.StopTokenIDs {
+		if id < 0 || id >= vocab {
+			return invalid("stop token id %d outside the vocabulary [0, %d)", id, vocab)
+		}
+	}
+	p.Stop = slices.DeleteFunc(slices.Clone(p.Stop), func(s string) bool { return s == "" })
+	if p.Seed != nil {
+		seed := *p.Seed
+		p.Seed = &seed
+	}
+	return p, nil
+}
+
+// takeInbox moves newly submitted requests into the scheduler and applies aborts. It
+// returns the shutdown flags.
+func (e *Engine) takeInbox() (draining, stopNow bool) {
+	e.mu.Lock()
+	inbox, aborts := e.inbox, e.aborts
+	e.inbox, e.aborts = nil, nil
+	draining, stopNow = e.draining, e.stopNow
+	e.mu.Unlock()
+	for _, r := range inbox {
+		e.addRequest(r)
+	}
+	for _, r := range aborts {
+		if _, ok := e.live[r]; ok {
+			e.endRequest(r, FinishAbort, nil)
+		}
+	}
+	return draining, stopNow
+}
+
+// addRequest creates r's sequences and queues them in the scheduler.
+func (e *Engine) addRequest(r *request) {
+	p := &r.params
+	nseq := p.BestOf
+	r.seqs = make([]*seqState, nseq)
+	group := make([]*scheduler.Sequence, nseq)
+	var prefixKey uint64
+	if p.PromptLogprobs >= 0 {
+		// Prompt logprobs need the logits of every prompt position: a key of its own keeps
+		// the prefix cache from serving any of them.
+		prefixKey = 1<<63 | uint64(e.nextSeq)
+		r.promptLP = make([]TokenLogprob, 1, len(r.prompt))
+		r.promptLP[0] = TokenLogprob{ID: r.prompt[0], Text: e.tokenText(r.prompt[0]), Logprob: float32(math.NaN())}
+	}
+	for i := range nseq {
+		st := &seqState{req: r, index: i}
+		st.seq = scheduler.Sequence{
+			ID:          e.nextSeq,
+			Tokens:      append(make([]int32, 0, len(r.prompt)+p.MaxTokens), r.prompt...),
+			PrefixKey:   prefixKey,
+			ArrivalTime: r.arrival,
+			Data:        st,
+		}
+		e.nextSeq++
+		st.sampler = newSampler(p, r.prompt, e.eos, i)
+		var stream textStream
+		if e.text != nil {
+			stream = e.text.newStream()
+		}
+		st.stop = newStopChecker(p, e.eos, stream)
+		r.seqs[i] = st
+		group[i] = &st.seq
+	}
+	r.live = nseq
+	e.live[r] = struct{}{}
+	if err := e.sched.AddGroup(group); err != nil {
+		switch {
+		case errors.Is(err, scheduler.ErrTooLong):
+			err = fmt.Errorf("%w: %w", ErrPromptTooLong, err)
+		case errors.Is(err, scheduler.ErrQueueFull):
+			err = fmt.Errorf("%w: %w", ErrOverloaded, err)
+		default:
+			err = fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		e.endRequest(r, FinishError, err)
+	}
+}
+
+func (e *Engine) tokenText(id int32) string {
+	if e.text == nil {
+		return ""
+	}
+	return e.text.tokenText(id)
+}
+
+// endRequest ends every unfinished sequence of r with reason (abort or error).
+func (e *Engine) endRequest(r *request, reason FinishReason, err error) {
+	now := time.Now()
+	for _, st := range r.seqs {
+		if st.done {
+			continue
+		}
+		e.sched.Abort(st.seq.ID)
+		e.emit(st, Event{FinishReason: reason, Err: err}, now)
+	}
+}
+
+// abortAll aborts every live request and refuses new ones.
+func (e *Engine) abortAll() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	for r := range e.live {
+		e.endRequest(r, FinishAbort, nil)
+	}
+}
+
+// failNoCapacity ends sequences that cannot fit the KV cache even alone: they stop with
+// FinishLength, like a sequence that reached the end of the context.
+func (e *Engine) failNoCapacity(failed []*scheduler.Sequence) {
+	now := time.Now()
+	for _, q := range failed {
+		st := q.Data.(*seqState)
+		if !st.done {
+			e.emit(st, Event{Text: st.stop.finish(), FinishReason: FinishLength}, now)
+		}
+	}
+}
+
+// emit completes ev for sequence st and delivers it (or, for best_of, keeps it until
+// the request ends). An event with a FinishReason ends the sequence; the request's last
+// event carries Usage and closes the channel.
+func (e *Engine) emit(st *seqState, ev Event, now time.Time) {
+	r := st.req
+	ev.Index = st.index
+	ev.CumulativeLogprob = st.cumLogprob
+	if !st.sentFirst && r.promptLP != nil && len(r.promptLP) == len(r.prompt) {
+		ev.PromptLogprobs = r.promptLP
+		st.sentFirst = true
+	}
+	if ev.FinishReason != "" {
+		st.done = true
+		r.live--
+		ev.Timings.Finished = now
+	}
+	ev.Timings.Arrival = r.arrival
+	ev.Timings.Scheduled = st.seq.FirstScheduled()
+	ev.Timings.FirstToken = st.firstToken
+
+	if r.bestOf {
+		mergeEvent(&st.result, ev)
+		if r.live == 0 {
+			e.emitBest(r)
+			e.finishRequest(r)
+		}
+		return
+	}
+	if r.live == 0 {
+		ev.Usage = e.usage(r)
+	}
+	e.send(r, ev)
+	if r.live == 0 {
+		e.finishRequest(r)
+	}
+}
+
+// mergeEvent appends ev to acc.
+func mergeEvent(acc *Event, ev Event) {
+	acc.Index = ev.Index
+	acc.TokenIDs = append(acc.TokenIDs, ev.TokenIDs...)
+	acc.Text += ev.Text
+	acc.Logprobs = append(acc.Logprobs, ev.Logprobs...)
+	if ev.PromptLogprobs != nil {
+		acc.PromptLogprobs = ev.PromptLogprobs
+	}
+	acc.FinishReason = ev.FinishReason
+	acc.CumulativeLogprob = ev.CumulativeLogprob
+	acc.Timings = ev.Timings
+	acc.Err = ev.Err
+}
+
+// emitBest sends the N sequences of a best_of request with the highest cumulative
+// logprob, best first, as indexes 0..N-1.
+func (e *Engine) emitBest(r *request) {
+	order := slices.Clone(r.seqs)
+	sort.SliceStable(order, func(i, j int) bool {
+		return order[i].result.CumulativeLogprob > order[j].result.CumulativeLogprob
+	})
+	usage := e.usage(r)
+	for i, st := range order[:r.params.N] {
+		ev := st.result
+		ev.Index = i
+		if ev.PromptLogprobs == nil && r.promptLP != nil && len(r.promptLP) == len(r.prompt) {
+			ev.PromptLogprobs = r.promptLP
+		}
+		if i == r.params.N-1 {
+			ev.Usage = usage
+		}
+		e.send(r, ev)
+	}
+}
+
+func (e *Engine) usage(r *request) *Usage {
+	u := &Usage{PromptTokens: len(r.prompt)}
+	for _, st := range r.seqs {
+		u.CompletionTokens += st.numOut
+	}
+	u.CachedTokens = r.seqs[0].seq.NumCachedPromptTokens()
+	return u
+}
+
+// send delivers ev without blocking: the channel has room for every event of the
+// request, so a full channel is a bug, counted rather than allowed to stall the engine.
+func (e *Engine) send(r *request, ev Event) {
+	select {
+	case r.ch <- ev:
+	default:
+		e.counts.droppedEvents++
+	}
+}
+
+// finishRequest closes r's channel and forgets r.
+func (e *Engine) finishRequest(r *request) {
+	close(r.ch)
+	delete(e.live, r)
+	e.mu.Lock()
+	r.ended = true
+	if r.id != "" && e.ids[r.id] == r {
+		delete(e.ids, r.id)
+	}
+	if r.queued {
+		r.queued = false
+		e.queued--
+	}
+	stop := r.stopWatch
+	e.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// markAdmitted stops counting admitted requests against MaxQueue.
+func (e *Engine) markAdmitted(rs []*request) {
+	if len(rs) == 0 {
+		return
+	}
+	e.mu.Lock()
+	for _, r := range rs {
+		if r.queued {
+			r.queued = false
+			e.queued--
+		}
+	}
+	e.mu.Unlock()
+}

@@ -1,0 +1,213 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/scheduler"
+)
+
+// step runs one planned forward pass and everything around it: copy-on-write block
+// copies, the batch and its paged KV view, ONE Forward, sampling and stop checks for
+// every sequence that computed its last known token, the scheduler's Update, events.
+func (e *Engine) step(plan *scheduler.Plan) {
+	start := time.Now()
+	items := plan.Items
+	e.results = append(e.results[:0], make([]scheduler.Result, len(items))...)
+
+	var err error
+	for _, c := range plan.Copies {
+		if err = e.storage.CopyBlock(c.Src, c.Dst); err != nil {
+			err = fmt.Errorf("copy KV block %d to %d: %w", c.Src, c.Dst, err)
+			break
+		}
+	}
+
+	e.kv.reset()
+	e.batch.Seqs = e.batch.Seqs[:0]
+	e.dequeue = e.dequeue[:0]
+	numTokens := 0
+	for _, it := range items {
+		st := it.Seq.Data.(*seqState)
+		if !st.req.admitted {
+			st.req.admitted = true
+			e.dequeue = append(e.dequeue, st.req)
+		}
+		e.batch.Seqs = append(e.batch.Seqs, models.SeqInput{
+			Tokens:    it.Tokens(),
+			PastLen:   it.StartPos,
+			AllLogits: st.wantsPromptLogits(it),
+		})
+		e.kv.add(e.pool.BlockTable(it.Seq.ID), it.StartPos, it.NumNewTokens)
+		numTokens += it.NumNewTokens
+		if np := it.Seq.NumPromptTokens(); it.StartPos < np && it.Seq.NumPreemptions() == 0 {
+			e.counts.promptTokens += int64(min(it.StartPos+it.NumNewTokens, np) - it.StartPos)
+		}
+	}
+	e.markAdmitted(e.dequeue)
+
+	var out *models.Output
+	if err == nil {
+		out, err = e.model.Forward(&e.batch, &e.kv)
+		if err == nil && (out == nil || len(out.Logits) != len(items)) {
+			err = fmt.Errorf("forward returned %d logit rows for %d sequences", lenLogits(out), len(items))
+		}
+	}
+	now := time.Now()
+	if err != nil {
+		// Every request with a sequence in the batch fails; the engine goes on.
+		err = fmt.Errorf("%w: %w", ErrModel, err)
+		for _, it := range items {
+			if st := it.Seq.Data.(*seqState); !st.done {
+				e.endRequest(st.req, FinishError, err)
+			}
+		}
+		_, _ = e.sched.Update(plan, e.results) // every item was aborted: nothing to apply
+		e.finishStep(len(items), numTokens, start)
+		return
+	}
+
+	vocab := e.spec.VocabSize
+	for i, it := range items {
+		st := it.Seq.Data.(*seqState)
+		row := out.Logits[i]
+		if e.batch.Seqs[i].AllLogits {
+			e.collectPromptLogprobs(st, it, row)
+			row = row[len(row)-vocab:]
+		}
+		if !it.Sample || st.done {
+			continue
+		}
+		e.sampleOne(st, i, row, now)
+	}
+
+	finished, _ := e.sched.Update(plan, e.results)
+	for _, q := range finished {
+		// The scheduler ended a sequence the engine had not (the end of the context).
+		if st := q.Data.(*seqState); !st.done {
+			e.emit(st, Event{Text: st.stop.finish(), FinishReason: FinishLength}, now)
+		}
+	}
+	e.finishStep(len(items), numTokens, start)
+}
+
+// sampleOne picks sequence st's next token from its logits row, runs the stop checks
+// and emits the sequence's event. i is the sequence's plan item.
+func (e *Engine) sampleOne(st *seqState, i int, row []float32, now time.Time) {
+	s := st.sampler.sample(row, &e.scratch)
+	st.sampler.accept(s.ID)
+	st.numOut++
+	e.counts.generationTokens++
+	if st.firstToken.IsZero() {
+		st.firstToken = now
+	}
+	if !math.IsNaN(float64(s.Logprob)) {
+		st.cumLogprob += float64(s.Logprob)
+	}
+	text, finish := st.stop.add(s.ID)
+	ev := Event{TokenIDs: []int32{s.ID}, Text: text, FinishReason: finish}
+	if st.req.params.Logprobs >= 0 {
+		lp := TokenLogprob{ID: s.ID, Text: e.tokenText(s.ID), Logprob: s.Logprob}
+		if len(s.Top) > 0 {
+			lp.Top = make([]TopLogprob, len(s.Top))
+			for j, t := range s.Top {
+				lp.Top[j] = TopLogprob{ID: t.ID, Text: e.tokenText(t.ID), Logprob: t.Logprob}
+			}
+		}
+		ev.Logprobs = []TokenLogprob{lp}
+	}
+	e.results[i] = scheduler.Result{Token: s.ID, Finished: finish != ""}
+	e.emit(st, ev, now)
+}
+
+// wantsPromptLogits reports whether item it must return the logits of every position:
+// the request wants prompt logprobs and this pass computes prompt positions not yet
+// scored.
+func (st *seqState) wantsPromptLogits(it scheduler.Item) bool {
+	r := st.req
+	return st.index == 0 && r.promptLP != nil && len(r.promptLP) < len(r.prompt) && it.StartPos < len(r.prompt)-1
+}
+
+// collectPromptLogprobs scores the prompt tokens predicted by the rows of an AllLogits
+// pass: row j (position StartPos+j) predicts the token at StartPos+j+1.
+func (e *Engine) collectPromptLogprobs(st *seqState, it scheduler.Item, logits []float32) {
+	r := st.req
+	vocab := e.spec.VocabSize
+	k := r.params.PromptLogprobs
+	for j := range it.NumNewTokens {
+		next := it.StartPos + j + 1
+		if next >= len(r.prompt) {
+			break
+		}
+		if next != len(r.promptLP) {
+			continue // scored before (a recomputation after preemption)
+		}
+		row := logits[j*vocab : (j+1)*vocab]
+		lse := float32(logSumExp(row))
+		tok := r.prompt[next]
+		lp := TokenLogprob{ID: tok, Text: e.tokenText(tok), Logprob: row[tok] - lse}
+		if k > 0 {
+			top := topK(row, k, &e.scratch)
+			lp.Top = make([]TopLogprob, len(top))
+			for t, id := range top {
+				lp.Top[t] = TopLogprob{ID: id, Text: e.tokenText(id), Logprob: row[id] - lse}
+			}
+		}
+		r.promptLP = append(r.promptLP, lp)
+	}
+}
+
+func lenLogits(out *models.Output) int {
+	if out == nil {
+		return 0
+	}
+	return len(out.Logits)
+}
+
+// finishStep records a step in the counters, publishes Stats and calls OnStep.
+func (e *Engine) finishStep(numSeqs, numTokens int, start time.Time) {
+	d := time.Since(start)
+	c := &e.counts
+	c.steps++
+	c.fedTokens += int64(numTokens)
+	c.batchSizes = appendBounded(c.batchSizes, numSeqs)
+	c.stepTokens = appendBounded(c.stepTokens, numTokens)
+	c.stepDurations = appendBounded(c.stepDurations, d)
+	e.publishStats()
+	if e.cfg.OnStep != nil {
+		e.cfg.OnStep(StepInfo{NumSeqs: numSeqs, NumTokens: numTokens, Duration: d})
+	}
+}
+
+func appendBounded[T any](s []T, v T) []T {
+	if len(s) == recentSteps {
+		copy(s, s[1:])
+		s = s[:recentSteps-1]
+	}
+	return append(s, v)
+}
+
+// publishStats refreshes the snapshot Stats returns.
+func (e *Engine) publishStats() {
+	ss := e.sched.Stats()
+	ps := e.pool.Stats()
+	c := &e.counts
+	e.statsMu.Lock()
+	s := &e.stats
+	s.Running, s.Waiting = ss.Running, ss.Waiting
+	s.KVTotalBlocks, s.KVFreeBlocks, s.KVCachedBlocks = ps.TotalBlocks, ps.FreeBlocks, ps.CachedBlocks
+	s.KVUsage = ps.UsedFraction
+	s.BlockSizeTokens = e.blockSize
+	s.Preemptions = ss.Preemptions
+	s.PrefixQueryTokens, s.PrefixHitTokens = ps.PrefixQueriesTokens, ps.PrefixHitsTokens
+	s.PromptTokens, s.GenerationTokens = c.promptTokens, c.generationTokens
+	s.Steps = c.steps
+	s.FedTokens = c.fedTokens
+	s.RecentBatchSizes = append(s.RecentBatchSizes[:0], c.batchSizes...)
+	s.RecentStepTokens = append(s.RecentStepTokens[:0], c.stepTokens...)
+	s.RecentStepDurations = append(s.RecentStepDurations[:0], c.stepDurations...)
+	s.DroppedEvents = c.droppedEvents
+	e.statsMu.Unlock()
+}
