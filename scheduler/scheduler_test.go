@@ -295,3 +295,86 @@ func TestStats(t *testing.T) {
 		t.Fatal("b was never preempted")
 	}
 }
+
+// TestPreemptionMatchesUnconstrained runs the same load through a pool far too small for it
+// and through one that holds everything: the small pool must preempt, every request must
+// still complete, and each request must generate the same tokens in both runs.
+func TestPreemptionMatchesUnconstrained(t *testing.T) {
+	var reqs []req
+	for i := range 12 {
+		reqs = append(reqs, req{
+			name:      string(rune('a' + i)),
+			prompt:    append(seqTokens(1, 8), seqTokens(100*i, 3+i%5)...),
+			maxNew:    6 + (i*7)%13,
+			saltFirst: uint64(i),
+			n:         1 + i%3/2,
+		})
+	}
+	outputs := func(blocks int, prefix bool) (*harness, map[string][]int32) {
+		cfg := testConfig()
+		cfg.MaxNumSeqs = 8
+		cfg.EnablePrefixCaching = prefix
+		h := newHarness(t, cfg, blocks, 4, prefix)
+		for _, r := range reqs {
+			h.mustAdd(r)
+		}
+		h.run(1000)
+		out := map[string][]int32{}
+		for n := range h.done {
+			out[n] = h.output(n)
+		}
+		return h, out
+	}
+	_, free := outputs(1000, false)
+	for _, prefix := range []bool{false, true} {
+		h, tight := outputs(9, prefix) // 36 token slots for 8 running sequences of up to 30 tokens
+		if p := h.s.Stats().Preemptions; p == 0 {
+			t.Fatalf("prefix caching %v: no preemption with a tiny pool", prefix)
+		}
+		if len(h.failed) != 0 || len(tight) != len(free) || len(free) != 16 {
+			t.Fatalf("prefix caching %v: %d finished (%d failed), unconstrained %d", prefix, len(tight), len(h.failed), len(free))
+		}
+		for n, want := range free {
+			if !slices.Equal(tight[n], want) {
+				t.Errorf("prefix caching %v: %s generated %v with preemption, %v without", prefix, n, tight[n], want)
+			}
+		}
+	}
+}
+
+// TestPrefixCachingComputesOnlyNewTokens: a second request sharing a 200-token prefix
+// computes only its own tokens, and generates what it generates without caching.
+func TestPrefixCachingComputesOnlyNewTokens(t *testing.T) {
+	shared := seqTokens(1, 200)
+	a := req{name: "a", prompt: append(append([]int32(nil), shared...), seqTokens(1000, 10)...), maxNew: 5}
+	b := req{name: "b", prompt: append(append([]int32(nil), shared...), seqTokens(2000, 20)...), maxNew: 7, saltFirst: 1}
+	run := func(prefix bool) (*harness, string) {
+		cfg := testConfig()
+		cfg.MaxNumBatchedTokens = 512
+		cfg.MaxModelLen = 512
+		cfg.EnablePrefixCaching = prefix
+		h := newHarness(t, cfg, 64, 16, prefix)
+		h.mustAdd(a)
+		h.run(100)
+		h.mustAdd(b)
+		first := h.step()
+		h.run(100)
+		return h, first
+	}
+	hc, first := run(true)
+	if first != "b:192+28*" { // 12 whole blocks of 16 served from the cache
+		t.Fatalf("b's first step: %q", first)
+	}
+	if got := hc.byName["b"].NumCachedPromptTokens(); got != 192 {
+		t.Fatalf("b: %d cached prompt tokens", got)
+	}
+	// Fed tokens: every known token but the last is computed once, less the cache hits.
+	want := (210 + 5 - 1) + (220 + 7 - 1) - 192
+	if hc.fed != want {
+		t.Fatalf("fed %d tokens to the model, want %d", hc.fed, want)
+	}
+	h, _ := run(false)
+	if !slices.Equal(hc.output("b"), h.output("b")) || h.fed != want+192 {
+		t.Fatalf("with caching b generated %v, without %v (fed %d)", hc.output("b"), h.output("b"), h.fed)
+	}
+}
