@@ -66,6 +66,19 @@
 // once and each sequence samples its first token from its own logits. A partial last block
 // is copied on write (Plan.Copies).
 //
+// # Endings, aborts and failed passes
+//
+// A sequence ends in Update (the engine's Result.Finished, or MaxModelLen reached), in
+// Schedule (FinishNoCapacity, listed in Plan.Failed), or by Abort, which frees its blocks at
+// once and may be called between Schedule and Update. When a forward pass fails, the engine
+// aborts the affected sequences and still calls Update with one (ignored) Result per item:
+// nothing of an aborted sequence is committed, so no unwritten block enters the prefix
+// cache. Update may reallocate Sequence.Tokens when it appends.
+//
+// After a preemption an item may cover positions computed before (StartPos restarts at the
+// cached prefix, usually 0); Sequence.NumPreemptions tells the engine, for example to emit
+// prompt logprobs only once.
+//
 // # Example
 //
 //	pool, _ := kvcache.NewPool(kvcache.PoolConfig{NumBlocks: 1024, BlockSizeTokens: 16, EnablePrefixCaching: true})
