@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -160,7 +161,7 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	} else if len(params.Args) > 0 && params.Args[0].IsInteger() {
 		indent = params.Args[0].Integer()
 	}
-	raw, err := json.Marshal(in.ToGoSimpleType(true))
+	raw, err := json.Marshal(jsonable(in.ToGoSimpleType(true)))
 	if err != nil {
 		return exec.AsValue(fmt.Errorf("tojson: %v", err))
 	}
@@ -173,6 +174,54 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 	var b strings.Builder
 	writePyJSON(&b, v, indent, 0)
 	return exec.AsSafeValue(b.String())
+}
+
+// jsonable converts the template engine's values (maps keyed by any, *exec.Value) into
+// values encoding/json accepts.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case *exec.Value:
+		return jsonable(x.ToGoSimpleType(true))
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonable(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = jsonable(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonable(e)
+		}
+		return out
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Slice, reflect.Array:
+		if rv.Type().Elem().Kind() == reflect.Uint8 {
+			return v
+		}
+		out := make([]any, rv.Len())
+		for i := range out {
+			out[i] = jsonable(rv.Index(i).Interface())
+		}
+		return out
+	case reflect.Map:
+		out := make(map[string]any, rv.Len())
+		for it := rv.MapRange(); it.Next(); {
+			out[fmt.Sprint(it.Key().Interface())] = jsonable(it.Value().Interface())
+		}
+		return out
+	}
+	return v
 }
 
 // writePyJSON writes v as Python's json.dumps(v, ensure_ascii=False, indent=indent) does

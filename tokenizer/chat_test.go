@@ -1,0 +1,180 @@
+package tokenizer
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Real-world chat templates. The expected strings were rendered with Python's jinja2 3.1
+// (ImmutableSandboxedEnvironment, trim_blocks and lstrip_blocks, as transformers renders).
+
+const qwenTemplate = `{%- if messages[0]['role'] == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+{%- else %}
+    {{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant") %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+`
+
+const llama2Template = `{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}`
+
+var chatMessages = []Message{
+	{Role: "system", Content: "Be brief."},
+	{Role: "user", Content: " Hi there "},
+	{Role: "assistant", Content: "Hello!"},
+	{Role: "user", Content: "Bye"},
+}
+
+func chatFixture(t *testing.T, template string) *Tokenizer {
+	t.Helper()
+	return writeFixture(t, llama2Legacy(), configFixture(t, map[string]any{
+		"bos_token": "<s>", "eos_token": "</s>", "chat_template": template,
+	}))
+}
+
+func TestChatTemplateQwen(t *testing.T) {
+	tk := chatFixture(t, qwenTemplate)
+	cases := []struct {
+		msgs []Message
+		gen  bool
+		want string
+	}{
+		{chatMessages, true, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi there <|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"},
+		{chatMessages[1:], false, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n Hi there <|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"},
+	}
+	for _, c := range cases {
+		got, err := tk.ApplyChatTemplate(c.msgs, c.gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("got  %q\nwant %q", got, c.want)
+		}
+	}
+}
+
+func TestChatTemplateLlama2(t *testing.T) {
+	tk := chatFixture(t, llama2Template)
+	cases := []struct {
+		msgs []Message
+		want string
+	}{
+		{chatMessages, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi there [/INST] Hello! </s><s>[INST] Bye [/INST]"},
+		{chatMessages[1:], "<s>[INST] Hi there [/INST] Hello! </s><s>[INST] Bye [/INST]"},
+	}
+	for _, c := range cases {
+		got, err := tk.ApplyChatTemplate(c.msgs, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("got  %q\nwant %q", got, c.want)
+		}
+	}
+	// Two user turns in a row: the template raises.
+	_, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}, true)
+	if !errors.Is(err, ErrTemplate) || !strings.Contains(err.Error(), "Conversation roles must alternate") {
+		t.Errorf("err = %v, want ErrTemplate carrying the template's message", err)
+	}
+}
+
+func TestChatTemplateFilters(t *testing.T) {
+	tk := chatFixture(t, "{% for m in messages %}\n  {{ m | tojson }}\n{{ m['content'] | trim }}|{{ m | tojson(indent=2) }}\n{% endfor %}\n")
+	got, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "é <b>&"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  {\"content\": \"é <b>&\", \"role\": \"user\"}\né <b>&|{\n  \"content\": \"é <b>&\",\n  \"role\": \"user\"\n}\n"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestChatTemplateTestTokenizer(t *testing.T) {
+	tk := loadTest(t)
+	got, err := tk.ApplyChatTemplate([]Message{{Role: "system", Content: "Be kind."}, {Role: "user", Content: "Hi"}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<s><|system|>\nBe kind.</s>\n<|user|>\nHi</s>\n<|assistant|>\n"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	// The rendered prompt starts with BOS, so it is encoded without adding another.
+	ids, _ := tk.Encode(got, false)
+	if ids[0] != 1 || ids[len(ids)-1] == 2 {
+		t.Errorf("Encode(rendered) = %v", ids)
+	}
+}
+
+func TestChatTemplateErrors(t *testing.T) {
+	for name, src := range map[string]string{
+		"unclosed block":      "{% if messages %}",
+		"unknown filter":      "{{ messages | no_such_filter }}",
+		"bad expression":      "{{ messages[ }}",
+		"call a non-function": "{{ messages() }}",
+	} {
+		tk := chatFixture(t, src)
+		_, err := tk.ApplyChatTemplate(chatMessages, true)
+		if !errors.Is(err, ErrTemplate) {
+			t.Errorf("%s: err = %v, want ErrTemplate", name, err)
+		}
+	}
+}
+
+func TestChatFallback(t *testing.T) {
+	tk := writeFixture(t, llama2Legacy(), "")
+	if tk.HasChatTemplate() {
+		t.Fatal("HasChatTemplate without a template")
+	}
+	got, err := tk.ApplyChatTemplate(chatMessages[:2], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<|system|>\nBe brief.\n<|user|>\n Hi there \n<|assistant|>\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	got, _ = tk.ApplyChatTemplate(chatMessages[:1], false)
+	if want := "<|system|>\nBe brief.\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestChatTemplateConcurrent(t *testing.T) {
+	tk := chatFixture(t, llama2Template)
+	want, err := tk.ApplyChatTemplate(chatMessages, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				got, err := tk.ApplyChatTemplate(chatMessages, true)
+				if err != nil || got != want {
+					t.Errorf("concurrent render = %q, %v", got, err)
+					return
+				}
+				if _, err := tk.ApplyChatTemplate(chatMessages[1:2:2], true); err != nil {
+					t.Errorf("concurrent render: %v", err)
+					return
+				}
+				if _, err := tk.Encode(got, false); err != nil {
+					t.Errorf("concurrent encode: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
