@@ -188,3 +188,14 @@ func (h *harness) checkPolicy(desc string) {
 		h.t.Fatalf("%s: %d sequences in a static batch of %d", desc, len(s.running)+s.numAwaiting, s.cfg.MaxBatchSize)
 	}
 }
+
+// FuzzRandomRun explores more workloads and configurations; its seed corpus runs with the
+// normal tests.
+func FuzzRandomRun(f *testing.F) {
+	for _, seed := range []uint64{1000, 1001, 1002} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		randomRun(t, seed)
+	})
+}

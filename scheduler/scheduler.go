@@ -30,8 +30,8 @@ func (it Item) Tokens() []int32 { return it.Seq.Tokens[it.StartPos : it.StartPos
 type Plan struct {
 	// Items lists the sequences in the batch, running ones first, then newly admitted ones.
 	Items []Item
-	// Copies are copy-on-write block copies to apply to the K/V storage before writing any
-	// new K/V of this plan.
+	// Copies are copy-on-write block copies to apply to the K/V storage, in order, before
+	// writing any new K/V of this plan.
 	Copies []kvcache.CopyOp
 	// Preempted lists the sequences preempted this step: their blocks are freed and they wait
 	// again (at the front of the queue) to be recomputed. Informational.
