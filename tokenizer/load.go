@@ -19,7 +19,7 @@ type fileJSON struct {
 	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage  `json:"post_processor"`
 	Decoder       json.RawMessage  `json:"decoder"`
-	Model         *modelJSON       `json:"model"`
+	Model         json.RawMessage  `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -103,10 +103,21 @@ func build(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, err
 	}
-	if f.Model == nil {
+	if isNull(f.Model) {
 		return nil, fmt.Errorf("no \"model\" object")
 	}
-	model, err := newBPEModel(*f.Model)
+	var head component
+	if err := json.Unmarshal(f.Model, &head); err != nil {
+		return nil, fmt.Errorf("model: %v", err)
+	}
+	if head.Type != "" && head.Type != "BPE" {
+		return nil, fmt.Errorf("model: unsupported type %q (only BPE)", head.Type)
+	}
+	var m modelJSON
+	if err := json.Unmarshal(f.Model, &m); err != nil {
+		return nil, fmt.Errorf("model: %v", err)
+	}
+	model, err := newBPEModel(m)
 	if err != nil {
 		return nil, err
 	}
@@ -125,14 +136,14 @@ func build(data []byte) (*Tokenizer, error) {
 	if isNull(f.Decoder) && preByteLevel {
 		dec.byteLevel = true
 	}
-	if isNull(f.Decoder) && f.Model.ByteFallback {
+	if isNull(f.Decoder) && m.ByteFallback {
 		dec.byteFallback = true
 	}
 	t.stripLeadingSpaces = dec.strip
 
 	// Token tables: the model's vocabulary, then the added tokens (which may reuse model ids).
 	size := 0
-	for _, id := range f.Model.Vocab {
+	for _, id := range m.Vocab {
 		size = max(size, id+1)
 	}
 	for i, at := range f.AddedTokens {
@@ -153,7 +164,7 @@ func build(data []byte) (*Tokenizer, error) {
 	t.added = make([]bool, size)
 	t.known = make([]bool, size)
 	t.ids = make(map[string]int32, size)
-	for tok, id := range f.Model.Vocab {
+	for tok, id := range m.Vocab {
 		t.tokens[id] = tok
 		t.known[id] = true
 		t.pieces[id] = dec.piece(tok)
