@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 )
 
 // ErrBadConfig marks a config.json or generation_config.json that cannot be parsed or
@@ -61,6 +62,12 @@ type Config struct {
 	// EOSTokenID lists the end-of-sequence tokens (JSON: an integer or a list).
 	EOSTokenID TokenIDs `json:"eos_token_id"`
 	TorchDType string   `json:"torch_dtype"`
+	// HiddenAct is the MLP activation; Llama uses "silu".
+	HiddenAct string `json:"hidden_act"`
+	// RopeScaling is kept raw: the graph builder rejects any scaling it does not implement.
+	RopeScaling   json.RawMessage `json:"rope_scaling"`
+	AttentionBias bool            `json:"attention_bias"`
+	MLPBias       bool            `json:"mlp_bias"`
 }
 
 // DefaultRopeTheta is the rotary base Llama uses when config.json gives none.
@@ -274,6 +281,16 @@ func readJSONFile(path string, v any) error {
 		return fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
 	}
 	return nil
+}
+
+// sortedKeys returns m's keys in sorted order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // truncateForError shortens b for inclusion in an error message.
