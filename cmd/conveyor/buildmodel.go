@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/models"
+)
+
+func init() {
+	register(command{
+		name:    "build-model",
+		summary: "write an ONNX model directory from a Hugging Face Llama checkpoint or seeded random weights",
+		run:     runBuildModel,
+	})
+}
+
+func runBuildModel(args []string) error {
+	fs := flag.NewFlagSet("build-model", flag.ContinueOnError)
+	from := fs.String("from", "", "Hugging Face checkpoint directory (config.json + *.safetensors)")
+	random := fs.Bool("random", false, "use seeded random weights instead of a checkpoint (needs --config)")
+	configPath := fs.String("config", "", "config.json for --random (tokenizer files next to it are copied)")
+	out := fs.String("out", "", "output model directory")
+	seed := fs.Int64("seed", 1, "random weight seed (--random)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N]\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("build-model: unexpected argument %q", fs.Arg(0))
+	case *out == "":
+		return errors.New("build-model: --out is required")
+	case *random && *from != "":
+		return errors.New("build-model: use either --from or --random, not both")
+	case *random && *configPath == "":
+		return errors.New("build-model: --random needs --config CONFIG.json")
+	case !*random && *from == "":
+		return errors.New("build-model: give --from HF_DIR, or --random --config CONFIG.json")
+	case !*random && *configPath != "":
+		return errors.New("build-model: --config only goes with --random (--from reads HF_DIR/config.json)")
+	}
+	start := time.Now()
+	var res *models.BuildResult
+	var err error
+	if *random {
+		res, err = models.BuildRandom(*configPath, *out, *seed)
+	} else {
+		res, err = models.BuildFromHF(*from, *out)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "built %.1fM-parameter model in %.1f s:\n", float64(res.Params)/1e6, time.Since(start).Seconds())
+	for _, f := range res.Files {
+		fmt.Fprintf(os.Stdout, "  %s\n", f)
+	}
+	return nil
+}

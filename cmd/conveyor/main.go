@@ -1,0 +1,98 @@
+// Command conveyor is the Conveyor LLM server's command-line tool. Each subcommand
+// lives in its own file and registers itself from init; `conveyor help` lists them.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand: run receives the arguments after the command's name.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string) error
+}
+
+// commands holds every registered subcommand by name.
+var commands = map[string]command{}
+
+// register adds c to the subcommands; it is called from init functions, so a
+// duplicate or empty name is a programming error and panics at start-up.
+func register(c command) {
+	if c.name == "" || c.run == nil {
+		panic("conveyor: register: command needs a name and a run function")
+	}
+	if _, dup := commands[c.name]; dup {
+		panic("conveyor: register: duplicate command " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runMain dispatches args to a subcommand and returns the process exit code. Errors
+// are printed as one line, "conveyor: <message>".
+func runMain(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "conveyor: internal error: %v\n", r)
+			code = 1
+		}
+	}()
+	if len(args) == 0 {
+		usage(stdout)
+		return 0
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && name == "help" {
+			if c, ok := commands[args[1]]; ok {
+				return report(stderr, c.run([]string{"-h"}))
+			}
+			return report(stderr, fmt.Errorf("unknown command %q (run `conveyor help`)", args[1]))
+		}
+		usage(stdout)
+		return 0
+	}
+	c, ok := commands[name]
+	if !ok {
+		return report(stderr, fmt.Errorf("unknown command %q (run `conveyor help`)", name))
+	}
+	return report(stderr, c.run(args[1:]))
+}
+
+// report prints err as one line and returns the exit code.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+	fmt.Fprintf(stderr, "conveyor: %s\n", msg)
+	return 1
+}
+
+// usage lists the registered commands.
+func usage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	width := 0
+	for n := range commands {
+		names = append(names, n)
+		width = max(width, len(n))
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "usage: conveyor <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `conveyor <command> -h` for a command's flags.")
+}

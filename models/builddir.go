@@ -1,0 +1,94 @@
+package models
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// modelDirSideFiles are copied next to model.onnx when the source has them.
+var modelDirSideFiles = []string{"generation_config.json", "tokenizer.json", "tokenizer_config.json"}
+
+// BuildResult describes a model directory written by BuildFromHF or BuildRandom.
+type BuildResult struct {
+	// Params is the number of weights in the model.
+	Params int64
+	// Files lists the paths written, model.onnx first.
+	Files []string
+}
+
+// BuildFromHF converts a Hugging Face Llama-family checkpoint directory (config.json
+// plus model.safetensors or sharded *.safetensors with model.safetensors.index.json)
+// into a Conveyor model directory: outDir/model.onnx (+ model.onnx.data for models
+// over ~2 GB), config.json, and generation_config.json, tokenizer.json and
+// tokenizer_config.json when hfDir has them.
+func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
+	cfg, err := LoadConfig(hfDir)
+	if err != nil {
+		return nil, err
+	}
+	w, err := LoadSafetensorsDir(hfDir)
+	if err != nil {
+		return nil, err
+	}
+	return buildDir(cfg, w, filepath.Join(hfDir, "config.json"), hfDir, outDir, writeOptions{})
+}
+
+// BuildRandom writes a model directory for the config.json at configPath with seeded
+// random weights (see RandomWeights). Tokenizer and generation files found next to
+// configPath are copied too, so a test model can be served with a real tokenizer.
+func BuildRandom(configPath, outDir string, seed int64) (*BuildResult, error) {
+	cfg, err := LoadConfigFile(configPath)
+	if err != nil {
+		return nil, err
+	}
+	return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), outDir, writeOptions{})
+}
+
+func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts writeOptions) (*BuildResult, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	m, err := llamaGraph(cfg, w)
+	if err != nil {
+		return nil, err
+	}
+	files, err := writeONNXModel(m, outDir, "model.onnx", opts)
+	if err != nil {
+		return nil, err
+	}
+	res := &BuildResult{Params: cfg.NumParams(), Files: files}
+	copies := [][2]string{{configPath, filepath.Join(outDir, "config.json")}}
+	for _, name := range modelDirSideFiles {
+		copies = append(copies, [2]string{filepath.Join(sideDir, name), filepath.Join(outDir, name)})
+	}
+	for i, c := range copies {
+		if _, err := os.Stat(c[0]); err != nil && i > 0 {
+			continue // optional side file absent
+		}
+		if err := copyFile(c[0], c[1]); err != nil {
+			return nil, err
+		}
+		res.Files = append(res.Files, c[1])
+	}
+	return res, nil
+}
+
+// copyFile copies src to dst; copying a file onto itself does nothing.
+func copyFile(src, dst string) error {
+	if sa, errA := os.Stat(src); errA == nil {
+		if sb, errB := os.Stat(dst); errB == nil && os.SameFile(sa, sb) {
+			return nil
+		}
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	defer in.Close()
+	return writeFileAtomic(dst, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
+		return err
+	})
+}
