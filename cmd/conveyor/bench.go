@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/api/loadgen"
+)
+
+func init() {
+	register(command{
+		name:    "bench",
+		summary: "load-test an OpenAI-compatible /v1/completions endpoint (bench compare: batching policies side by side)",
+		run:     runBench,
+	})
+}
+
+// workloadFlags registers the workload flags shared by bench and bench compare.
+func workloadFlags(fs *flag.FlagSet) func() (loadgen.WorkloadConfig, error) {
+	d := loadgen.DefaultWorkloadConfig()
+	n := fs.Int("num-requests", d.NumRequests, "requests to send")
+	dist := fs.String("dataset", string(d.Dist), "length distribution: fixed, uniform or lognormal (chat-like mix)")
+	seed := fs.Uint64("seed", d.Seed, "workload and arrival seed")
+	in := fs.Int("input-len", d.PromptTokens, "prompt length in tokens (fixed length, or lognormal median)")
+	out := fs.Int("output-len", d.OutputTokens, "output length in tokens (fixed length, or lognormal median)")
+	minIn := fs.Int("min-input-len", d.MinPromptTokens, "shortest prompt in tokens (uniform, lognormal)")
+	maxIn := fs.Int("max-input-len", d.MaxPromptTokens, "longest prompt in tokens (uniform, lognormal)")
+	minOut := fs.Int("min-output-len", d.MinOutputTokens, "shortest output in tokens (uniform, lognormal)")
+	maxOut := fs.Int("max-output-len", d.MaxOutputTokens, "longest output in tokens (uniform, lognormal)")
+	maxID := fs.Int("max-token-id", int(d.MaxTokenID), "prompt token ids are drawn from [10, max-token-id)")
+	return func() (loadgen.WorkloadConfig, error) {
+		c := loadgen.WorkloadConfig{
+			NumRequests: *n, Dist: loadgen.LengthDist(*dist), Seed: *seed,
+			PromptTokens: *in, OutputTokens: *out,
+			MinPromptTokens: *minIn, MaxPromptTokens: *maxIn,
+			MinOutputTokens: *minOut, MaxOutputTokens: *maxOut,
+			MinTokenID: d.MinTokenID, MaxTokenID: int32(*maxID),
+		}
+		return c, c.Validate()
+	}
+}
+
+// parseSLO reads "ttft=MS,tpot=MS".
+func parseSLO(s string) (loadgen.SLO, error) {
+	var slo loadgen.SLO
+	if s == "" {
+		return slo, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		ms, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil || ms <= 0 {
+			return slo, fmt.Errorf("--slo %q: want ttft=MS,tpot=MS with positive milliseconds", s)
+		}
+		d := time.Duration(ms * float64(time.Millisecond))
+		switch k {
+		case "ttft":
+			slo.TTFT = d
+		case "tpot":
+			slo.TPOT = d
+		default:
+			return slo, fmt.Errorf("--slo: unknown objective %q (ttft or tpot)", k)
+		}
+	}
+	return slo, nil
+}
+
+func parseRate(s string) (float64, error) {
+	if s == "inf" || s == "" {
+		return math.Inf(1), nil
+	}
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil || r <= 0 || math.IsNaN(r) {
+		return 0, fmt.Errorf("request rate %q: want a positive number of requests/s or inf", s)
+	}
+	return r, nil
+}
+
+func runBench(args []string) error {
+	if len(args) > 0 && args[0] == "compare" {
+		return runBenchCompare(args[1:])
+	}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	base := fs.String("base-url", "http://127.0.0.1:8000", "server address (with or without /v1)")
+	model := fs.String("model", "", "model name sent in requests (default: the server's first model)")
+	key := fs.String("api-key", os.Getenv("OPENAI_API_KEY"), "Bearer key (default $OPENAI_API_KEY)")
+	rate := fs.String("request-rate", "inf", "offered load in requests/s (Poisson/gamma arrivals), or inf to send all at once")
+	burst := fs.Float64("burstiness", 1, "gamma shape of inter-arrival times: 1 = Poisson, <1 burstier, >1 more regular")
+	conc := fs.Int("max-concurrency", 0, "requests in flight at most (with --request-rate inf: a closed loop); 0 = no cap")
+	slo := fs.String("slo", "", "goodput objective, e.g. ttft=500,tpot=50 (milliseconds)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	noProgress := fs.Bool("no-progress", false, "hide the progress bar")
+	workload := workloadFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: conveyor bench [flags]\n       conveyor bench compare [flags]\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	wc, err := workload()
+	if err != nil {
+		return err
+	}
+	r, err := parseRate(*rate)
+	if err != nil {
+		return err
+	}
+	objective, err := parseSLO(*slo)
+	if err != nil {
+		return err
+	}
+	items, err := loadgen.Generate(wc)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	target := loadgen.Target{BaseURL: *base, Model: *model, APIKey: *key}
+	if target.Model == "" {
+		if target.Model, err = loadgen.FirstModel(ctx, target); err != nil {
+			return err
+		}
+	}
+	cfg := loadgen.RunConfig{Target: target, Items: items, RequestRate: r, Burstiness: *burst,
+		MaxConcurrency: *conc, Seed: wc.Seed, SLO: objective}
+	if !*noProgress && !*asJSON {
+		cfg.Progress = os.Stderr
+	}
+	rep, _, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	rep.Format(os.Stdout)
+	return nil
+}

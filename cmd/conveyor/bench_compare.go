@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/api/loadgen"
+)
+
+// runBenchCompare starts `conveyor serve` once per scheduling policy on 127.0.0.1 and
+// runs the same workload against each at a sweep of request rates.
+func runBenchCompare(args []string) error {
+	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	model := fs.String("model", "models/default", "model directory every server serves")
+	out := fs.String("out", "docs/benchmarks", "directory for report.md and the PNG charts")
+	pols := fs.String("policies", "continuous,static,sequential", "scheduling policies to compare")
+	rates := fs.String("rates", "0.5,1,2,4,8", "request rates in requests/s (comma-separated)")
+	burst := fs.Float64("burstiness", 1, "gamma shape of inter-arrival times: 1 = Poisson")
+	slo := fs.String("slo", "ttft=2000,tpot=100", "goodput objective (milliseconds)")
+	threads := fs.Int("threads", runtime.NumCPU(), "ONNX Runtime intra-op threads of every server")
+	kv := fs.String("kv-cache-memory", "256MiB", "KV-cache budget of every server")
+	batch := fs.Int("max-batch-size", 8, "static policy: batch size (TorchServe batchSize)")
+	delay := fs.Duration("max-batch-delay", 100*time.Millisecond, "static policy: longest wait for a full batch (TorchServe maxBatchDelay)")
+	maxSeqs := fs.Int("max-num-seqs", 64, "continuous policy: sequences per step at most")
+	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
+	workload := workloadFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	wc, err := workload()
+	if err != nil {
+		return err
+	}
+	objective, err := parseSLO(*slo)
+	if err != nil {
+		return err
+	}
+	var rateList []float64
+	for _, s := range strings.Split(*rates, ",") {
+		r, err := parseRate(strings.TrimSpace(s))
+		if err != nil {
+			return err
+		}
+		rateList = append(rateList, r)
+	}
+	policies := strings.Split(*pols, ",")
+	for _, p := range policies {
+		if p != "continuous" && p != "static" && p != "sequential" {
+			return fmt.Errorf("--policies: unknown policy %q (continuous, static, sequential)", p)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	serverFlags := []string{
+		"--model", *model, "--threads", strconv.Itoa(*threads), "--kv-cache-memory", *kv,
+		"--max-batch-size", strconv.Itoa(*batch), "--max-batch-delay", delay.String(),
+		"--max-num-seqs", strconv.Itoa(*maxSeqs), "--max-queue", "100000",
+	}
+	var logw io.Writer = io.Discard
+	if *logDir != "" {
+		f, err := os.OpenFile(*logDir, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logw = f
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := func(ctx context.Context, policy string) (loadgen.Server, error) {
+		return startServer(ctx, exe, append([]string{"--scheduler", policy}, serverFlags...), logw)
+	}
+	points, err := loadgen.Compare(ctx, loadgen.CompareConfig{
+		Policies: policies, Rates: rateList, Workload: wc, Burstiness: *burst, SLO: objective,
+		Model: "default", Start: start, Log: os.Stdout,
+	})
+	if err != nil {
+		return err
+	}
+	meta := loadgen.ReportMeta{
+		Command: "conveyor bench compare " + strings.Join(args, " "),
+		Machine: fmt.Sprintf("%d cores (%s/%s), ONNX Runtime 1.24.3 CPU", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH),
+		Model:   *model,
+		Server:  serverFlags,
+		Date:    time.Now().UTC().Format("2006-01-02"),
+	}
+	if err := loadgen.WriteReport(*out, meta, points); err != nil {
+		return err
+	}
+	if h, ok := loadgen.Headline(points); ok {
+		fmt.Println(strings.Trim(h, "*"))
+	}
+	fmt.Printf("report: %s\n", filepath.Join(*out, "report.md"))
+	return nil
+}
+
+// startServer runs `conveyor serve` on a free loopback port and waits for /health.
+func startServer(ctx context.Context, exe string, flags []string, logw io.Writer) (loadgen.Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return loadgen.Server{}, err
+	}
+	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--served-model-name", "default", "--no-webui"}, flags...)
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logw, logw
+	if err := cmd.Start(); err != nil {
+		return loadgen.Server{}, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		return nil
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return loadgen.Server{}, fmt.Errorf("conveyor serve exited early: %v", err)
+		case <-ctx.Done():
+			_ = stop()
+			return loadgen.Server{}, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return loadgen.Server{BaseURL: base, Stop: stop}, nil
+			}
+		}
+	}
+	_ = stop()
+	return loadgen.Server{}, errors.New("conveyor serve did not become healthy within 2 minutes")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
