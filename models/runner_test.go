@@ -1,0 +1,374 @@
+package models
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// logitTolerance is the largest accepted logit difference relative to the logits' scale.
+const logitTolerance = 1e-4
+
+// gqaModel builds a small grouped-query model shared by the runner tests.
+func gqaModel(t *testing.T) (*Runner, *Config, Weights) {
+	t.Helper()
+	cfg := tinyConfig(64, 2, 4, 2, 96, 211, false)
+	dir := t.TempDir()
+	w := buildTestModel(t, cfg, 7, dir)
+	return openTestRunner(t, dir), cfg, w
+}
+
+func TestRunnerSpec(t *testing.T) {
+	cfg := tinyConfig(48, 3, 6, 2, 80, 101, true)
+	cfg.BOSTokenID = new(int32)
+	*cfg.BOSTokenID = 1
+	dir := t.TempDir()
+	buildTestModel(t, cfg, 1, dir)
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"eos_token_id": [2, 5]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := openTestRunner(t, dir)
+	got := r.Spec()
+	want := Spec{NumLayers: 3, NumKVHeads: 2, HeadDim: 8, VocabSize: 101, MaxPositions: 256, KVDType: Float32,
+		BOSTokenID: 1, EOSTokenIDs: []int32{2, 5}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Spec = %+v, want %+v", got, want)
+	}
+	if n := got.KVBytesPerToken(); n != 2*3*2*8*4 {
+		t.Errorf("KVBytesPerToken = %d", n)
+	}
+}
+
+// TestKVCachedDecoding checks that prefill followed by 32 single-token steps through the
+// KV cache gives the same logits as recomputing the whole sequence without a cache.
+func TestKVCachedDecoding(t *testing.T) {
+	r, cfg, w := gqaModel(t)
+	kv := newDenseKV(r.Spec(), 1)
+	seq := randTokens(1, 9, cfg.VocabSize)
+	out, err := r.Forward(kv.batch([]int{0}, [][]int32{seq}, false), kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := append([]float32(nil), out.Logits[0]...)
+	for step := 0; step <= 32; step++ {
+		full, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: seq}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := relErr32(cached, full.Logits[0]); e > logitTolerance {
+			t.Fatalf("step %d (position %d): cached logits differ from recomputation by %.2e", step, len(seq)-1, e)
+		}
+		if step == 32 {
+			break
+		}
+		next := argmax(cached)
+		seq = append(seq, next)
+		out, err := r.Forward(kv.batch([]int{0}, [][]int32{{next}}, false), kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached = append(cached[:0], out.Logits[0]...)
+	}
+	if kv.length(0) != len(seq) {
+		t.Fatalf("cache holds %d positions, want %d", kv.length(0), len(seq))
+	}
+	// The end of the trajectory also matches the independent reference.
+	ref := newRefModel(t, cfg, w).forward(t, seq)
+	if e := relErr(cached, ref[len(seq)-1]); e > logitTolerance {
+		t.Fatalf("cached logits differ from the reference by %.2e", e)
+	}
+}
+
+// trajectory is one sequence decoded alone: its tokens and the logits at every position.
+type trajectory struct {
+	prompt int
+	tokens []int32
+	logits [][]float32 // logits[p] predicts token p+1
+}
+
+func decodeAlone(t *testing.T, r *Runner, prompt []int32, steps int) trajectory {
+	t.Helper()
+	kv := newDenseKV(r.Spec(), 1)
+	tr := trajectory{prompt: len(prompt), tokens: append([]int32(nil), prompt...)}
+	out, err := r.Forward(kv.batch([]int{0}, [][]int32{prompt}, true), kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := r.Spec().VocabSize
+	for p := range prompt {
+		tr.logits = append(tr.logits, append([]float32(nil), out.Logits[0][p*V:(p+1)*V]...))
+	}
+	for i := 0; i < steps; i++ {
+		next := argmax(tr.logits[len(tr.logits)-1])
+		tr.tokens = append(tr.tokens, next)
+		out, err := r.Forward(kv.batch([]int{0}, [][]int32{{next}}, false), kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.logits = append(tr.logits, append([]float32(nil), out.Logits[0]...))
+	}
+	return tr
+}
+
+// TestBatchInvariance checks that a sequence's logits and greedy tokens do not depend on
+// the other rows of its batch, whether rows prefill together, decode together, or mix
+// prefill chunks with decode steps.
+func TestBatchInvariance(t *testing.T) {
+	r, cfg, _ := gqaModel(t)
+	V := cfg.VocabSize
+	prompts := [][]int32{
+		randTokens(11, 5, V), randTokens(12, 13, V), randTokens(13, 1, V), randTokens(14, 8, V),
+	}
+	const steps = 6
+	alone := make([]trajectory, len(prompts))
+	for i, p := range prompts {
+		alone[i] = decodeAlone(t, r, p, steps)
+	}
+
+	// check compares one batched pass's rows with the sequences decoded alone.
+	check := func(t *testing.T, name string, kv *denseKV, b *Batch, out *Output) {
+		t.Helper()
+		for row, s := range kv.rows {
+			in := b.Seqs[row]
+			first := in.PastLen + len(in.Tokens) - 1
+			if in.AllLogits {
+				first = in.PastLen
+			}
+			for p := first; p < in.PastLen+len(in.Tokens); p++ {
+				got := out.Logits[row][(p-first)*V : (p-first+1)*V]
+				want := alone[s].logits[p]
+				if e := relErr32(got, want); e > logitTolerance {
+					t.Fatalf("%s: seq %d position %d differs from decoding alone by %.2e", name, s, p, e)
+				}
+				// Tokens after the prompt were chosen greedily when decoding alone.
+				if p+1 >= alone[s].prompt && p+1 < len(alone[s].tokens) && argmax(got) != alone[s].tokens[p+1] {
+					t.Fatalf("%s: seq %d position %d: greedy token %d, alone %d", name, s, p, argmax(got), alone[s].tokens[p+1])
+				}
+			}
+		}
+	}
+	// run feeds each listed sequence its next n tokens of the alone trajectory.
+	run := func(t *testing.T, name string, kv *denseKV, seqs []int, n []int, allLogits bool) {
+		t.Helper()
+		toks := make([][]int32, len(seqs))
+		for i, s := range seqs {
+			p := kv.length(s)
+			toks[i] = alone[s].tokens[p : p+n[i]]
+		}
+		b := kv.batch(seqs, toks, allLogits)
+		out, err := r.Forward(b, kv)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		check(t, name, kv, b, out)
+	}
+	all := []int{0, 1, 2, 3}
+	ones := []int{1, 1, 1, 1}
+
+	t.Run("together", func(t *testing.T) {
+		kv := newDenseKV(r.Spec(), 4)
+		lens := make([]int, 4)
+		for i, p := range prompts {
+			lens[i] = len(p)
+		}
+		run(t, "prefill", kv, all, lens, true)
+		for i := 0; i < steps; i++ {
+			run(t, "decode", kv, all, ones, false)
+		}
+	})
+	t.Run("mixed", func(t *testing.T) {
+		kv := newDenseKV(r.Spec(), 4)
+		run(t, "prefill 0, chunk 1", kv, []int{0, 1}, []int{5, 6}, false)
+		run(t, "decode 0, chunk 1, prefill 2", kv, []int{0, 1, 2}, []int{1, 7, 1}, true)
+		run(t, "decode 0-2, prefill 3", kv, []int{2, 0, 3, 1}, []int{1, 1, 8, 1}, false)
+		for i := 0; i < 4; i++ {
+			run(t, "decode", kv, []int{3, 1, 0, 2}, ones, false)
+		}
+		run(t, "decode subset", kv, []int{3}, []int{1}, false)
+	})
+}
+
+func TestForwardRejectsBadBatches(t *testing.T) {
+	r, cfg, _ := gqaModel(t)
+	kv := newDenseKV(r.Spec(), 1)
+	cases := map[string]*Batch{
+		"nil batch":       nil,
+		"empty batch":     {},
+		"no tokens":       {Seqs: []SeqInput{{Tokens: []int32{1}}, {Tokens: nil}}},
+		"negative past":   {Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: -1}}},
+		"beyond context":  {Seqs: []SeqInput{{Tokens: []int32{1, 2}, PastLen: cfg.MaxPositionEmbeddings - 1}}},
+		"token too large": {Seqs: []SeqInput{{Tokens: []int32{1, int32(cfg.VocabSize)}}}},
+		"negative token":  {Seqs: []SeqInput{{Tokens: []int32{-1}}}},
+	}
+	for name, b := range cases {
+		if _, err := r.Forward(b, kv); !errors.Is(err, ErrBatch) {
+			t.Errorf("%s: err = %v, want ErrBatch", name, err)
+		}
+	}
+	if _, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}}, nil); !errors.Is(err, ErrBatch) {
+		t.Errorf("past without KV: err = %v, want ErrBatch", err)
+	}
+	// The context limit itself is fine.
+	ok := &Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}}}}
+	if _, err := r.Forward(ok, nil); err != nil {
+		t.Fatalf("valid batch after errors: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Forward(ok, nil); !errors.Is(err, ErrRun) {
+		t.Errorf("Forward after Close: err = %v, want ErrRun", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// failingKV fails in one of its two calls.
+type failingKV struct{ gather bool }
+
+var errTestKV = errors.New("test kv failure")
+
+func (f failingKV) GatherPast(k, v []DenseKV) error {
+	if f.gather {
+		return errTestKV
+	}
+	return nil
+}
+
+func (f failingKV) ScatterNew(k, v []DenseKV, newOffset int) error {
+	if !f.gather {
+		return errTestKV
+	}
+	return nil
+}
+
+func TestForwardKVErrors(t *testing.T) {
+	r, _, _ := gqaModel(t)
+	b := &Batch{Seqs: []SeqInput{{Tokens: []int32{3}, PastLen: 2}}}
+	for _, f := range []failingKV{{gather: true}, {gather: false}} {
+		_, err := r.Forward(b, f)
+		if !errors.Is(err, ErrRun) || !errors.Is(err, errTestKV) {
+			t.Errorf("gather=%v: err = %v, want ErrRun wrapping the KV error", f.gather, err)
+		}
+	}
+}
+
+func TestOpenRunnerErrors(t *testing.T) {
+	lib := testORTLib(t)
+	open := func(dir string) error {
+		r, err := OpenRunner(dir, RunnerOptions{ORTLib: lib})
+		if err == nil {
+			r.Close()
+		}
+		return err
+	}
+	cfg := tinyConfig(32, 1, 2, 2, 48, 50, true)
+	good := t.TempDir()
+	buildTestModel(t, cfg, 3, good)
+	config, err := os.ReadFile(filepath.Join(good, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("missing dir", func(t *testing.T) {
+		if err := open(filepath.Join(t.TempDir(), "nope")); !errors.Is(err, ErrModelDir) || !strings.Contains(err.Error(), "model.onnx") {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("malformed onnx", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "model.onnx"), []byte("this is not a protobuf \x00\x01\x02"), 0o644)
+		os.WriteFile(filepath.Join(dir, "config.json"), config, 0o644)
+		if err := open(dir); !errors.Is(err, ErrModelDir) {
+			t.Errorf("err = %v", err)
+		} else if strings.Contains(err.Error(), "\n") {
+			t.Errorf("error spans lines: %q", err)
+		}
+	})
+	t.Run("truncated onnx", func(t *testing.T) {
+		raw, err := os.ReadFile(filepath.Join(good, "model.onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "model.onnx"), raw[:len(raw)/3], 0o644)
+		os.WriteFile(filepath.Join(dir, "config.json"), config, 0o644)
+		if err := open(dir); !errors.Is(err, ErrModelDir) {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("missing config", func(t *testing.T) {
+		dir := t.TempDir()
+		raw, _ := os.ReadFile(filepath.Join(good, "model.onnx"))
+		os.WriteFile(filepath.Join(dir, "model.onnx"), raw, 0o644)
+		if err := open(dir); !errors.Is(err, ErrModelDir) || !strings.Contains(err.Error(), "config.json") {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("config without context length", func(t *testing.T) {
+		dir := t.TempDir()
+		raw, _ := os.ReadFile(filepath.Join(good, "model.onnx"))
+		os.WriteFile(filepath.Join(dir, "model.onnx"), raw, 0o644)
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"vocab_size": 50}`), 0o644)
+		if err := open(dir); !errors.Is(err, ErrModelDir) {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("negative threads", func(t *testing.T) {
+		if _, err := OpenRunner(good, RunnerOptions{ORTLib: lib, IntraOpThreads: -1}); err == nil {
+			t.Error("no error")
+		}
+	})
+	t.Run("good", func(t *testing.T) {
+		if err := open(good); err != nil {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+// TestORTLibraryErrors checks, in fresh processes, that a missing or wrong ONNX Runtime
+// library gives a one-line error that says to run `make ort`.
+func TestORTLibraryErrors(t *testing.T) {
+	notLib := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
+	if err := os.WriteFile(notLib, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{
+		"missing":   filepath.Join(t.TempDir(), "nope", "libonnxruntime.so.1"),
+		"not a lib": notLib,
+		"directory": t.TempDir(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestORTLibraryChild$", "-test.v")
+			cmd.Env = append(os.Environ(), "CONVEYOR_TEST_ORT_CHILD="+path)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child failed: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), "ORT-ERROR:") || !strings.Contains(string(out), "make ort") {
+				t.Fatalf("child output lacks the expected error:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestORTLibraryChild runs only inside TestORTLibraryErrors's child processes.
+func TestORTLibraryChild(t *testing.T) {
+	path := os.Getenv("CONVEYOR_TEST_ORT_CHILD")
+	if path == "" {
+		t.Skip("helper process for TestORTLibraryErrors")
+	}
+	_, err := OpenRunner(t.TempDir(), RunnerOptions{ORTLib: path})
+	if !errors.Is(err, ErrORT) {
+		t.Fatalf("OpenRunner with library %s: err = %v, want ErrORT", path, err)
+	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Fatalf("error spans lines: %q", err)
+	}
+	t.Logf("ORT-ERROR: %v", err)
+}
