@@ -1,6 +1,10 @@
 package kvcache
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
 
 // DType is the element type of the K/V arenas.
 type DType int
@@ -35,12 +39,33 @@ func (d DType) String() string {
 
 // BlockBytes returns the bytes one block occupies across all layers, K and V together:
 // 2 * layers * kvHeads * blockSizeTokens * headDim * dt.Size(). It returns 0 when any
-// argument is not positive or dt is unknown.
+// argument is not positive, dt is unknown or the product overflows an int64.
 func BlockBytes(blockSizeTokens, layers, kvHeads, headDim int, dt DType) int64 {
-	if blockSizeTokens <= 0 || layers <= 0 || kvHeads <= 0 || headDim <= 0 || dt.Size() == 0 {
+	if dt.Size() == 0 {
 		return 0
 	}
-	return 2 * int64(layers) * int64(kvHeads) * int64(blockSizeTokens) * int64(headDim) * int64(dt.Size())
+	n, ok := mulPositive(2, layers, kvHeads, blockSizeTokens, headDim, dt.Size())
+	if !ok {
+		return 0
+	}
+	return n
+}
+
+// mulPositive returns the product of positive factors, and false when a factor is not
+// positive or the product exceeds math.MaxInt64.
+func mulPositive(factors ...int) (int64, bool) {
+	prod := uint64(1)
+	for _, f := range factors {
+		if f <= 0 {
+			return 0, false
+		}
+		hi, lo := bits.Mul64(prod, uint64(f))
+		if hi != 0 || lo > math.MaxInt64 {
+			return 0, false
+		}
+		prod = lo
+	}
+	return int64(prod), true
 }
 
 // NumBlocksForBudget returns how many blocks fit in budgetBytes of K/V storage for a model

@@ -69,6 +69,7 @@ func TestNumBlocksForBudget(t *testing.T) {
 		{"bad shape", 1 << 30, 16, 0, 4, 64, Float32, 0},
 		{"bad dtype", 1 << 30, 16, 8, 4, 64, DType(7), 0},
 		{"capped", 1 << 62, 1, 1, 1, 1, Float16, maxBlocks},
+		{"overflowing shape", 1 << 62, 1 << 20, 1 << 20, 1 << 20, 1 << 20, Float32, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

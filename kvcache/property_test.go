@@ -166,7 +166,7 @@ func (m *poolModel) start(c choices) {
 	if cached < 0 || cached%m.bs != 0 || cached > (len(prompt)-1)/m.bs*m.bs {
 		m.fail("lookup of %d tokens returned %d", len(prompt), cached)
 	}
-	if !m.p.p().EnablePrefixCaching && cached != 0 {
+	if !m.p.cfg.EnablePrefixCaching && cached != 0 {
 		m.fail("lookup hit with caching off")
 	}
 	if got := m.p.Stats().PrefixHitsTokens - before.PrefixHitsTokens; got != int64(cached) {
@@ -338,9 +338,6 @@ func (m *poolModel) finish() {
 	m.p.Free(m.nextID)
 	m.verify()
 }
-
-// p returns the pool's configuration (for readability in checks).
-func (p *Pool) p() PoolConfig { return p.cfg }
 
 func TestPoolRandomOps(t *testing.T) {
 	ops := 10000

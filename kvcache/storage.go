@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 )
@@ -36,10 +37,9 @@ func (c StorageConfig) Validate() error {
 	if c.Parallelism < 0 {
 		return fmt.Errorf("%w: Parallelism %d must be >= 0", ErrInvalid, c.Parallelism)
 	}
-	arena := int64(c.NumBlocks) * int64(c.KVHeads) * int64(c.BlockSizeTokens) * int64(c.HeadDim) * int64(c.DType.Size())
-	if arena/int64(c.NumBlocks) != int64(c.KVHeads)*int64(c.BlockSizeTokens)*int64(c.HeadDim)*int64(c.DType.Size()) ||
-		arena > int64(^uint(0)>>1) {
-		return fmt.Errorf("%w: arena of %d blocks is too large", ErrInvalid, c.NumBlocks)
+	if arena, ok := mulPositive(c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim, c.DType.Size()); !ok || arena > math.MaxInt {
+		return fmt.Errorf("%w: an arena of %d blocks of %d heads x %d tokens x %d values does not fit in memory",
+			ErrInvalid, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim)
 	}
 	return nil
 }
@@ -170,8 +170,9 @@ func (s *Storage) checkSpan(what string, row int, table []BlockID, from, n int) 
 // Gather writes each row's past into dense [batch, kvHeads, maxPast, headDim] buffers, one per
 // layer: row b takes positions [0, pastLens[b]) from tables[b]; positions at or beyond
 // pastLens[b] are zeroed. len(k) == len(v) == Layers and each buffer holds exactly
-// batch*kvHeads*maxPast*headDim elements, batch = len(tables). It allocates nothing; large
-// gathers are split across goroutines, all finished before it returns.
+// batch*kvHeads*maxPast*headDim elements, batch = len(tables). It allocates no buffers; large
+// gathers are split across goroutines, all finished before it returns. A bad call returns an
+// error wrapping ErrInvalid and writes nothing.
 func (s *Storage) Gather(tables [][]BlockID, pastLens []int, maxPast int, k, v [][]byte) error {
 	if len(pastLens) != len(tables) || maxPast < 0 {
 		return fmt.Errorf("%w: gather of %d tables with %d past lengths, maxPast %d", ErrInvalid, len(tables), len(pastLens), maxPast)
@@ -197,7 +198,8 @@ func (s *Storage) Gather(tables [][]BlockID, pastLens []int, maxPast int, k, v [
 // buffers k[l], v[l] hold them at token columns [srcOffset, srcOffset+counts[b]); they go to
 // positions [startPos[b], startPos[b]+counts[b]) of tables[b]. Rows with counts[b] == 0 are
 // skipped. Rows must not write to the same block (the pool's copy-on-write guarantees this
-// for blocks being appended to).
+// for blocks being appended to). A bad call returns an error wrapping ErrInvalid and writes
+// nothing.
 func (s *Storage) Scatter(tables [][]BlockID, startPos, counts []int, srcTokens, srcOffset int, k, v [][]byte) error {
 	if len(startPos) != len(tables) || len(counts) != len(tables) || srcTokens < 0 || srcOffset < 0 {
 		return fmt.Errorf("%w: scatter of %d tables with %d start positions, %d counts, srcTokens %d, srcOffset %d",

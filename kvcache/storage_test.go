@@ -3,7 +3,6 @@ package kvcache
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -373,24 +372,4 @@ func TestGatherDoesNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("Scatter allocates %v times per call", allocs)
 	}
-}
-
-func ExampleStorage_Gather() {
-	pool, _ := NewPool(PoolConfig{NumBlocks: 8, BlockSizeTokens: 2})
-	store, _ := NewStorage(StorageConfig{NumBlocks: 8, BlockSizeTokens: 2, Layers: 1, KVHeads: 1, HeadDim: 1, DType: Float32})
-
-	// Prefill 3 tokens of sequence 7: the model's present tensors hold them at columns 0..2.
-	pool.Allocate(7, 3)
-	present := make([]byte, 3*4)
-	Encode(Float32, present, []float32{1, 2, 3})
-	tables := [][]BlockID{pool.BlockTable(7)}
-	_ = store.Scatter(tables, []int{0}, []int{3}, 3, 0, [][]byte{present}, [][]byte{present})
-
-	// Next step: gather the past into a dense buffer padded to 4 positions.
-	past := make([]byte, 4*4)
-	_ = store.Gather(tables, []int{3}, 4, [][]byte{past}, [][]byte{make([]byte, 4*4)})
-	out := make([]float32, 4)
-	Decode(Float32, out, past)
-	fmt.Println(out)
-	// Output: [1 2 3 0]
 }
