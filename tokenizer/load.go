@@ -155,8 +155,10 @@ func build(data []byte) (*Tokenizer, error) {
 		}
 		size = max(size, *at.ID+1)
 	}
-	if size > 1<<24 {
-		return nil, fmt.Errorf("token ids up to %d: too large", size-1)
+	// Ids are dense in real files; bound the tables by the number of tokens so that a stray
+	// huge id cannot allocate gigabytes.
+	if limit := 2*(len(m.Vocab)+len(f.AddedTokens)) + 1024; size > limit {
+		return nil, fmt.Errorf("token id %d is too large for %d tokens (ids must be dense)", size-1, len(m.Vocab)+len(f.AddedTokens))
 	}
 	t.tokens = make([]string, size)
 	t.pieces = make([][]byte, size)

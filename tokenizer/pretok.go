@@ -223,6 +223,9 @@ func eachWord(split func(string) ([]string, error)) preTokenizer {
 
 // splitBefore splits w before every occurrence of sep (sep stays with the piece after it).
 func splitBefore(w, sep string) []string {
+	if sep == "" {
+		return []string{w}
+	}
 	var out []string
 	for len(w) > 0 {
 		i := strings.Index(w[len(sep):], sep)
