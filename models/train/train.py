@@ -104,10 +104,13 @@ def evaluate(model, data, seq_len, max_windows=None):
     return total / count
 
 
-def lr_at(step, steps, warmup, peak, floor):
+def lr_at(step, warmup, peak, floor, decay_start, total):
+    """Warmup-stable-decay: linear warmup, constant peak, then cosine decay to floor over [decay_start, total)."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    p = (step - warmup) / max(1, steps - warmup)
+    if decay_start is None or step < decay_start:
+        return peak
+    p = (step - decay_start) / max(1, total - decay_start)
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * min(1.0, p)))
 
 
@@ -115,7 +118,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(HERE, ".corpus"))
     ap.add_argument("--out", default=os.path.join(HERE, "..", "default"))
-    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--steps", type=int, default=3000,
+                    help="total steps; with --deadline and no --decay-start, the upper bound on them")
+    ap.add_argument("--decay-start", type=int, default=None,
+                    help="step at which the learning rate starts decaying (fixes the schedule: reproducible run)")
+    ap.add_argument("--decay-frac", type=float, default=0.2, help="fraction of the steps spent decaying")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -127,7 +134,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--bench", type=int, default=0, help="time this many steps and exit")
     ap.add_argument("--deadline", type=float, default=0,
-                    help="unix time: stop early (and still export) if training is not done by then")
+                    help="unix time by which training must end: without --decay-start, the decay phase starts when "
+                         "the measured step time says it just fits before the deadline; training also stops there")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -175,17 +183,36 @@ def main():
     log(fh, "command: " + " ".join(["python3"] + [os.path.relpath(sys.argv[0])] + sys.argv[1:]))
     log(fh, f"torch {torch.__version__}, threads {args.threads}, seed {args.seed}")
     log(fh, f"train tokens {len(train)}, val tokens {len(val)}")
-    log(fh, f"parameters {n_params} ({n_params / 1e6:.2f} M), tokens/step {tokens_per_step}, steps {args.steps}, "
-            f"tokens to train {args.steps * tokens_per_step} ({args.steps * tokens_per_step / len(train):.2f} epochs)")
+    log(fh, f"parameters {n_params} ({n_params / 1e6:.2f} M), tokens/step {tokens_per_step}, "
+            f"at most {args.steps} steps = {args.steps * tokens_per_step} tokens "
+            f"({args.steps * tokens_per_step / len(train):.2f} epochs)")
     log(fh, "config " + json.dumps({k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                                          "num_attention_heads", "num_key_value_heads", "vocab_size")}))
 
+    decay_start, total = args.decay_start, args.steps
+    if decay_start is None and not args.deadline:
+        decay_start = int(round(args.steps * (1 - args.decay_frac)))
+    if decay_start is not None:
+        log(fh, f"schedule: decay from step {decay_start}, total steps {total}")
+    ratio = args.decay_frac / (1 - args.decay_frac)
     model.train()
     t_start = time.time()
+    step_times = []
     smooth = None
     step = 0
-    for step in range(args.steps):
-        lr = lr_at(step, args.steps, args.warmup, args.lr, args.min_lr)
+    while step < total:
+        if decay_start is None and step >= args.warmup:
+            # Start decaying once a decay phase of ratio*step steps at the measured pace (+10%) fills the time left,
+            # or when the step bound says so.
+            recent = step_times[-100:]
+            pace = 1.1 * sum(recent) / len(recent)
+            if step >= (1 - args.decay_frac) * args.steps or ratio * step * pace >= args.deadline - time.time():
+                decay_start = step
+                total = min(args.steps, step + int(math.ceil(ratio * step)))
+                log(fh, f"schedule: decay from step {decay_start}, total steps {total} "
+                        f"(reproduce with --steps {total} --decay-start {decay_start})")
+        t_step = time.time()
+        lr = lr_at(step, args.warmup, args.lr, args.min_lr, decay_start, total)
         for g in opt.param_groups:
             g["lr"] = lr
         x = batch(train, args.seq, args.batch, data_gen)
@@ -196,17 +223,20 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         smooth = loss.item() if smooth is None else 0.95 * smooth + 0.05 * loss.item()
+        step_times.append(time.time() - t_step)
         elapsed = time.time() - t_start
-        if step % 20 == 0 or step == args.steps - 1:
+        if step % 20 == 0 or step == total - 1:
             log(fh, f"step {step:5d}  lr {lr:.2e}  train_loss {loss.item():.4f}  smoothed {smooth:.4f}  "
                     f"elapsed {elapsed / 60:.1f} min  {(step + 1) * tokens_per_step / elapsed:.0f} tok/s")
-        if (step + 1) % args.eval_every == 0 and step != args.steps - 1:
+        if (step + 1) % args.eval_every == 0 and step != total - 1:
             v = evaluate(model, val, args.seq, max_windows=64)
             log(fh, f"step {step:5d}  val_loss(64 windows) {v:.4f}  ppl {math.exp(v):.2f}")
-        if args.deadline and time.time() > args.deadline:
-            log(fh, f"deadline reached at step {step}: stopping early")
+        step += 1
+        if args.deadline and time.time() > args.deadline and step < total:
+            log(fh, f"deadline reached after {step} steps: stopping early")
             break
     total_time = time.time() - t_start
+    step -= 1
 
     v = evaluate(model, val, args.seq)
     log(fh, f"final: steps {step + 1}, tokens trained {(step + 1) * tokens_per_step}, time {total_time / 60:.1f} min, "
