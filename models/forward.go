@@ -193,11 +193,13 @@ func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
 			}
 		}
 	}
-	if !r.io.logitsPrealloc {
-		return nil // ONNX Runtime allocates the logits
+	// Logits are [B, maxNew, V], or [B, 1, V] for graphs that return only the last
+	// position; either way ONNX Runtime writes them straight into Go memory.
+	if r.io.logitsLastOnly {
+		s = 1
 	}
 	shape := ort.NewShape(b, s, int64(r.spec.VocabSize))
-	n := rows * maxNew * r.spec.VocabSize
+	n := rows * int(s) * r.spec.VocabSize
 	if r.io.logitsF16 {
 		r.logits16 = growBytes(r.logits16, 2*n)
 		r.outputs[r.io.logits], err = ort.NewCustomDataTensor(shape, r.logits16,
@@ -227,26 +229,12 @@ func (r *Runner) destroyTensors() {
 // collectLogits slices each row's logits out of the pass's output.
 func (r *Runner) collectLogits(b *Batch, maxNew int) (*Output, error) {
 	vocab := r.spec.VocabSize
-	rows := len(b.Seqs)
-	r.rows = grow(r.rows, rows)
-	// all is the logits as [rows, seqOut, vocab] float32; seqOut is maxNew or 1.
-	var all []float32
-	seqOut := maxNew
-	switch {
-	case !r.io.logitsPrealloc:
-		t, ok := r.outputs[r.io.logits].(*ort.Tensor[float32])
-		if !ok {
-			return nil, fmt.Errorf("%w: logits output is not a float32 tensor", ErrRun)
-		}
-		shape := t.GetShape()
-		if len(shape) != 3 || shape[0] != int64(rows) || shape[2] != int64(vocab) || (shape[1] != 1 && shape[1] != int64(maxNew)) {
-			return nil, fmt.Errorf("%w: logits have shape %v, want [%d, 1 or %d, %d]", ErrRun, shape, rows, maxNew, vocab)
-		}
-		seqOut = int(shape[1])
-		r.logitsOut = grow(r.logitsOut, len(t.GetData()))
-		copy(r.logitsOut, t.GetData())
-		all = r.logitsOut
-	case r.io.logitsF16:
+	r.rows = grow(r.rows, len(b.Seqs))
+	seqOut := maxNew // positions per row in the logits output
+	if r.io.logitsLastOnly {
+		seqOut = 1
+	}
+	if r.io.logitsF16 {
 		// Convert only the positions that are returned.
 		need := 0
 		for _, s := range b.Seqs {
@@ -256,29 +244,32 @@ func (r *Runner) collectLogits(b *Batch, maxNew int) (*Output, error) {
 		half := unsafe.Slice((*uint16)(unsafe.Pointer(&r.logits16[0])), len(r.logits16)/2)
 		off := 0
 		for i, s := range b.Seqs {
-			n, first := logitPositions(s), len(s.Tokens)-logitPositions(s)
-			src := half[(i*maxNew+first)*vocab : (i*maxNew+first+n)*vocab]
-			dst := r.logitsOut[off : off+n*vocab : off+n*vocab]
-			for j, h := range src {
+			lo, hi := logitRange(s, i, seqOut, vocab)
+			dst := r.logitsOut[off : off+hi-lo : off+hi-lo]
+			for j, h := range half[lo:hi] {
 				dst[j] = halfToFloat32(h)
 			}
 			r.rows[i] = dst
-			off += n * vocab
+			off += hi - lo
 		}
 		return &Output{Logits: r.rows}, nil
-	default:
-		all = r.logits
 	}
 	for i, s := range b.Seqs {
-		n := logitPositions(s)
-		first := len(s.Tokens) - n
-		if seqOut == 1 {
-			first = 0
-		}
-		lo, hi := (i*seqOut+first)*vocab, (i*seqOut+first+n)*vocab
-		r.rows[i] = all[lo:hi:hi]
+		lo, hi := logitRange(s, i, seqOut, vocab)
+		r.rows[i] = r.logits[lo:hi:hi]
 	}
 	return &Output{Logits: r.rows}, nil
+}
+
+// logitRange returns where row i's returned logits sit in a [rows, seqOut, vocab]
+// output: the last real position, or all of them when AllLogits.
+func logitRange(s SeqInput, i, seqOut, vocab int) (lo, hi int) {
+	n := logitPositions(s)
+	first := len(s.Tokens) - n
+	if seqOut == 1 {
+		first = 0
+	}
+	return (i*seqOut + first) * vocab, (i*seqOut + first + n) * vocab
 }
 
 // logitPositions returns how many positions' logits row s gets back.

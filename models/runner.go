@@ -155,7 +155,7 @@ type Runner struct {
 	empty     []byte    // backing for zero-sized tensors
 	logits    []float32 // [B, S, V] written by ONNX Runtime (float32 logits)
 	logits16  []byte    // [B, S, V] written by ONNX Runtime (float16 logits)
-	logitsOut []float32 // logits converted from float16 or copied from ONNX Runtime
+	logitsOut []float32 // logits converted from float16
 	rows      [][]float32
 	useCache  []bool
 }
@@ -170,7 +170,6 @@ type decoderIO struct {
 	presK, presV      []int
 	logitsF16         bool
 	logitsLastOnly    bool // the graph returns only the last position's logits ([B, 1, V])
-	logitsPrealloc    bool // logits have a known [B, S, V] shape and are preallocated
 }
 
 // OpenRunner loads dir/model.onnx (plus config.json and generation_config.json) into an
@@ -400,10 +399,6 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 		return bad("cannot tell the vocabulary size from the graph or config.json")
 	}
 	io.logitsLastOnly = lg.Dimensions[1] == 1
-	io.logitsPrealloc = !io.logitsLastOnly
-	if io.logitsF16 && !io.logitsPrealloc {
-		return bad("float16 last-position-only logits are not supported")
-	}
 	io.logits = 0
 	io.outNames = append(io.outNames, "logits")
 	for l := 0; l < layers; l++ {

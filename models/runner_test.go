@@ -118,8 +118,14 @@ func decodeAlone(t *testing.T, r *Runner, prompt []int32, steps int) trajectory 
 // the other rows of its batch, whether rows prefill together, decode together, or mix
 // prefill chunks with decode steps.
 func TestBatchInvariance(t *testing.T) {
-	r, cfg, _ := gqaModel(t)
-	V := cfg.VocabSize
+	r, _, _ := gqaModel(t)
+	testBatchInvariance(t, r, logitTolerance)
+}
+
+// testBatchInvariance decodes four sequences alone and then batched in several
+// schedules, and requires every row to match its solo run within tol.
+func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
+	V := r.Spec().VocabSize
 	prompts := [][]int32{
 		randTokens(11, 5, V), randTokens(12, 13, V), randTokens(13, 1, V), randTokens(14, 8, V),
 	}
@@ -141,7 +147,7 @@ func TestBatchInvariance(t *testing.T) {
 			for p := first; p < in.PastLen+len(in.Tokens); p++ {
 				got := out.Logits[row][(p-first)*V : (p-first+1)*V]
 				want := alone[s].logits[p]
-				if e := relErr32(got, want); e > logitTolerance {
+				if e := relErr32(got, want); e > tol {
 					t.Fatalf("%s: seq %d position %d differs from decoding alone by %.2e", name, s, p, e)
 				}
 				// Tokens after the prompt were chosen greedily when decoding alone.
@@ -190,6 +196,83 @@ func TestBatchInvariance(t *testing.T) {
 		}
 		run(t, "decode subset", kv, []int{3}, []int{1}, false)
 	})
+}
+
+// TestFloat16KV runs a model whose keys and values are float16 at its interface: the
+// runner detects the type, decoding through the cache follows the float32 reference
+// (within float16 rounding), and batching does not change any row's result.
+func TestFloat16KV(t *testing.T) {
+	cfg := tinyConfig(64, 2, 4, 2, 96, 150, false)
+	dir := t.TempDir()
+	w := buildModelVariant(t, cfg, 9, dir, modelVariant{float16KV: true})
+	r := openTestRunner(t, dir)
+	if got := r.Spec().KVDType; got != Float16 {
+		t.Fatalf("KVDType = %s, want float16", got)
+	}
+	tr := decodeAlone(t, r, randTokens(21, 6, cfg.VocabSize), 10)
+	ref := newRefModel(t, cfg, w).forward(t, tr.tokens)
+	for p := range tr.logits {
+		if e := relErr(tr.logits[p], ref[p]); e > 1e-2 {
+			t.Fatalf("position %d: float16-cache logits differ from the reference by %.2e", p, e)
+		}
+	}
+	// A prompt prefilled in chunks reads its earlier chunks back from the float16
+	// cache, while a one-pass prefill uses them unrounded, so the schedules differ by
+	// float16 rounding (about 1e-3 here); batching itself adds nothing.
+	testBatchInvariance(t, r, 5e-3)
+}
+
+// TestLogitsVariants runs graphs whose logits are float16, or only for the last
+// position ([batch, 1, vocab], allocated by ONNX Runtime), against the reference.
+func TestLogitsVariants(t *testing.T) {
+	cfg := tinyConfig(32, 2, 4, 2, 64, 90, true)
+	prompts := [][]int32{randTokens(31, 5, cfg.VocabSize), randTokens(32, 5, cfg.VocabSize)}
+	for name, v := range map[string]modelVariant{
+		"float16 logits":     {float16Logits: true},
+		"last logits only":   {lastLogits: true},
+		"float16 everything": {float16KV: true, float16Logits: true, lastLogits: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := buildModelVariant(t, cfg, 4, dir, v)
+			r := openTestRunner(t, dir)
+			ref := newRefModel(t, cfg, w)
+			tol := 1e-2 // float16 rounding
+			if !v.float16KV && !v.float16Logits {
+				tol = logitTolerance
+			}
+			kv := newDenseKV(r.Spec(), 2)
+			seqs := [][]int32{prompts[0], prompts[1]}
+			for step := 0; step < 4; step++ {
+				toks := [][]int32{seqs[0][kv.length(0):], seqs[1][kv.length(1):]}
+				out, err := r.Forward(kv.batch([]int{0, 1}, toks, false), kv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range seqs {
+					want := ref.forward(t, seqs[i])
+					if e := relErr(out.Logits[i], want[len(seqs[i])-1]); e > tol {
+						t.Fatalf("step %d row %d: logits differ from the reference by %.2e", step, i, e)
+					}
+					seqs[i] = append(seqs[i], argmax(out.Logits[i]))
+				}
+			}
+			// Rows of unequal length or all-position logits cannot be served by a
+			// last-position-only graph; with full logits they are fine.
+			for _, b := range []*Batch{
+				{Seqs: []SeqInput{{Tokens: []int32{1, 2}}, {Tokens: []int32{3}}}},
+				{Seqs: []SeqInput{{Tokens: []int32{1, 2}, AllLogits: true}}},
+			} {
+				_, err := r.Forward(b, nil)
+				if v.lastLogits && !errors.Is(err, ErrBatch) {
+					t.Errorf("last-logits model: err = %v, want ErrBatch", err)
+				}
+				if !v.lastLogits && err != nil {
+					t.Errorf("full-logits model: %v", err)
+				}
+			}
+		})
+	}
 }
 
 func TestForwardRejectsBadBatches(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"unsafe"
 )
 
 // testORTLib returns the ONNX Runtime library for tests: $CONVEYOR_ORT_LIB, else
@@ -90,14 +89,15 @@ func openTestRunner(tb testing.TB, dir string) *Runner {
 	return r
 }
 
-// seqKV is one sequence's keys and values in a plain dense layout:
-// k[layer] holds [pos][kvHead][headDim] float32 values.
+// seqKV is one sequence's keys and values in a plain dense layout: k[layer] holds
+// [pos][kvHead][headDim] elements of the model's KV type, as bytes.
 type seqKV struct {
-	k, v [][]float32
+	k, v [][]byte
 }
 
 // denseKV is a simple in-memory KV implementation for tests: one seqKV per sequence,
-// and the mapping of the current batch's rows to sequences.
+// and the mapping of the current batch's rows to sequences. It copies bytes, so it
+// serves float32 and float16 models alike.
 type denseKV struct {
 	spec   Spec
 	seqs   []*seqKV
@@ -109,14 +109,17 @@ type denseKV struct {
 func newDenseKV(spec Spec, numSeqs int) *denseKV {
 	d := &denseKV{spec: spec}
 	for i := 0; i < numSeqs; i++ {
-		d.seqs = append(d.seqs, &seqKV{k: make([][]float32, spec.NumLayers), v: make([][]float32, spec.NumLayers)})
+		d.seqs = append(d.seqs, &seqKV{k: make([][]byte, spec.NumLayers), v: make([][]byte, spec.NumLayers)})
 	}
 	return d
 }
 
+// headBytes is the size of one head's vector at one position.
+func (d *denseKV) headBytes() int { return d.spec.HeadDim * d.spec.KVDType.Size() }
+
 // length returns how many positions sequence i holds.
 func (d *denseKV) length(i int) int {
-	return len(d.seqs[i].k[0]) / (d.spec.NumKVHeads * d.spec.HeadDim)
+	return len(d.seqs[i].k[0]) / (d.spec.NumKVHeads * d.headBytes())
 }
 
 // batch builds the Batch for the given sequences and new tokens, recording the row
@@ -133,35 +136,28 @@ func (d *denseKV) batch(seqs []int, tokens [][]int32, allLogits bool) *Batch {
 	return b
 }
 
-// floatView views a float32 DenseKV's bytes as floats.
-func floatView(kv DenseKV) ([]float32, error) {
-	if kv.DType != Float32 {
-		return nil, fmt.Errorf("test KV supports float32 only, got %s", kv.DType)
+// checkDense verifies a DenseKV's geometry against the batch.
+func (d *denseKV) checkDense(kv DenseKV) error {
+	if kv.DType != d.spec.KVDType || kv.Batch != len(d.rows) || kv.KVHeads != d.spec.NumKVHeads || kv.HeadDim != d.spec.HeadDim {
+		return fmt.Errorf("unexpected dense KV %dx%dx%dx%d %s", kv.Batch, kv.KVHeads, kv.Tokens, kv.HeadDim, kv.DType)
 	}
-	if want := kv.Batch * kv.KVHeads * kv.Tokens * kv.HeadDim * 4; len(kv.Data) != want {
-		return nil, fmt.Errorf("DenseKV has %d bytes, want %d for %+v", len(kv.Data), want, kv)
+	if want := kv.Batch * kv.KVHeads * kv.Tokens * kv.HeadDim * kv.DType.Size(); len(kv.Data) != want {
+		return fmt.Errorf("DenseKV has %d bytes, want %d", len(kv.Data), want)
 	}
-	if len(kv.Data) == 0 {
-		return nil, nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&kv.Data[0])), len(kv.Data)/4), nil
+	return nil
 }
 
 func (d *denseKV) GatherPast(k, v []DenseKV) error {
 	if len(k) != d.spec.NumLayers || len(v) != d.spec.NumLayers {
 		return fmt.Errorf("got %d/%d layers, want %d", len(k), len(v), d.spec.NumLayers)
 	}
-	kvh, hd := d.spec.NumKVHeads, d.spec.HeadDim
+	kvh, hb := d.spec.NumKVHeads, d.headBytes()
 	for l := range k {
 		for kind, dst := range []DenseKV{k[l], v[l]} {
-			if dst.Batch != len(d.rows) || dst.KVHeads != kvh || dst.HeadDim != hd {
-				return fmt.Errorf("unexpected past shape %+v", dst)
-			}
-			out, err := floatView(dst)
-			if err != nil {
+			if err := d.checkDense(dst); err != nil {
 				return err
 			}
-			clear(out)
+			clear(dst.Data)
 			for b, s := range d.rows {
 				src := d.seqs[s].k[l]
 				if kind == 1 {
@@ -169,8 +165,8 @@ func (d *denseKV) GatherPast(k, v []DenseKV) error {
 				}
 				for h := 0; h < kvh; h++ {
 					for p := 0; p < d.past[b]; p++ {
-						o := ((b*kvh+h)*dst.Tokens + p) * hd
-						copy(out[o:o+hd], src[(p*kvh+h)*hd:(p*kvh+h+1)*hd])
+						o := ((b*kvh+h)*dst.Tokens + p) * hb
+						copy(dst.Data[o:o+hb], src[(p*kvh+h)*hb:(p*kvh+h+1)*hb])
 					}
 				}
 			}
@@ -180,11 +176,10 @@ func (d *denseKV) GatherPast(k, v []DenseKV) error {
 }
 
 func (d *denseKV) ScatterNew(k, v []DenseKV, newOffset int) error {
-	kvh, hd := d.spec.NumKVHeads, d.spec.HeadDim
+	kvh, hb := d.spec.NumKVHeads, d.headBytes()
 	for l := range k {
-		for kind, srcKV := range []DenseKV{k[l], v[l]} {
-			in, err := floatView(srcKV)
-			if err != nil {
+		for kind, src := range []DenseKV{k[l], v[l]} {
+			if err := d.checkDense(src); err != nil {
 				return err
 			}
 			for b, s := range d.rows {
@@ -192,19 +187,102 @@ func (d *denseKV) ScatterNew(k, v []DenseKV, newOffset int) error {
 				if kind == 1 {
 					dst = &d.seqs[s].v[l]
 				}
-				if len(*dst) != d.past[b]*kvh*hd {
-					return fmt.Errorf("row %d: sequence holds %d values, want past %d", b, len(*dst), d.past[b])
+				if len(*dst) != d.past[b]*kvh*hb {
+					return fmt.Errorf("row %d: sequence holds %d bytes, want past %d", b, len(*dst), d.past[b])
 				}
 				for j := 0; j < d.counts[b]; j++ {
 					for h := 0; h < kvh; h++ {
-						o := ((b*kvh+h)*srcKV.Tokens + newOffset + j) * hd
-						*dst = append(*dst, in[o:o+hd]...)
+						o := ((b*kvh+h)*src.Tokens + newOffset + j) * hb
+						*dst = append(*dst, src.Data[o:o+hb]...)
 					}
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// modelVariant changes the Llama graph's interface the way other exporters do.
+type modelVariant struct {
+	float16KV     bool // past/present in float16 (cast to and from float32 inside)
+	float16Logits bool // logits in float16
+	lastLogits    bool // logits only for the last position: [batch, 1, vocab]
+}
+
+// buildModelVariant writes the Llama graph for cfg with the interface changes of v.
+func buildModelVariant(tb testing.TB, cfg *Config, seed int64, dir string, v modelVariant) Weights {
+	tb.Helper()
+	w := RandomWeights(cfg, seed)
+	m, err := llamaGraph(cfg, w)
+	if err != nil {
+		tb.Fatalf("llamaGraph: %v", err)
+	}
+	g := m.Graph
+	rename := func(from, to string) {
+		for _, n := range g.Nodes {
+			for i := range n.Inputs {
+				if n.Inputs[i] == from {
+					n.Inputs[i] = to
+				}
+			}
+			for i := range n.Outputs {
+				if n.Outputs[i] == from {
+					n.Outputs[i] = to
+				}
+			}
+		}
+	}
+	node := func(op string, in, out string, attrs ...onnxAttr) *onnxNode {
+		return &onnxNode{Name: op + "_" + out, OpType: op, Inputs: []string{in}, Outputs: []string{out}, Attrs: attrs}
+	}
+	var pre, post []*onnxNode
+	for i, in := range g.Inputs {
+		if _, _, ok := parseKVName(in.Name, "past_key_values."); ok && v.float16KV {
+			g.Inputs[i].ElemType = onnxFloat16
+			rename(in.Name, in.Name+"_f32")
+			pre = append(pre, node("Cast", in.Name, in.Name+"_f32", attrI("to", int64(onnxFloat))))
+		}
+	}
+	for i, out := range g.Outputs {
+		if _, _, ok := parseKVName(out.Name, "present."); ok && v.float16KV {
+			g.Outputs[i].ElemType = onnxFloat16
+			rename(out.Name, out.Name+"_f32")
+			post = append(post, node("Cast", out.Name+"_f32", out.Name, attrI("to", int64(onnxFloat16))))
+		}
+		if out.Name != "logits" {
+			continue
+		}
+		cur := "logits_full"
+		rename("logits", cur)
+		if v.lastLogits {
+			g.Outputs[i].Dims[1] = onnxDim{Value: 1}
+			idx := "logits_last_index"
+			g.Initializers = append(g.Initializers, &onnxTensor{Name: idx, Dims: []int64{1}, DataType: onnxInt64,
+				Raw: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}) // [-1]
+			n := node("Gather", cur, "logits_last", attrI("axis", 1))
+			n.Inputs = append(n.Inputs, idx)
+			post = append(post, n)
+			cur = "logits_last"
+		}
+		if v.float16Logits {
+			g.Outputs[i].ElemType = onnxFloat16
+			post = append(post, node("Cast", cur, "logits_f16", attrI("to", int64(onnxFloat16))))
+			cur = "logits_f16"
+		}
+		post = append(post, node("Identity", cur, "logits"))
+	}
+	g.Nodes = append(append(pre, g.Nodes...), post...)
+	if _, err := writeONNXModel(m, dir, "model.onnx", writeOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return w
 }
 
 // randTokens returns n pseudo-random token ids below vocab.
