@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -32,14 +33,48 @@ var chatEnv = sync.OnceValue(func() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{})
 	filters.Update(builtins.Filters)
 	_ = filters.Replace("tojson", filterToJSON)
+	methods := builtins.Methods
+	methods.Str = strMethods(builtins.Methods.Str)
 	return &exec.Environment{
 		Context:           gonja.DefaultContext,
 		Filters:           filters,
 		Tests:             builtins.Tests,
 		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
+		Methods:           methods,
 	}
 })
+
+// strMethodNames are the Python string methods gonja implements.
+var strMethodNames = strings.Fields(`capitalize capwords casefold center count encode endswith
+	expandtabs find format format_map isalnum isalpha isascii isdecimal isdigit islower isnumeric
+	isprintable isspace istitle isupper join ljust lower lstrip partition removeprefix
+	removesuffix replace rfind rjust rpartition rsplit rstrip split splitlines startswith strip
+	swapcase title upper zfill`)
+
+// strMethods is gonja's set of string methods with replace taking Python's optional count
+// (gonja requires it; templates call s.replace(old, new)).
+func strMethods(base *exec.MethodSet[string]) *exec.MethodSet[string] {
+	m := map[string]exec.Method[string]{}
+	for _, name := range strMethodNames {
+		if fn, ok := base.Get(name); ok {
+			m[name] = fn
+		}
+	}
+	m["replace"] = func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args) < 2 || len(args.Args) > 3 || !args.Args[0].IsString() || !args.Args[1].IsString() {
+			return nil, exec.ErrInvalidCall(errors.New("replace(old, new[, count]) takes strings and an optional integer"))
+		}
+		count := -1
+		if len(args.Args) == 3 {
+			if !args.Args[2].IsInteger() {
+				return nil, exec.ErrInvalidCall(errors.New("replace: count must be an integer"))
+			}
+			count = args.Args[2].Integer()
+		}
+		return strings.Replace(self, args.Args[0].String(), args.Args[1].String(), count), nil
+	}
+	return exec.NewMethodSet(m)
+}
 
 // compileChatTemplate parses src with the options transformers renders chat templates with
 // (trim_blocks and lstrip_blocks on).

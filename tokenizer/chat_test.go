@@ -2,9 +2,12 @@ package tokenizer
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Real-world chat templates. The expected strings were rendered with Python's jinja2 3.1
@@ -96,6 +99,30 @@ func TestChatTemplateFilters(t *testing.T) {
 	want := "  {\"content\": \"é <b>&\", \"role\": \"user\"}\né <b>&|{\n  \"content\": \"é <b>&\",\n  \"role\": \"user\"\n}\n"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestChatTemplateFeatures(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("testdata", "features.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := chatFixture(t, string(src))
+	got, err := tk.ApplyChatTemplate(chatMessages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<s>[26 Jul 2024] Be brief!\n1/2 HI THERE,\n2/2 BYE\nsystem user assistant user True Be"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	// strftime_now formats the current date with Python directives.
+	tk = chatFixture(t, `{{ strftime_now("%Y-%m-%d %b %%") }}`)
+	got, err = tk.ApplyChatTemplate(nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, perr := time.Parse("2006-01-02 Jan %", got); perr != nil {
+		t.Errorf("strftime_now gave %q: %v", got, perr)
 	}
 }
 
