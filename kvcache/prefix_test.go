@@ -1,0 +1,225 @@
+package kvcache
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestLookupPrefix(t *testing.T) {
+	const bs = 4
+	base := seqTokens(1000, 22) // 5 full blocks + 2
+	changed := func(i int) []int32 {
+		c := slices.Clone(base)
+		c[i] = -c[i]
+		return c
+	}
+	tests := []struct {
+		name   string
+		prompt []int32
+		extra  uint64
+		want   int
+	}{
+		{"same prompt", base, 0, 20},
+		{"longer prompt", append(slices.Clone(base), 1, 2, 3, 4, 5), 0, 20},
+		{"ends on a block boundary leaves a token", base[:20], 0, 16},
+		{"one past a boundary", base[:21], 0, 20},
+		{"shorter than a block", base[:3], 0, 0},
+		{"one block plus one", base[:5], 0, 4},
+		{"exactly one block", base[:4], 0, 0},
+		{"single token", base[:1], 0, 0},
+		{"empty", nil, 0, 0},
+		{"differs in block 2", changed(9), 0, 8},
+		{"differs in first token", changed(0), 0, 0},
+		{"differs in last cached token", changed(19), 0, 16},
+		{"differs after the cached blocks", changed(21), 0, 20},
+		{"other extra key", base, 7, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newTestPool(t, 32, bs, true)
+			startSeq(t, p, 1, base, 0)
+			q0 := p.Stats().PrefixQueriesTokens
+			got := p.LookupPrefix(2, tc.prompt, tc.extra)
+			if got != tc.want {
+				t.Fatalf("LookupPrefix = %d, want %d", got, tc.want)
+			}
+			check(t, p)
+			if n := len(p.BlockTable(2)); n != tc.want/bs || p.NumTokens(2) != tc.want || p.NumCommittedTokens(2) != tc.want {
+				t.Errorf("attached %d blocks, %d tokens, %d committed", n, p.NumTokens(2), p.NumCommittedTokens(2))
+			}
+			if !slices.Equal(p.BlockTable(2), p.BlockTable(1)[:tc.want/bs]) {
+				t.Errorf("attached %v, want prefix of %v", p.BlockTable(2), p.BlockTable(1))
+			}
+			st := p.Stats()
+			if st.PrefixQueriesTokens-q0 != int64(len(tc.prompt)) || st.PrefixHitsTokens != int64(tc.want) {
+				t.Errorf("queries %d hits %d", st.PrefixQueriesTokens, st.PrefixHitsTokens)
+			}
+			// The sequence continues normally and its new full blocks are registered too.
+			rest := tc.prompt[got:]
+			if len(rest) > 0 {
+				mustAlloc(t, p, 2, len(rest))
+				if err := p.Commit(2, got, rest, tc.extra); err != nil {
+					t.Fatal(err)
+				}
+				check(t, p)
+				want := (len(tc.prompt) - 1) / bs * bs
+				if len(tc.prompt) == 0 {
+					want = 0
+				}
+				if again := p.LookupPrefix(3, tc.prompt, tc.extra); again != want {
+					t.Errorf("second lookup = %d, want %d", again, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLookupPrefixRevivesFreedBlocks(t *testing.T) {
+	p := newTestPool(t, 8, 4, true)
+	prompt := seqTokens(5, 10)
+	startSeq(t, p, 1, prompt, 3)
+	p.Free(1)
+	if st := p.Stats(); st.CachedBlocks != 2 || st.FreeBlocks != 8 {
+		t.Fatalf("after free: %+v", st)
+	}
+	if got := startSeq(t, p, 2, prompt, 3); got != 8 {
+		t.Fatalf("lookup = %d, want 8", got)
+	}
+	if st := p.Stats(); st.CachedBlocks != 0 || st.UsedBlocks != 3 || st.FreeBlocks != 5 {
+		t.Errorf("after revival: %+v", st)
+	}
+	// A sequence that already holds blocks gets nothing and counts nothing.
+	q := p.Stats().PrefixQueriesTokens
+	if got := p.LookupPrefix(2, prompt, 3); got != 0 || p.Stats().PrefixQueriesTokens != q {
+		t.Errorf("lookup on a non-empty sequence = %d", got)
+	}
+}
+
+func TestSharedPrefixIsCounted(t *testing.T) {
+	p := newTestPool(t, 16, 4, true)
+	prompt := seqTokens(0, 12)
+	startSeq(t, p, 1, prompt, 0)
+	startSeq(t, p, 2, prompt, 0)
+	startSeq(t, p, 3, prompt, 0)
+	t1, t2, t3 := p.BlockTable(1), p.BlockTable(2), p.BlockTable(3)
+	if !slices.Equal(t1[:2], t2[:2]) || !slices.Equal(t1[:2], t3[:2]) || t1[2] == t2[2] || t2[2] == t3[2] {
+		t.Fatalf("tables %v %v %v", t1, t2, t3)
+	}
+	if got := p.Stats().UsedBlocks; got != 5 {
+		t.Errorf("used = %d, want 5", got)
+	}
+	// Sequence 2's last block duplicates sequence 1's: the existing registration is kept.
+	h := p.meta[t1[2]].hash
+	if p.cache[h] != t1[2] || p.meta[t2[2]].regID != 0 {
+		t.Errorf("duplicate block registered: cache %d, seq 2 regID %d", p.cache[h], p.meta[t2[2]].regID)
+	}
+	p.Free(1)
+	check(t, p)
+	if got := p.LookupPrefix(4, append(slices.Clone(prompt), 99), 0); got != 12 {
+		t.Errorf("lookup after freeing the registering sequence = %d, want 12", got)
+	}
+}
+
+func TestPrefixCachingDisabled(t *testing.T) {
+	p := newTestPool(t, 8, 4, false)
+	prompt := seqTokens(0, 10)
+	if got := startSeq(t, p, 1, prompt, 0); got != 0 {
+		t.Fatal(got)
+	}
+	if got := p.LookupPrefix(2, prompt, 0); got != 0 {
+		t.Errorf("lookup hit %d with caching off", got)
+	}
+	p.Free(1)
+	if st := p.Stats(); st.CachedBlocks != 0 || st.PrefixQueriesTokens != 0 || st.FreeBlocks != 8 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestHashCollisionsNeverShareWrongBlocks makes the key depend on the chain depth only, so
+// block i of every prompt collides with block i of every other: lookups must verify content
+// and parents and never return another prompt's blocks.
+func TestHashCollisionsNeverShareWrongBlocks(t *testing.T) {
+	p := newTestPool(t, 32, 4, true)
+	p.hash = func(parent uint64, _ []int32, _ uint64) uint64 { return parent*31 + 1 }
+	x, y, z := seqTokens(0, 4), seqTokens(100, 4), seqTokens(200, 4)
+	xy := slices.Concat(x, y, []int32{7})
+	zy := slices.Concat(z, y, []int32{7})
+	startSeq(t, p, 1, xy, 0)
+	if got := p.LookupPrefix(2, zy, 0); got != 0 {
+		t.Fatalf("prompt zy hit %d tokens of prompt xy", got)
+	}
+	if got := p.LookupPrefix(3, xy, 0); got != 8 || !slices.Equal(p.BlockTable(3), p.BlockTable(1)[:2]) {
+		t.Fatalf("prompt xy hit %d tokens, table %v", got, p.BlockTable(3))
+	}
+	// Register z as a first block: it replaces x under the colliding key. zy's second block
+	// then finds xy's y block, whose content matches but whose K/V were computed after x:
+	// the parent check must reject it.
+	mustAlloc(t, p, 4, 4)
+	if err := p.Commit(4, 0, z, 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+	if got := p.LookupPrefix(5, zy, 0); got != 4 || p.BlockTable(5)[0] != p.BlockTable(4)[0] {
+		t.Fatalf("prompt zy hit %d tokens, table %v (z block %d)", got, p.BlockTable(5), p.BlockTable(4)[0])
+	}
+	if got := p.LookupPrefix(6, xy, 0); got != 0 {
+		t.Fatalf("prompt xy hit %d tokens after its first block was replaced", got)
+	}
+	for s := SeqID(1); s <= 6; s++ {
+		p.Free(s)
+		check(t, p)
+	}
+	if st := p.Stats(); st.FreeBlocks != 32 {
+		t.Errorf("leak: %+v", st)
+	}
+}
+
+// TestStaleChildReplaced evicts a registered first block while a second block registered
+// behind it lives on in another sequence. A new registration of the same first block gets a
+// new identity; the old child must not be attached behind it, and is replaced when the same
+// second block is committed again.
+func TestStaleChildReplaced(t *testing.T) {
+	p := newTestPool(t, 12, 4, true)
+	x, w, y := seqTokens(0, 4), seqTokens(50, 4), seqTokens(100, 4)
+	a := slices.Concat(x, w, []int32{1})
+	b := slices.Concat(x, y, []int32{1})
+	startSeq(t, p, 1, a, 0)
+	// Sequence 2 computes b without a lookup (as if admitted in the same step): its first
+	// block duplicates a's and is not registered; its second is, behind a's first.
+	mustAlloc(t, p, 2, len(b))
+	if err := p.Commit(2, 0, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	a0, b0, b1 := p.BlockTable(1)[0], p.BlockTable(2)[0], p.BlockTable(2)[1]
+	if p.meta[b0].regID != 0 || p.meta[b1].parentReg != p.meta[a0].regID {
+		t.Fatalf("registrations: b0 %+v b1 %+v a0 %+v", p.meta[b0], p.meta[b1], p.meta[a0])
+	}
+	p.Free(1)
+	for p.meta[a0].regID != 0 {
+		mustAlloc(t, p, 9, 4)
+		check(t, p)
+	}
+	if got := p.LookupPrefix(3, b, 0); got != 0 {
+		t.Fatalf("lookup after evicting the first block = %d", got)
+	}
+	p.Free(9)
+	mustAlloc(t, p, 3, 4)
+	if err := p.Commit(3, 0, x, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.LookupPrefix(4, b, 0); got != 4 {
+		t.Fatalf("stale child attached: lookup = %d, want 4", got)
+	}
+	mustAlloc(t, p, 3, 5)
+	if err := p.Commit(3, 4, b[4:], 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+	if p.meta[b1].regID != 0 {
+		t.Error("stale child still registered")
+	}
+	if got := p.LookupPrefix(5, b, 0); got != 8 || !slices.Equal(p.BlockTable(5), p.BlockTable(3)[:2]) {
+		t.Fatalf("lookup = %d, table %v, want sequence 3's %v", got, p.BlockTable(5), p.BlockTable(3))
+	}
+	check(t, p)
+}
