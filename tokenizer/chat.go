@@ -140,6 +140,18 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 	return out, nil
 }
 
+// EncodeChat renders msgs with ApplyChatTemplate and encodes the result. The special tokens
+// of Encode(text, true) are added only when the rendered text does not already start with
+// the BOS token (templates usually write it themselves; the fallback format does not).
+func (t *Tokenizer) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
+	text, err := t.ApplyChatTemplate(msgs, addGenerationPrompt)
+	if err != nil {
+		return nil, err
+	}
+	bos := t.specialText(t.bos)
+	return t.Encode(text, bos == "" || !strings.HasPrefix(text, bos))
+}
+
 // renderSafely executes tpl, turning a panic inside the engine into an error.
 func renderSafely(tpl *exec.Template, ctx *exec.Context) (out string, err error) {
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,10 +136,14 @@ func TestChatTemplateTestTokenizer(t *testing.T) {
 	if want := "<s><|system|>\nBe kind.</s>\n<|user|>\nHi</s>\n<|assistant|>\n"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
-	// The rendered prompt starts with BOS, so it is encoded without adding another.
-	ids, _ := tk.Encode(got, false)
-	if ids[0] != 1 || ids[len(ids)-1] == 2 {
-		t.Errorf("Encode(rendered) = %v", ids)
+	// The rendered prompt starts with BOS, so EncodeChat does not add another.
+	ids, err := tk.EncodeChat([]Message{{Role: "system", Content: "Be kind."}, {Role: "user", Content: "Hi"}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := tk.Encode(got, false)
+	if !slices.Equal(ids, want) || ids[0] != 1 || ids[1] == 1 {
+		t.Errorf("EncodeChat = %v, want %v (one BOS)", ids, want)
 	}
 }
 
@@ -172,6 +177,11 @@ func TestChatFallback(t *testing.T) {
 	got, _ = tk.ApplyChatTemplate(chatMessages[:1], false)
 	if want := "<|system|>\nBe brief.\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+	// The fallback does not write BOS: EncodeChat adds it.
+	ids, err := tk.EncodeChat(chatMessages[:1], false)
+	if err != nil || len(ids) == 0 || ids[0] != 1 || ids[1] == 1 {
+		t.Errorf("EncodeChat(fallback) = %v, %v; want one leading BOS", ids, err)
 	}
 }
 

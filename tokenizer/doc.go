@@ -1,3 +1,125 @@
-// Package tokenizer loads Hugging Face tokenizer.json files, encodes and decodes text,
-// detokenizes incrementally and renders chat templates.
+// Package tokenizer loads a Hugging Face tokenizer (tokenizer.json plus the optional
+// tokenizer_config.json), turns text into token ids and back, detokenizes incrementally for
+// streaming, and renders chat templates.
+//
+// # Design
+//
+// A Tokenizer is built once by Load and is then immutable and safe for concurrent use.
+// Encoding runs the Hugging Face pipeline for one sequence:
+//
+//  1. added tokens (added_tokens in tokenizer.json, for example "<|im_start|>" or "<s>")
+//     are found in the raw text and kept whole, leftmost and longest first, honouring their
+//     lstrip, rstrip and single_word flags;
+//  2. each stretch of text between them goes through the normalizer, the pre-tokenizer
+//     (which cuts it into words and, for byte-level models, rewrites every byte as one
+//     character of GPT-2's byte alphabet) and the BPE model, word by word;
+//  3. with addSpecial, the ids the post-processor puts around a single sequence are added
+//     (usually a leading BOS), as overridden by add_bos_token / add_eos_token in
+//     tokenizer_config.json.
+//
+// The BPE model is github.com/sugarme/tokenizer's: the model object of tokenizer.json is
+// normalised (merges rewritten as "a b" strings, parts sugarme does not know removed),
+// written to bytes and loaded with pretrained.FromReader; the merge ranks are then set from
+// the parsed file. Around it this package adds what sugarme lacks or gets wrong for LLM
+// tokenizers:
+//
+//   - merges written as pairs ([["a", "b"], ...]) as well as strings, including merges of
+//     tokens that contain spaces, which only the pair form can express;
+//   - byte_fallback (characters outside the vocabulary become <0xNN> tokens, as in Llama-2),
+//     unk_token with fuse_unk, ignore_merges (Llama-3), and characters missing from the
+//     vocabulary (on which sugarme panics);
+//   - the pre-tokenizers of current models, implemented here: ByteLevel (GPT-2's regex,
+//     add_prefix_space, use_regex=false as in Llama-3 and Qwen2), Split with the
+//     Oniguruma-style expressions those models ship, look-ahead included (run with
+//     github.com/dlclark/regexp2, since Go's regexp has no look-ahead), Metaspace
+//     (replacement, prepend_scheme always/first/never, split), Digits, Punctuation,
+//     Whitespace, WhitespaceSplit and Sequence;
+//   - normalizers NFC/NFD/NFKC/NFKD, Lowercase, Prepend, Replace (string or regex), Strip
+//     and Sequence, implemented here; BertNormalizer, StripAccents and Precompiled are
+//     delegated to sugarme;
+//   - post-processors TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel and
+//     Sequence, read for the ids they add;
+//   - decoders ByteLevel, Metaspace, ByteFallback, Fuse, Replace("▁" -> " "), Strip(" ")
+//     and Sequence, read into one per-token rule (see Decoding).
+//
+// Only BPE models are supported (not Unigram, WordPiece or WordLevel), without
+// continuing_subword_prefix / end_of_word_suffix; BPE dropout is ignored. Added tokens are
+// matched on the raw text even when marked "normalized". Anything unsupported or malformed
+// is an error wrapping ErrInvalid that names the file and the component, never a panic.
+//
+// # Decoding
+//
+// Every token id maps to a fixed byte string: byte-level tokens through the inverse byte
+// alphabet, SentencePiece tokens with "▁" read as a space and <0xNN> as one byte, added
+// tokens as their content. Decode concatenates the bytes of the ids (leaving out special
+// tokens with skipSpecial), strips the leading space a SentencePiece decoder strips (from
+// the first token that produces text, unless it is an added token), and turns the bytes into
+// text with one U+FFFD per byte that does not start a valid UTF-8 sequence. TokenText is the
+// same for one token without the stripping, for log probabilities.
+//
+// # Incremental detokenization
+//
+// Because decoding is a concatenation of per-token bytes, a Stream does not need to
+// re-decode a window of tokens (the prefix/read offsets of TGI and vLLM): it appends the new
+// token's bytes and returns the longest prefix that ends on a complete character, holding
+// back a trailing incomplete but still valid UTF-8 sequence (the first bytes of an emoji
+// split across byte-level tokens or <0xNN> tokens). Bytes that can never complete a
+// character come out as U+FFFD at once; Flush returns the held bytes as U+FFFD. Since the
+// replacement rule is per byte, the concatenation of everything Add and Flush return is
+// exactly Decode of all the ids, and no piece is ever broken UTF-8 (property- and
+// fuzz-tested).
+//
+// # Chat templates
+//
+// ApplyChatTemplate renders chat_template from tokenizer_config.json (a string, or a list
+// of {name, template} where "default" wins) with github.com/nikolalohinski/gonja/v2, with
+// trim_blocks and lstrip_blocks on as transformers renders. Templates see messages (each
+// {"role", "content"}), add_generation_prompt, bos_token, eos_token, raise_exception(msg)
+// and strftime_now(format). tojson writes JSON as Python's json.dumps does (", " and ": "
+// separators, non-ASCII kept; mapping keys sorted), and str.replace takes Python's optional
+// count. Parse and render errors and raise_exception wrap ErrTemplate with the template's
+// message.
+//
+// A model without a template gets this fallback, one header per message and a final
+// assistant header when a generation prompt is wanted:
+//
+//	<|system|>
+//	You are helpful.
+//	<|user|>
+//	Hello!
+//	<|assistant|>
+//
+// Templates usually write the BOS token themselves, so a rendered prompt is encoded without
+// adding another one; EncodeChat renders and encodes, adding the special tokens only when
+// the rendered text does not already start with the BOS token.
+//
+// # Test tokenizer
+//
+// testdata/tokenizer.json is a byte-level BPE trained in this package with sugarme's BPE
+// trainer on testdata/corpus.txt: 512 tokens, ids 0 "<unk>", 1 "<s>" (BOS, added by Encode
+// with addSpecial), 2 "</s>" (EOS), then the 256 byte tokens and 253 merges.
+// testdata/tokenizer_config.json has a Zephyr-style chat template. Regenerate with
+//
+//	go test ./tokenizer/ -run TestGenerateTestTokenizer -update
+//
+// # Example
+//
+//	tk, err := tokenizer.Load("models/tiny")
+//	if err != nil {
+//		return err
+//	}
+//	ids, err := tk.Encode("Hello, world", true) // BOS first when the model wants it
+//	if err != nil {
+//		return err
+//	}
+//	chat, err := tk.EncodeChat([]tokenizer.Message{{Role: "user", Content: "Hi"}}, true)
+//	if err != nil {
+//		return err // errors.Is(err, tokenizer.ErrTemplate)
+//	}
+//	fmt.Println(len(ids), len(chat))
+//	stream := tk.NewStream(true)
+//	for _, id := range generated {
+//		fmt.Print(stream.Add(id)) // never a broken UTF-8 sequence
+//	}
+//	fmt.Print(stream.Flush())
 package tokenizer
