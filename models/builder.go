@@ -70,7 +70,7 @@ type llamaDims struct {
 //	q is regrouped to [B,kvHeads,group*S,d] so grouped-query attention needs no copy of K/V
 //	x += softmax(q k^T + mask) v @ Wo;  x += down(silu(gate(h)) * up(h)) with gate|up fused
 //
-// The mask bias [B,1,S,T] and the rotary cos/sin [B,S,1,d] are computed once.
+// The mask bias [B,1,group*S,T] and the rotary cos/sin [B,S,1,d] are computed once.
 func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		sign[j], sign[j+D/2] = -1, 1
 	}
 	posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
-	posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)})
+	posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
 	angle := b.op("Mul", []string{posU, b.weight("rope.inv_freq", []int64{D}, invFreq)})
 	cos := b.op("Cos", []string{angle})
 	sinSigned := b.op("Mul", []string{b.op("Sin", []string{angle}), b.weight("rope.sign", []int64{D}, sign)})
@@ -137,6 +137,11 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	maskBool := b.op("Cast", []string{mask}, attrI("to", int64(onnxBool)))
 	visible := b.op("And", []string{causal, b.op("Unsqueeze", []string{maskBool, b.ints(1, 2)})})
 	bias := b.op("Where", []string{visible, b.constFloat32(nil, 0), b.constFloat32(nil, maskBias)})
+	if group > 1 {
+		// Scores are laid out [B,KV,group*S,T] (row g*S+s is query s of the group's
+		// head g), so the bias is repeated group times along the query axis.
+		bias = b.op("Tile", []string{bias, b.ints(1, 1, group, 1)})
+	}
 
 	scale := float32(1 / math.Sqrt(float64(D)))
 	for i := 0; i < d.layers; i++ {
@@ -169,13 +174,7 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		}
 		kT := b.op("Transpose", []string{presentK}, attrIntList("perm", 0, 1, 3, 2))
 		scores := b.op("MatMul", []string{q, kT}) // [B,KV,group*S,T]
-		if group > 1 {
-			scores = b.op("Reshape", []string{scores, b.ints(0, NH, -1, 0)}) // [B,NH,S,T]
-		}
 		probs := b.op("Softmax", []string{b.op("Add", []string{scores, bias})}, attrI("axis", -1))
-		if group > 1 {
-			probs = b.op("Reshape", []string{probs, b.ints(0, KV, -1, 0)})
-		}
 		att := b.op("MatMul", []string{probs, presentV}) // [B,KV,group*S,D]
 		if group > 1 {
 			att = b.op("Reshape", []string{att, b.ints(0, NH, -1, D)})
