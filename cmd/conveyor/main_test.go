@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunMainListsCommands(t *testing.T) {
+	for _, args := range [][]string{nil, {"help"}, {"--help"}} {
+		var out, errOut bytes.Buffer
+		if code := runMain(args, &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, errOut.String())
+		}
+		if !strings.Contains(out.String(), "build-model") {
+			t.Errorf("%v: command list lacks build-model:\n%s", args, out.String())
+		}
+	}
+}
+
+func TestRunMainErrorsAreOneLine(t *testing.T) {
+	register(command{name: "fail-test", summary: "fails", run: func([]string) error {
+		return errors.New("first line\nsecond line")
+	}})
+	register(command{name: "panic-test", summary: "panics", run: func([]string) error { panic("boom") }})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope"}, `conveyor: unknown command "nope"`},
+		{[]string{"fail-test"}, "conveyor: first line second line\n"},
+		{[]string{"panic-test"}, "conveyor: internal error: boom\n"},
+		{[]string{"build-model", "--out", "x"}, "conveyor: build-model: give --from"},
+		{[]string{"build-model", "--random", "--out", "x"}, "conveyor: build-model: --random needs --config"},
+	} {
+		var out, errOut bytes.Buffer
+		code := runMain(tc.args, &out, &errOut)
+		if code != 1 {
+			t.Errorf("%v: exit %d, want 1", tc.args, code)
+		}
+		if !strings.HasPrefix(errOut.String(), tc.want) || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%v: stderr %q, want one line starting %q", tc.args, errOut.String(), tc.want)
+		}
+	}
+}
+
+func TestBuildModelRandom(t *testing.T) {
+	out := t.TempDir()
+	cfg := filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json")
+	var stdout, stderr bytes.Buffer
+	if code := runMain([]string{"build-model", "--random", "--config", cfg, "--out", out, "--seed", "3"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	for _, name := range []string{"model.onnx", "config.json", "tokenizer.json"} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Errorf("%s missing: %v", name, err)
+		}
+	}
+	var errOut bytes.Buffer
+	if code := runMain([]string{"build-model", "--from", t.TempDir(), "--out", out}, &stdout, &errOut); code != 1 || !strings.Contains(errOut.String(), "config.json") {
+		t.Errorf("empty checkpoint dir: exit %d, %q", code, errOut.String())
+	}
+}
