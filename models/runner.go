@@ -119,6 +119,11 @@ type DenseKV struct {
 // KV moves keys and values between the engine's cache and the model's dense tensors,
 // for one pass. The runner owns the memory behind every DenseKV it hands out; it is
 // valid only during the call.
+//
+// This is the seam for a faster data path: a runner that binds the cache's own
+// buffers in place (ONNX Runtime's GroupQueryAttention appends to a bound past
+// buffer) or an attention kernel that reads paged blocks directly can skip the
+// gather and scatter copies without the engine, scheduler or API changing.
 type KV interface {
 	// GatherPast fills k[l], v[l] (Tokens = max PastLen of the batch) with each row's
 	// past, zeroing positions at or beyond the row's PastLen. len(k) == NumLayers.
