@@ -1,7 +1,6 @@
 package models
 
 import (
-	"fmt"
 	"testing"
 )
 
@@ -77,20 +76,4 @@ func toFloat32(xs []float64) []float32 {
 		out[i] = float32(x)
 	}
 	return out
-}
-
-func ExampleRunner_Forward() {
-	r, err := OpenRunner("testdata/model", RunnerOptions{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer r.Close()
-	// Prefill a prompt without a cache and read the last position's logits.
-	out, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1, 15, 27}}}}, nil)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println(len(out.Logits[0]) == r.Spec().VocabSize)
 }
