@@ -112,6 +112,19 @@ func (m *poolModel) applyCOW(cow []CopyOp) {
 	}
 }
 
+// allocate calls Allocate and counts the cached blocks it evicted.
+func (m *poolModel) allocate(seq SeqID, n int) ([]CopyOp, bool) {
+	before := m.p.Stats().CachedBlocks
+	cow, ok := m.p.Allocate(seq, n)
+	if after := m.p.Stats().CachedBlocks; after < before {
+		if !ok {
+			m.fail("failed allocation evicted %d cached blocks", before-after)
+		}
+		m.ops["evicted"] += before - after
+	}
+	return cow, ok
+}
+
 func (m *poolModel) addLive(seq SeqID, r *refSeq) {
 	m.seqs[seq] = r
 	i, _ := slices.BinarySearch(m.live, seq)
@@ -182,7 +195,7 @@ func (m *poolModel) start(c choices) {
 	}
 	m.ops["hit tokens"] += cached
 	canAlloc := m.p.CanAllocate(seq, len(prompt)-cached)
-	cow, ok := m.p.Allocate(seq, len(prompt)-cached)
+	cow, ok := m.allocate(seq, len(prompt)-cached)
 	if ok != canAlloc {
 		m.fail("CanAllocate = %v but Allocate = %v", canAlloc, ok)
 	}
@@ -214,7 +227,7 @@ func (m *poolModel) append(c choices) {
 	n := 1 + c.intn(m.bs+2)
 	before := slices.Clone(m.p.BlockTable(seq))
 	can := m.p.CanAllocate(seq, n)
-	cow, ok := m.p.Allocate(seq, n)
+	cow, ok := m.allocate(seq, n)
 	if ok != can {
 		m.fail("CanAllocate = %v but Allocate = %v", can, ok)
 	}
@@ -271,7 +284,7 @@ func (m *poolModel) pressure(c choices) {
 	seq := m.nextID
 	m.nextID++
 	toks := randomTokens(c, 1+c.intn(6*m.bs))
-	if _, ok := m.p.Allocate(seq, len(toks)); !ok {
+	if _, ok := m.allocate(seq, len(toks)); !ok {
 		return
 	}
 	m.write(seq, 0, toks, 9)
@@ -364,8 +377,8 @@ func TestPoolRandomOps(t *testing.T) {
 			}
 			m.finish()
 			t.Logf("ops %v", m.ops)
-			if tc.cfg.EnablePrefixCaching && m.ops["hit tokens"] == 0 {
-				t.Error("no prefix hits: the test does not exercise the cache")
+			if tc.cfg.EnablePrefixCaching && (m.ops["hit tokens"] == 0 || m.ops["evicted"] == 0) {
+				t.Error("no prefix hits or evictions: the test does not exercise the cache")
 			}
 			if (tc.cfg.BlockSizeTokens > 1 && m.ops["cow"] == 0) || m.ops["start rejected"]+m.ops["append rejected"] == 0 {
 				t.Errorf("copy-on-write or rejection not exercised: %v", m.ops)
