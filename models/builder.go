@@ -150,12 +150,12 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 
 		// Attention block.
 		h := rmsNorm(b, x, b.weight(p+"input_layernorm.weight", []int64{H}, w[p+"input_layernorm.weight"].Data), eps)
-		wqkv := concatTransposed(d.hidden, []projection{
+		wqkv := transposedWeight(b, p+"self_attn.qkv_proj.weight_t", H, (NH+2*KV)*D, []projection{
 			{w[p+"self_attn.q_proj.weight"].Data, scale},
 			{w[p+"self_attn.k_proj.weight"].Data, 1},
 			{w[p+"self_attn.v_proj.weight"].Data, 1},
 		})
-		qkv := b.op("MatMul", []string{h, b.weight(p+"self_attn.qkv_proj.weight_t", []int64{H, (NH + 2*KV) * D}, wqkv)})
+		qkv := b.op("MatMul", []string{h, wqkv})
 		qkv = b.op("Reshape", []string{qkv, b.ints(0, 0, NH+2*KV, D)})
 		qkAndV := b.opN("Split", 2, []string{qkv, b.ints(NH+KV, KV)}, attrI("axis", 2))
 		qk, v := qkAndV[0], qkAndV[1]
@@ -181,29 +181,29 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		}
 		att = b.op("Transpose", []string{att}, toHeads) // [B,S,NH,D]
 		att = b.op("Reshape", []string{att, b.ints(0, 0, NH*D)})
-		wo := concatTransposed(int(NH*D), []projection{{w[p+"self_attn.o_proj.weight"].Data, 1}})
-		att = b.op("MatMul", []string{att, b.weight(p+"self_attn.o_proj.weight_t", []int64{NH * D, H}, wo)})
+		wo := transposedWeight(b, p+"self_attn.o_proj.weight_t", NH*D, H, []projection{{w[p+"self_attn.o_proj.weight"].Data, 1}})
+		att = b.op("MatMul", []string{att, wo})
 		x = b.op("Add", []string{x, att})
 
 		// MLP block.
 		h = rmsNorm(b, x, b.weight(p+"post_attention_layernorm.weight", []int64{H}, w[p+"post_attention_layernorm.weight"].Data), eps)
-		wgu := concatTransposed(d.hidden, []projection{
+		wgu := transposedWeight(b, p+"mlp.gate_up_proj.weight_t", H, 2*I, []projection{
 			{w[p+"mlp.gate_proj.weight"].Data, 1},
 			{w[p+"mlp.up_proj.weight"].Data, 1},
 		})
-		gu := b.op("MatMul", []string{h, b.weight(p+"mlp.gate_up_proj.weight_t", []int64{H, 2 * I}, wgu)})
+		gu := b.op("MatMul", []string{h, wgu})
 		gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", 2))
 		act := b.op("Mul", []string{gateUp[0], b.op("Sigmoid", []string{gateUp[0]})})
 		act = b.op("Mul", []string{act, gateUp[1]})
-		wd := concatTransposed(d.inter, []projection{{w[p+"mlp.down_proj.weight"].Data, 1}})
-		down := b.op("MatMul", []string{act, b.weight(p+"mlp.down_proj.weight_t", []int64{I, H}, wd)})
+		wd := transposedWeight(b, p+"mlp.down_proj.weight_t", I, H, []projection{{w[p+"mlp.down_proj.weight"].Data, 1}})
+		down := b.op("MatMul", []string{act, wd})
 		x = b.op("Add", []string{x, down})
 	}
 	b.prefix = "final_"
 	x = rmsNorm(b, x, b.weight("model.norm.weight", []int64{H}, w["model.norm.weight"].Data), eps)
 	if lm, ok := w["lm_head.weight"]; ok && !cfg.TieWordEmbeddings {
-		lmT := concatTransposed(d.hidden, []projection{{lm.Data, 1}})
-		b.opTo(LogitsName, "MatMul", []string{x, b.weight("lm_head.weight_t", []int64{H, V}, lmT)})
+		lmT := transposedWeight(b, "lm_head.weight_t", H, V, []projection{{lm.Data, 1}})
+		b.opTo(LogitsName, "MatMul", []string{x, lmT})
 	} else {
 		// Tied embeddings: Gemm with transB reads the embedding table as is.
 		outShape := b.op("Concat", []string{b.op("Shape", []string{ids}), b.ints(V)}, attrI("axis", 0))
@@ -233,6 +233,13 @@ func rmsNorm(b *graphBuilder, x, weight string, eps float32) string {
 type projection struct {
 	w     []float32
 	scale float32
+}
+
+// transposedWeight adds the [in, out] initializer name holding the projections
+// transposed side by side (see concatTransposed); it is computed when the model is
+// written, so only one transposed copy is in memory at a time.
+func transposedWeight(b *graphBuilder, name string, in, out int64, ps []projection) string {
+	return b.weightGen(name, []int64{in, out}, func() []float32 { return concatTransposed(int(in), ps) })
 }
 
 // concatTransposed returns the [in, sum(out)] row-major matrix whose columns are the

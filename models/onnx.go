@@ -97,13 +97,16 @@ func attrIntList(name string, v ...int64) onnxAttr {
 	return onnxAttr{Name: name, Type: attrInts, Ints: v}
 }
 
-// onnxTensor is a TensorProto. Exactly one of F32 (float32 values), Raw (already
-// encoded little-endian bytes) holds the data.
+// onnxTensor is a TensorProto. Exactly one of F32 (float32 values), Gen (a function
+// producing the float32 values when the tensor is written, so that derived weights
+// need not all be in memory at once) and Raw (encoded little-endian bytes) holds the
+// data.
 type onnxTensor struct {
 	Name     string
 	Dims     []int64
 	DataType int32
 	F32      []float32
+	Gen      func() []float32
 	Raw      []byte
 
 	// Set by the writer when the data lives in the external data file.
@@ -113,10 +116,33 @@ type onnxTensor struct {
 
 // dataBytes returns the size of t's data in bytes.
 func (t *onnxTensor) dataBytes() int64 {
-	if t.F32 != nil {
+	switch {
+	case t.F32 != nil:
 		return 4 * int64(len(t.F32))
+	case t.Gen != nil:
+		n := int64(4)
+		for _, d := range t.Dims {
+			n *= d
+		}
+		return n
 	}
 	return int64(len(t.Raw))
+}
+
+// writeData writes t's data as little-endian bytes.
+func (t *onnxTensor) writeData(w io.Writer) error {
+	switch {
+	case t.F32 != nil:
+		return writeFloat32s(w, t.F32)
+	case t.Gen != nil:
+		vs := t.Gen()
+		if int64(4*len(vs)) != t.dataBytes() {
+			return fmt.Errorf("tensor %s: generated %d values for shape %v", t.Name, len(vs), t.Dims)
+		}
+		return writeFloat32s(w, vs)
+	}
+	_, err := w.Write(t.Raw)
+	return err
 }
 
 // onnxDim is one dimension of a ValueInfo shape: a fixed size or a symbolic name.
@@ -140,10 +166,10 @@ type pbEncoder struct {
 	size  int64 // bytes in parts (not counting buf)
 }
 
-// pbPart is a run of encoded bytes or a float32 array written as little-endian bytes.
+// pbPart is a run of encoded bytes or a tensor's data, written when the message is.
 type pbPart struct {
-	b   []byte
-	f32 []float32
+	b []byte
+	t *onnxTensor
 }
 
 func (e *pbEncoder) flush() {
@@ -197,14 +223,15 @@ func (e *pbEncoder) packedFloat32(field protowire.Number, vs []float32) {
 	e.bytes(field, p)
 }
 
-// floatsRef writes a bytes field whose content is vs as little-endian float32,
-// keeping a reference to vs instead of copying it.
-func (e *pbEncoder) floatsRef(field protowire.Number, vs []float32) {
+// tensorData writes a bytes field holding t's data, keeping a reference to t instead
+// of encoding the data now.
+func (e *pbEncoder) tensorData(field protowire.Number, t *onnxTensor) {
+	n := t.dataBytes()
 	e.buf = protowire.AppendTag(e.buf, field, protowire.BytesType)
-	e.buf = protowire.AppendVarint(e.buf, uint64(4*len(vs)))
+	e.buf = protowire.AppendVarint(e.buf, uint64(n))
 	e.flush()
-	e.parts = append(e.parts, pbPart{f32: vs})
-	e.size += 4 * int64(len(vs))
+	e.parts = append(e.parts, pbPart{t: t})
+	e.size += n
 }
 
 // message splices the nested message m in as field.
@@ -221,8 +248,8 @@ func (e *pbEncoder) message(field protowire.Number, m *pbEncoder) {
 func (e *pbEncoder) writeTo(w io.Writer) error {
 	e.flush()
 	for _, p := range e.parts {
-		if p.f32 != nil {
-			if err := writeFloat32s(w, p.f32); err != nil {
+		if p.t != nil {
+			if err := p.t.writeData(w); err != nil {
 				return err
 			}
 			continue
@@ -361,11 +388,7 @@ func encodeTensor(t *onnxTensor, dataFile string) *pbEncoder {
 		e.int64(14, 1) // data_location = EXTERNAL
 		return e
 	}
-	if t.F32 != nil {
-		e.floatsRef(9, t.F32)
-	} else {
-		e.bytes(9, t.Raw)
-	}
+	e.tensorData(9, t)
 	return e
 }
 
@@ -471,13 +494,7 @@ func writeExternalData(path string, ts []*onnxTensor) error {
 					return err
 				}
 			}
-			var err error
-			if t.F32 != nil {
-				err = writeFloat32s(w, t.F32)
-			} else {
-				_, err = w.Write(t.Raw)
-			}
-			if err != nil {
+			if err := t.writeData(w); err != nil {
 				return err
 			}
 			off = t.extOffsetBytes + t.dataBytes()

@@ -63,6 +63,13 @@ func (b *graphBuilder) weight(name string, dims []int64, data []float32) string 
 	return name
 }
 
+// weightGen adds a float32 initializer whose values gen produces when the model is
+// written.
+func (b *graphBuilder) weightGen(name string, dims []int64, gen func() []float32) string {
+	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: name, Dims: dims, DataType: onnxFloat, Gen: gen})
+	return name
+}
+
 // constInt64 returns an int64 initializer holding vals with shape dims (nil dims =
 // scalar), shared between callers that ask for the same value.
 func (b *graphBuilder) constInt64(dims []int64, vals ...int64) string {
