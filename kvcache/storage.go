@@ -267,11 +267,13 @@ func (s *Storage) gatherRow(l, b int) {
 	table := j.tables[b]
 	rowBytes := maxPast * s.tokBytes // one head of one row in the dense buffer
 	lo := b * s.cfg.KVHeads * rowBytes
-	gatherHeads(j.k[l][lo:lo+s.cfg.KVHeads*rowBytes], s.k[l], table, past, rowBytes, s)
-	gatherHeads(j.v[l][lo:lo+s.cfg.KVHeads*rowBytes], s.v[l], table, past, rowBytes, s)
+	s.gatherHeads(j.k[l][lo:lo+s.cfg.KVHeads*rowBytes], s.k[l], table, past, rowBytes)
+	s.gatherHeads(j.v[l][lo:lo+s.cfg.KVHeads*rowBytes], s.v[l], table, past, rowBytes)
 }
 
-func gatherHeads(dst, arena []byte, table []BlockID, past, rowBytes int, s *Storage) {
+// gatherHeads copies positions [0, past) of every head from arena into dst, one head after
+// another rowBytes apart, and zeroes the rest of each head's row.
+func (s *Storage) gatherHeads(dst, arena []byte, table []BlockID, past, rowBytes int) {
 	pastBytes := past * s.tokBytes
 	for h := range s.cfg.KVHeads {
 		d := dst[h*rowBytes : (h+1)*rowBytes]
@@ -295,11 +297,13 @@ func (s *Storage) scatterRow(l, b int) {
 	}
 	rowBytes := j.tokens * s.tokBytes
 	lo := b*s.cfg.KVHeads*rowBytes + j.srcOffset*s.tokBytes
-	scatterHeads(s.k[l], j.k[l], lo, rowBytes, j.tables[b], j.startPos[b], n, s)
-	scatterHeads(s.v[l], j.v[l], lo, rowBytes, j.tables[b], j.startPos[b], n, s)
+	s.scatterHeads(s.k[l], j.k[l], lo, rowBytes, j.tables[b], j.startPos[b], n)
+	s.scatterHeads(s.v[l], j.v[l], lo, rowBytes, j.tables[b], j.startPos[b], n)
 }
 
-func scatterHeads(arena, src []byte, lo, rowBytes int, table []BlockID, start, n int, s *Storage) {
+// scatterHeads copies n tokens of every head from src (head h's first token at lo+h*rowBytes)
+// into arena at positions [start, start+n) of table, splitting at block boundaries.
+func (s *Storage) scatterHeads(arena, src []byte, lo, rowBytes int, table []BlockID, start, n int) {
 	bs := s.cfg.BlockSizeTokens
 	for h := range s.cfg.KVHeads {
 		sp := lo + h*rowBytes
