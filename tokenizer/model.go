@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/sugarme/tokenizer/model/bpe"
@@ -36,7 +39,16 @@ type bpeModel struct {
 	fuseUnk      bool
 	ignoreMerges bool
 	byteIDs      [256]int // ids of the <0xNN> tokens, -1 when missing
+
+	cache      sync.Map     // word -> []int32, for words up to maxCachedWordBytes
+	cacheWords atomic.Int64 // entries in cache, at most maxCachedWords
 }
+
+// The word cache: frequent words skip the merge loop. It stops growing when full.
+const (
+	maxCachedWords     = 1 << 16
+	maxCachedWordBytes = 64
+)
 
 // parseMerges accepts both forms of "merges": "a b" strings and ["a", "b"] pairs.
 func parseMerges(raw []json.RawMessage) ([][2]string, error) {
@@ -158,6 +170,21 @@ func (m *bpeModel) tokenize(word string, out []int32) ([]int32, error) {
 	if word == "" {
 		return out, nil
 	}
+	if ids, ok := m.cache.Load(word); ok {
+		return append(out, ids.([]int32)...), nil
+	}
+	start := len(out)
+	out, err := m.tokenizeWord(word, out)
+	if err == nil && len(word) <= maxCachedWordBytes && m.cacheWords.Load() < maxCachedWords {
+		if _, loaded := m.cache.LoadOrStore(word, slices.Clone(out[start:])); !loaded {
+			m.cacheWords.Add(1)
+		}
+	}
+	return out, err
+}
+
+// tokenizeWord is tokenize without the cache.
+func (m *bpeModel) tokenizeWord(word string, out []int32) ([]int32, error) {
 	if m.ignoreMerges {
 		if id, ok := m.vocab[word]; ok {
 			return append(out, int32(id)), nil

@@ -73,10 +73,7 @@ func buildPreTokenizer(raw json.RawMessage) (pt preTokenizer, byteLevel bool, er
 				}
 				pieces := []string{w}
 				if useRegex {
-					var err error
-					if pieces, err = regexSplit(gpt2Regexp, w, splitIsolated, false); err != nil {
-						return nil, err
-					}
+					pieces = scanSplit(scanGPT2, w)
 				}
 				for _, piece := range pieces {
 					out = append(out, byteLevelEncode(piece))
@@ -100,6 +97,11 @@ func buildPreTokenizer(raw json.RawMessage) (pt preTokenizer, byteLevel bool, er
 		b, err := parseBehavior(p.Behavior)
 		if err != nil {
 			return nil, false, fmt.Errorf("pre_tokenizer Split: %v", err)
+		}
+		if p.Pattern.Regex != nil && b == splitIsolated && !p.Invert {
+			if sc := scannerFor(*p.Pattern.Regex); sc != nil {
+				return eachWord(func(w string) ([]string, error) { return scanSplit(sc, w), nil }), false, nil
+			}
 		}
 		return eachWord(func(w string) ([]string, error) { return regexSplit(re, w, b, p.Invert) }), false, nil
 	case "Metaspace":
