@@ -251,12 +251,19 @@ func concatTransposed(in int, ps []projection) []float32 {
 	}
 	dst := make([]float32, in*total)
 	col := 0
+	const tile = 32 // transpose in tiles so that reads and writes both stay in cache
 	for _, p := range ps {
 		out := len(p.w) / in
-		for o := 0; o < out; o++ {
-			row := p.w[o*in : (o+1)*in]
-			for r, v := range row {
-				dst[r*total+col+o] = v * p.scale
+		for o0 := 0; o0 < out; o0 += tile {
+			o1 := min(o0+tile, out)
+			for r0 := 0; r0 < in; r0 += tile {
+				r1 := min(r0+tile, in)
+				for o := o0; o < o1; o++ {
+					row := p.w[o*in : o*in+r1]
+					for r := r0; r < r1; r++ {
+						dst[r*total+col+o] = row[r] * p.scale
+					}
+				}
 			}
 		}
 		col += out

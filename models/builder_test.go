@@ -434,3 +434,20 @@ func TestBuildFromHFAndRandomDirs(t *testing.T) {
 		t.Error("missing config: no error")
 	}
 }
+
+// BenchmarkBuildRandomModel times BuildLlamaONNX plus RandomWeights for a ~30M-parameter
+// model (hidden 512, 8 layers, 8 heads, 4 KV heads, intermediate 1536, vocab 8192).
+func BenchmarkBuildRandomModel(b *testing.B) {
+	bos := int32(1)
+	cfg := &Config{ModelType: "llama", VocabSize: 8192, HiddenSize: 512, IntermediateSize: 1536,
+		NumHiddenLayers: 8, NumAttentionHeads: 8, NumKeyValueHeads: 4, RMSNormEps: 1e-5,
+		MaxPositionEmbeddings: 2048, TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: TokenIDs{2}}
+	dir := b.TempDir()
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if err := BuildLlamaONNX(cfg, RandomWeights(cfg, int64(i)), dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cfg.NumParams())/1e6, "Mparams")
+}
