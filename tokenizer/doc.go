@@ -28,10 +28,11 @@
 //   - byte_fallback (characters outside the vocabulary become <0xNN> tokens, as in Llama-2),
 //     unk_token with fuse_unk, ignore_merges (Llama-3), and characters missing from the
 //     vocabulary (on which sugarme panics);
-//   - the pre-tokenizers of current models, implemented here: ByteLevel (GPT-2's regex,
-//     add_prefix_space, use_regex=false as in Llama-3 and Qwen2), Split with the
-//     Oniguruma-style expressions those models ship, look-ahead included (run with
-//     github.com/dlclark/regexp2, since Go's regexp has no look-ahead), Metaspace
+//   - the pre-tokenizers of current models, implemented here: ByteLevel (GPT-2's split
+//     expression, add_prefix_space, use_regex=false as in Llama-3 and Qwen2), Split with the
+//     Oniguruma-style expressions those models ship, look-ahead included (the GPT-2, Llama-3
+//     and Qwen2 expressions by hand-written scanners checked against the expressions, any
+//     other with github.com/dlclark/regexp2, since Go's regexp has no look-ahead), Metaspace
 //     (replacement, prepend_scheme always/first/never, split), Digits, Punctuation,
 //     Whitespace, WhitespaceSplit and Sequence;
 //   - normalizers NFC/NFD/NFKC/NFKD, Lowercase, Prepend, Replace (string or regex), Strip

@@ -8,10 +8,9 @@ import (
 	"github.com/dlclark/regexp2"
 )
 
-// gpt2Pattern is the word-splitting expression of GPT-2's byte-level pre-tokenizer.
+// gpt2Pattern is the word-splitting expression of GPT-2's byte-level pre-tokenizer (run by
+// the scanGPT2 scanner).
 const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
-
-var gpt2Regexp = regexp2.MustCompile(gpt2Pattern, regexp2.None)
 
 // preTokenizer splits a stretch of normalized text into words; the model then tokenizes each
 // word on its own. first reports whether the stretch starts the input (Metaspace's
@@ -147,7 +146,7 @@ func buildPreTokenizer(raw json.RawMessage) (pt preTokenizer, byteLevel bool, er
 		return eachWord(func(w string) ([]string, error) { return strings.Fields(w), nil }), false, nil
 	case "Whitespace":
 		re := regexp2.MustCompile(`\w+|[^\w\s]+`, regexp2.None)
-		return eachWord(func(w string) ([]string, error) { return regexSplit(re, w, splitIsolated, true) }), false, nil
+		return eachWord(func(w string) ([]string, error) { return regexSplit(re, w, splitRemoved, true) }), false, nil
 	case "Digits":
 		var p struct {
 			Individual bool `json:"individual_digits"`
@@ -278,47 +277,49 @@ func regexSplit(re *regexp2.Regexp, w string, behavior splitBehavior, invert boo
 		}
 	}
 	var out []string
-	text := func(s span) string { return string(runes[s.start:s.end]) }
+	text := func(sp span) string { return string(runes[sp.start:sp.end]) }
 	switch behavior {
 	case splitRemoved:
-		for _, s := range spans {
-			if !s.match {
-				out = append(out, text(s))
+		for _, sp := range spans {
+			if !sp.match {
+				out = append(out, text(sp))
 			}
 		}
 	case splitIsolated:
-		for _, s := range spans {
-			out = append(out, text(s))
+		for _, sp := range spans {
+			out = append(out, text(sp))
 		}
 	case splitContiguous:
 		for i := 0; i < len(spans); i++ {
-			s := spans[i]
-			for s.match && i+1 < len(spans) && spans[i+1].match {
+			sp := spans[i]
+			for sp.match && i+1 < len(spans) && spans[i+1].match {
 				i++
-				s.end = spans[i].end
+				sp.end = spans[i].end
 			}
-			out = append(out, text(s))
+			out = append(out, text(sp))
 		}
 	case splitMergedWithPrevious:
-		for _, s := range spans {
-			if s.match && len(out) > 0 {
-				out[len(out)-1] += text(s)
-			} else {
-				out = append(out, text(s))
-			}
-		}
-	case splitMergedWithNext:
-		pending := ""
-		for _, s := range spans {
-			if s.match {
-				pending += text(s)
+		// A match joins the piece before it when that piece is text not yet merged.
+		canMerge := false
+		for _, sp := range spans {
+			if sp.match && canMerge {
+				out[len(out)-1] += text(sp)
+				canMerge = false
 				continue
 			}
-			out = append(out, pending+text(s))
-			pending = ""
+			out = append(out, text(sp))
+			canMerge = !sp.match
 		}
-		if pending != "" {
-			out = append(out, pending)
+	case splitMergedWithNext:
+		// A match joins the piece after it when that piece is text.
+		for i := 0; i < len(spans); i++ {
+			sp := spans[i]
+			if sp.match && i+1 < len(spans) && !spans[i+1].match {
+				out = append(out, text(sp)+text(spans[i+1]))
+				i++
+				continue
+			}
+			out = append(out, text(sp))
 		}
 	}
 	return out, nil

@@ -48,3 +48,42 @@ func TestScannersMatchRegexp(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitBehaviors uses the examples of the Hugging Face documentation of
+// SplitDelimiterBehavior, and the other simple pre-tokenizers.
+func TestSplitBehaviors(t *testing.T) {
+	cases := []struct {
+		json string
+		in   string
+		want []string
+	}{
+		{`{"type": "Split", "pattern": {"String": "-"}, "behavior": "Removed"}`, "the-final--countdown", []string{"the", "final", "countdown"}},
+		{`{"type": "Split", "pattern": {"String": "-"}, "behavior": "Isolated"}`, "the-final--countdown", []string{"the", "-", "final", "-", "-", "countdown"}},
+		{`{"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithPrevious"}`, "the-final--countdown", []string{"the-", "final-", "-", "countdown"}},
+		{`{"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithNext"}`, "the-final--countdown", []string{"the", "-final", "-", "-countdown"}},
+		{`{"type": "Split", "pattern": {"String": "-"}, "behavior": "Contiguous"}`, "the-final--countdown", []string{"the", "-", "final", "--", "countdown"}},
+		{`{"type": "Split", "pattern": {"Regex": "[a-z]+"}, "behavior": "Removed", "invert": true}`, "ab12cd", []string{"ab", "cd"}},
+		{`{"type": "Split", "pattern": {"String": "."}, "behavior": "Isolated"}`, "a.b", []string{"a", ".", "b"}},
+		{`{"type": "Whitespace"}`, "Hey friend!  How", []string{"Hey", "friend", "!", "How"}},
+		{`{"type": "WhitespaceSplit"}`, "Hey friend!  How", []string{"Hey", "friend!", "How"}},
+		{`{"type": "Digits", "individual_digits": true}`, "a123", []string{"a", "1", "2", "3"}},
+		{`{"type": "Digits", "individual_digits": false}`, "a123b", []string{"a", "123", "b"}},
+		{`{"type": "Punctuation", "behavior": "Isolated"}`, "Hi, you!", []string{"Hi", ",", " you", "!"}},
+		{`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`, "Hey  you", []string{"▁Hey", "▁", "▁you"}},
+		{`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": false}`, "Hey you", []string{"Hey▁you"}},
+		{`{"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Digits", "individual_digits": true}]}`, "x1 y22", []string{"x", "1", "y", "2", "2"}},
+	}
+	for _, c := range cases {
+		pt, _, err := buildPreTokenizer([]byte(c.json))
+		if err != nil {
+			t.Fatalf("%s: %v", c.json, err)
+		}
+		got, err := pt([]string{c.in}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s on %q: got %q, want %q", c.json, c.in, got, c.want)
+		}
+	}
+}
