@@ -144,3 +144,95 @@ func TestONNXWriterEncoding(t *testing.T) {
 		t.Error("raw_data of the weight not found in the graph")
 	}
 }
+
+// protoFields returns the contents of every length-delimited field number field in b.
+func protoFields(t testing.TB, b []byte, field protowire.Number) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			t.Fatal("malformed protobuf tag")
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			t.Fatal("malformed protobuf field")
+		}
+		if typ == protowire.BytesType && num == field {
+			v, _ := protowire.ConsumeBytes(b)
+			out = append(out, v)
+		}
+		b = b[m:]
+	}
+	return out
+}
+
+// onnxOpCounts reads a model file and counts its graph's nodes by op type.
+func onnxOpCounts(t testing.TB, path string) (map[string]int, int) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	graphs := protoFields(t, raw, 7)
+	if len(graphs) != 1 {
+		t.Fatalf("%s holds %d graphs", path, len(graphs))
+	}
+	counts := map[string]int{}
+	nodes := protoFields(t, graphs[0], 1)
+	for _, n := range nodes {
+		op := protoFields(t, n, 4)
+		if len(op) != 1 {
+			t.Fatal("node without op_type")
+		}
+		counts[string(op[0])]++
+	}
+	return counts, len(nodes)
+}
+
+// TestLlamaGraphFusesInORT checks that ONNX Runtime's optimizer recognises the graph's
+// patterns: every RMSNorm becomes one SimplifiedLayerNormalization, SiLU one kernel,
+// and the key transpose folds into the attention MatMul. Losing a fusion costs speed
+// without changing any result, so only this test notices.
+func TestLlamaGraphFusesInORT(t *testing.T) {
+	cfg := tinyTestConfig()
+	dir := t.TempDir()
+	if err := BuildLlamaONNX(cfg, RandomWeights(cfg, 1), dir); err != nil {
+		t.Fatal(err)
+	}
+	builderTestInitORT(t)
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer so.Destroy()
+	opt := filepath.Join(dir, "optimized.onnx")
+	if err := so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll); err != nil {
+		t.Fatal(err)
+	}
+	if err := so.SetOptimizedModelFilePath(opt); err != nil {
+		t.Fatal(err)
+	}
+	ins, outs := llamaSessionIO(cfg.NumHiddenLayers)
+	s, err := ort.NewDynamicAdvancedSession(filepath.Join(dir, "model.onnx"), ins, outs, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Destroy()
+	counts, total := onnxOpCounts(t, opt)
+	L := cfg.NumHiddenLayers
+	if got := counts["SimplifiedLayerNormalization"]; got != 2*L+1 || counts["Pow"] != 0 {
+		t.Errorf("RMSNorm not fused: %d SimplifiedLayerNormalization, %d Pow (ops %v)", got, counts["Pow"], counts)
+	}
+	if counts["Sigmoid"] != 0 {
+		t.Errorf("SiLU not fused: %v", counts)
+	}
+	if counts["FusedMatMul"] != L {
+		t.Errorf("key transpose not folded into the score MatMul: %v", counts)
+	}
+	// About 34 nodes per layer plus ~24 shared ones (embedding, mask, rotary, head).
+	if limit := 36*L + 30; total > limit {
+		t.Errorf("%d nodes after optimisation, want at most %d: %v", total, limit, counts)
+	}
+}
