@@ -15,7 +15,9 @@ import json
 import os
 import sys
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see train.py
+
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bpe import Tokenizer  # noqa: E402

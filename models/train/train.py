@@ -22,9 +22,13 @@ import random
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+# On a shared machine, OpenMP threads that spin while waiting for each other slow training down by an order of
+# magnitude (measured here: 2.8 s/step passive vs 21 s/step active, under load). Must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama import LlamaForCausalLM, hf_state_dict, save_safetensors  # noqa: E402
