@@ -45,19 +45,16 @@ func ResolveORTLib(flagValue string) string {
 
 // InitORT loads the ONNX Runtime shared library and creates the process-wide ONNX
 // Runtime environment. libPath follows ResolveORTLib ("" = environment or default).
-// It is idempotent: later calls that resolve to the same library return nil. Asking
-// for a different library once one is loaded is an error, since a process can hold
-// only one ONNX Runtime environment. Every failure wraps ErrORT and is one line that
-// says how to get the library.
+// It is idempotent: once a library is loaded, calls with "" or the same library
+// return nil. Asking for a different library afterwards is an error, since a process
+// holds only one ONNX Runtime environment. Every failure wraps ErrORT and is one line
+// that says how to get the library.
 func InitORT(libPath string) error {
 	path := ResolveORTLib(libPath)
 	ortState.mu.Lock()
 	defer ortState.mu.Unlock()
-	if ortState.path != "" {
-		if sameFile(ortState.path, path) {
-			return nil
-		}
-		return fmt.Errorf("%w: already initialised from %s, cannot also load %s", ErrORT, ortState.path, path)
+	if ortState.path != "" && (libPath == "" || sameFile(ortState.path, path)) {
+		return nil
 	}
 	st, err := os.Stat(path)
 	if err != nil {
@@ -65,6 +62,9 @@ func InitORT(libPath string) error {
 	}
 	if st.IsDir() {
 		return fmt.Errorf("%w: %s is a directory, not the library (run `make ort`, or pass --ort-lib / set %s)", ErrORT, path, ORTLibEnv)
+	}
+	if ortState.path != "" {
+		return fmt.Errorf("%w: already initialised from %s, cannot also load %s", ErrORT, ortState.path, path)
 	}
 	ort.SetSharedLibraryPath(path)
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {

@@ -455,3 +455,28 @@ func TestORTLibraryChild(t *testing.T) {
 	}
 	t.Logf("ORT-ERROR: %v", err)
 }
+
+// TestInitORTIdempotent checks InitORT once a library is loaded in this process.
+func TestInitORTIdempotent(t *testing.T) {
+	lib := testORTLib(t)
+	for _, p := range []string{lib, lib, ""} {
+		if err := InitORT(p); err != nil {
+			t.Fatalf("InitORT(%q): %v", p, err)
+		}
+	}
+	if ORTVersion() == "" {
+		t.Error("ORTVersion is empty after InitORT")
+	}
+	other := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
+	if err := os.WriteFile(other, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(t.TempDir(), "missing.so"): "make ort",
+		other:                                    "already initialised",
+	} {
+		if err := InitORT(path); !errors.Is(err, ErrORT) || !strings.Contains(err.Error(), want) {
+			t.Errorf("InitORT(%s): err = %v, want ErrORT mentioning %q", path, err, want)
+		}
+	}
+}

@@ -67,32 +67,34 @@ func runGenerate(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	return generate(ctx, o, os.Stdout, os.Stderr)
+	_, err := generate(ctx, o, os.Stdout, os.Stderr)
+	return err
 }
 
 // generate runs the prompt and the continuation through the runner one sequence at a
-// time, streaming text to out and a summary line to info.
-func generate(ctx context.Context, o generateOptions, out, info io.Writer) error {
+// time, streaming text to out and a summary line to info. It returns the generated
+// token ids (an eos token included).
+func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
 	tok, err := tokenizer.Load(o.modelDir)
 	if err != nil {
-		return fmt.Errorf("generate: %w", err)
+		return nil, fmt.Errorf("generate: %w", err)
 	}
 	r, err := models.OpenRunner(o.modelDir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
 	if err != nil {
-		return fmt.Errorf("generate: %w", err)
+		return nil, fmt.Errorf("generate: %w", err)
 	}
 	defer r.Close()
 	spec := r.Spec()
 
 	ids, err := tok.Encode(o.prompt, true)
 	if err != nil {
-		return fmt.Errorf("generate: encode prompt: %w", err)
+		return nil, fmt.Errorf("generate: encode prompt: %w", err)
 	}
 	if len(ids) == 0 {
-		return errors.New("generate: the prompt encodes to no tokens (give --prompt text)")
+		return nil, errors.New("generate: the prompt encodes to no tokens (give --prompt text)")
 	}
 	if len(ids) >= spec.MaxPositions {
-		return fmt.Errorf("generate: the prompt has %d tokens; the model's context is %d", len(ids), spec.MaxPositions)
+		return nil, fmt.Errorf("generate: the prompt has %d tokens; the model's context is %d", len(ids), spec.MaxPositions)
 	}
 	eos := map[int32]bool{}
 	for _, id := range append(spec.EOSTokenIDs, tok.EOS()...) {
@@ -105,42 +107,42 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) error
 
 	start := time.Now()
 	var firstToken time.Duration
-	generated := 0
+	var generated []int32
 	next := ids
-	for generated < o.maxTokens && kv.pastLen+len(next) <= spec.MaxPositions {
+	for len(generated) < o.maxTokens && kv.pastLen+len(next) <= spec.MaxPositions {
 		if err := ctx.Err(); err != nil {
 			break
 		}
 		kv.newTokens = len(next)
 		res, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: next, PastLen: kv.pastLen}}}, kv)
 		if err != nil {
-			return fmt.Errorf("generate: %w", err)
+			return nil, fmt.Errorf("generate: %w", err)
 		}
 		kv.pastLen += len(next)
 		id := sample(res.Logits[0], o.temperature, rng, probs)
-		if generated == 0 {
+		if len(generated) == 0 {
 			firstToken = time.Since(start)
 		}
-		generated++
+		generated = append(generated, id)
 		if eos[id] {
 			break
 		}
 		if _, err := io.WriteString(out, stream.Add(id)); err != nil {
-			return err
+			return nil, err
 		}
 		next = []int32{id}
 	}
 	if _, err := fmt.Fprintln(out, stream.Flush()); err != nil {
-		return err
+		return nil, err
 	}
 	elapsed := time.Since(start)
 	decodeRate := 0.0
-	if generated > 1 {
-		decodeRate = float64(generated-1) / (elapsed - firstToken).Seconds()
+	if len(generated) > 1 {
+		decodeRate = float64(len(generated)-1) / (elapsed - firstToken).Seconds()
 	}
 	fmt.Fprintf(info, "[%d prompt tokens, %d generated; first token %.0f ms, %.1f tokens/s after]\n",
-		len(ids), generated, firstToken.Seconds()*1e3, decodeRate)
-	return nil
+		len(ids), len(generated), firstToken.Seconds()*1e3, decodeRate)
+	return generated, nil
 }
 
 // sample picks the next token: the argmax when temperature is 0, else a draw from

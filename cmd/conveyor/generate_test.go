@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// testORTLib finds the ONNX Runtime library like the models tests do: $CONVEYOR_ORT_LIB
+// or <repo>/.ort/libonnxruntime.so.1; missing is a failure that says to run `make ort`.
+func testORTLib(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(models.ORTLibEnv); p != "" {
+		return p
+	}
+	p, err := filepath.Abs(filepath.Join("..", "..", models.DefaultORTLib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("ONNX Runtime library %s not found: run `make ort` (or set %s)", p, models.ORTLibEnv)
+	}
+	return p
+}
+
+// tinyModelDir builds the tiny-llama fixture with random weights and its tokenizer.
+func tinyModelDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json")
+	if _, err := models.BuildRandom(cfg, dir, 5); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestGenerateGreedyMatchesRecompute checks the cached single-sequence path against
+// greedy decoding that recomputes the whole sequence every step.
+func TestGenerateGreedyMatchesRecompute(t *testing.T) {
+	dir := tinyModelDir(t)
+	lib := testORTLib(t)
+	o := generateOptions{modelDir: dir, prompt: "hello there", maxTokens: 16, ortLib: lib, threads: 1}
+	var out, info bytes.Buffer
+	got, err := generate(context.Background(), o, &out, &info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || !strings.Contains(info.String(), "generated") {
+		t.Fatalf("generated %v, info %q", got, info.String())
+	}
+
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	seq, err := tok.Encode(o.prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos := r.Spec().EOSTokenIDs
+	var want []int32
+	for len(want) < o.maxTokens {
+		res, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: seq}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sample(res.Logits[0], 0, nil, nil)
+		want = append(want, id)
+		if slices.Contains(eos, id) {
+			break
+		}
+		seq = append(seq, id)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("generate produced %v, recomputation %v", got, want)
+	}
+}
+
+func TestGenerateSeededSampling(t *testing.T) {
+	dir := tinyModelDir(t)
+	o := generateOptions{modelDir: dir, prompt: "abc", maxTokens: 12, temperature: 0.9, seed: 7, ortLib: testORTLib(t), threads: 1}
+	run := func() []int32 {
+		ids, err := generate(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if a, b := run(), run(); !slices.Equal(a, b) {
+		t.Fatalf("same seed, different tokens: %v vs %v", a, b)
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	dir := tinyModelDir(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prompt", "x"}, "--model is required"},
+		{[]string{"--model", dir, "--max-tokens", "0"}, "--max-tokens"},
+		{[]string{"--model", dir, "--temperature", "-1"}, "--temperature"},
+		{[]string{"--model", dir, "--threads", "-2"}, "--threads"},
+		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", filepath.Join(t.TempDir(), "missing.so")}, "make ort"},
+		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "tokenizer"},
+	} {
+		err := runGenerate(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want it to mention %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestSample(t *testing.T) {
+	logits := []float32{0.5, 3, -1, 2.9}
+	if got := sample(logits, 0, nil, nil); got != 1 {
+		t.Errorf("greedy = %d, want 1", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	probs := make([]float64, len(logits))
+	counts := make([]int, len(logits))
+	for i := 0; i < 4000; i++ {
+		counts[sample(logits, 1, rng, probs)]++
+	}
+	// softmax([0.5, 3, -1, 2.9]) ~ [0.04, 0.50, 0.01, 0.45]
+	if counts[1] < 1700 || counts[3] < 1500 || counts[2] > 150 || counts[0] > 300 {
+		t.Errorf("temperature-1 counts %v do not follow the softmax", counts)
+	}
+	// A low temperature concentrates on the best token.
+	counts = make([]int, len(logits))
+	for i := 0; i < 1000; i++ {
+		counts[sample(logits, 0.01, rng, probs)]++
+	}
+	if counts[1] != 1000 {
+		t.Errorf("temperature-0.01 counts %v, want all on token 1", counts)
+	}
+}
