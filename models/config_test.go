@@ -160,3 +160,29 @@ func flattenWeights(w Weights) []float32 {
 	}
 	return out
 }
+
+// FuzzConfigJSON feeds arbitrary bytes to the config parsers: they must return an
+// error or a config, never panic, and an accepted config must pass Validate's promises.
+func FuzzConfigJSON(f *testing.F) {
+	f.Add([]byte(strings.Replace(validConfigJSON, "%EOS%", "[2,3]", 1)))
+	f.Add([]byte(`{"eos_token_id": [1, "x"]}`))
+	f.Add([]byte(`{"eos_token_id": 99999999999}`))
+	f.Add([]byte(`{"hidden_size": 64, "num_attention_heads": 0}`))
+	f.Add([]byte(`{"vocab_size":8,"hidden_size":4,"intermediate_size":1,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":-2}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := LoadConfig(dir); err == nil {
+			d := c.HeadDimOrDefault()
+			if d <= 0 || d%2 != 0 || c.NumAttentionHeads%c.KVHeads() != 0 {
+				t.Fatalf("accepted an unusable config: %+v", c)
+			}
+		}
+		LoadGenerationConfig(dir)
+	})
+}
