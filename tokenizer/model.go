@@ -192,26 +192,25 @@ func (m *bpeModel) tokenizeWord(word string, out []int32) ([]int32, error) {
 	}
 	// Cut the word into runs of characters the vocabulary knows; merges never cross an
 	// unknown character, so each run can be merged on its own.
-	start := 0
+	start := 0 // start of the current run of known characters
 	lastUnk := false
-	for i, r := range word {
-		size := utf8.RuneLen(r)
-		if size < 0 {
-			size = 1
-		}
+	for i := 0; i < len(word); {
+		_, size := utf8.DecodeRuneInString(word[i:]) // size 1 for a byte that is not UTF-8
 		ch := word[i : i+size]
 		if _, ok := m.vocab[ch]; ok {
+			i += size
 			continue
 		}
-		var err error
-		if out, err = m.merge(word[start:i], out); err != nil {
-			return nil, err
-		}
 		if start < i {
+			var err error
+			if out, err = m.merge(word[start:i], out); err != nil {
+				return nil, err
+			}
 			lastUnk = false
 		}
-		start = i + size
 		out, lastUnk = m.unknown(ch, out, lastUnk)
+		i += size
+		start = i
 	}
 	return m.merge(word[start:], out)
 }

@@ -481,3 +481,49 @@ func TestDecodeInvalid(t *testing.T) {
 		}
 	}
 }
+
+// FuzzEncode encodes arbitrary bytes (also invalid UTF-8) with every fixture: no panic, ids
+// inside the vocabulary, valid UTF-8 out, and for the byte-level test tokenizer the text back
+// (invalid bytes as U+FFFD).
+func FuzzEncode(f *testing.F) {
+	var tks []*Tokenizer
+	for _, src := range []string{llama2Legacy(), llama2Metaspace(), qwenStyle(f)} {
+		tk, err := FromBytes([]byte(src), nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		tks = append(tks, tk)
+	}
+	test, err := Load("testdata")
+	if err != nil {
+		f.Fatal(err)
+	}
+	tks = append(tks, test)
+	for _, s := range roundTripTexts {
+		f.Add(s)
+	}
+	f.Add("a\xffb\xe4\xbd")
+	f.Add("<s>\xc3<|im_start|>\xa9")
+	f.Fuzz(func(t *testing.T, s string) {
+		for i, tk := range tks {
+			ids, err := tk.Encode(s, true)
+			if err != nil {
+				t.Fatalf("tokenizer %d: Encode(%q): %v", i, s, err)
+			}
+			for _, id := range ids {
+				if id < 0 || int(id) >= tk.VocabSize() {
+					t.Fatalf("tokenizer %d: id %d outside the vocabulary", i, id)
+				}
+			}
+			got := tk.Decode(ids, true)
+			if !utf8.ValidString(got) {
+				t.Fatalf("tokenizer %d: Decode is not valid UTF-8", i)
+			}
+			// The test tokenizer has no normalizer: exact round trip (the Qwen-style fixture
+			// applies NFC, which rewrites compatibility characters).
+			if i == 3 && !strings.Contains(s, "<") && got != string(appendLossy(nil, []byte(s))) {
+				t.Fatalf("tokenizer %d: Decode(Encode(%q)) = %q", i, s, got)
+			}
+		}
+	})
+}
