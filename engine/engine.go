@@ -305,22 +305,37 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Start runs the engine loop in a new goroutine (see Run).
+// Start runs the engine loop in a new goroutine (see Run). It does nothing if the
+// engine already ran or was shut down.
 func (e *Engine) Start(ctx context.Context) {
-	go func() { _ = e.Run(ctx) }()
+	if e.claimRun() != nil {
+		return
+	}
+	go func() { _ = e.run(ctx) }()
+}
+
+// claimRun marks the loop as started; only the first caller may run it.
+func (e *Engine) claimRun() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started {
+		return fmt.Errorf("%w: the engine already ran or was shut down", ErrClosed)
+	}
+	e.started = true
+	return nil
 }
 
 // Run runs the engine loop on the calling goroutine until ctx is done (every live
 // request is then aborted) or Shutdown completes. It returns ctx.Err() or nil after a
-// shutdown. Run may be called once.
+// shutdown. Run (or Start) may be called once; later calls return ErrClosed.
 func (e *Engine) Run(ctx context.Context) error {
-	e.mu.Lock()
-	if e.started {
-		e.mu.Unlock()
-		return fmt.Errorf("%w: Run called twice or after Shutdown", ErrClosed)
+	if err := e.claimRun(); err != nil {
+		return err
 	}
-	e.started = true
-	e.mu.Unlock()
+	return e.run(ctx)
+}
+
+func (e *Engine) run(ctx context.Context) error {
 	defer close(e.done)
 	defer func() {
 		e.mu.Lock()
