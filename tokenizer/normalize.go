@@ -86,6 +86,10 @@ func buildNormalizer(raw json.RawMessage) (normalizeFunc, error) {
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return nil, fmt.Errorf("normalizer Replace: %v", err)
 		}
+		if p.Pattern.String != nil && *p.Pattern.String != "" {
+			old := *p.Pattern.String
+			return func(s string) (string, error) { return strings.ReplaceAll(s, old, p.Content), nil }, nil
+		}
 		re, err := p.Pattern.compile()
 		if err != nil {
 			return nil, fmt.Errorf("normalizer Replace: %v", err)

@@ -527,3 +527,31 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+func TestAddedTokenFlags(t *testing.T) {
+	tk := writeFixture(t, `{"added_tokens": [
+		{"id": 10, "content": "<m>", "lstrip": true, "special": true},
+		{"id": 11, "content": "<r>", "rstrip": true, "special": false},
+		{"id": 12, "content": "ab", "single_word": true, "special": false},
+		{"id": 13, "content": "<m>x", "special": false}],
+		"model": {"type": "BPE", "vocab": {"a": 0, " ": 1, "b": 2, "x": 3}, "merges": []}}`, "")
+	for text, want := range map[string][]int32{
+		"a <m>b":   {0, 10, 2}, // lstrip takes the space before
+		"a<r>  b":  {0, 11, 2}, // rstrip takes the spaces after
+		"ab":       {12},       // a single word
+		"aab":      {0, 0, 2},  // not a single word: a letter before
+		"a ab b":   {0, 1, 12, 1, 2},
+		"<m>x <m>": {13, 10}, // the longest added token wins; lstrip eats the space
+	} {
+		got, err := tk.Encode(text, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) = %v, want %v", text, got, want)
+		}
+	}
+	if got := tk.Decode([]int32{0, 10, 11, 12}, true); got != "a<r>ab" {
+		t.Errorf("Decode(skipSpecial) = %q, want %q", got, "a<r>ab")
+	}
+}
