@@ -28,14 +28,16 @@ func Handler() http.Handler {
 	return http.FileServer(http.FS(sub))
 }
 
-// Stats is the JSON body of GET /v1/engine/stats.
+// Stats is the JSON body of GET /v1/engine/stats. The KV pool's blocks are split three
+// ways, KVUsedBlocks + KVCachedBlocks + KVFreeBlocks == KVTotalBlocks: held by a sequence,
+// free but still holding a cached prompt prefix (reusable until evicted), and empty.
 type Stats struct {
 	Running           int     `json:"running"`
 	Waiting           int     `json:"waiting"`
 	KVTotalBlocks     int     `json:"kv_total_blocks"`
 	KVUsedBlocks      int     `json:"kv_used_blocks"`
 	KVCachedBlocks    int     `json:"kv_cached_blocks"`
-	KVFreeBlocks      int     `json:"kv_free_blocks"`
+	KVFreeBlocks      int     `json:"kv_free_blocks"` // empty blocks, not counting the cached ones
 	KVUsage           float64 `json:"kv_usage"`
 	BlockSizeTokens   int     `json:"block_size"`
 	PrefixQueryTokens int64   `json:"prefix_cache_queries_tokens"`
@@ -46,17 +48,17 @@ type Stats struct {
 	RecentBatchSizes  []int   `json:"recent_batch_sizes"`
 }
 
-// StatsFrom converts an engine snapshot to the endpoint's JSON shape.
+// StatsFrom converts an engine snapshot to the endpoint's JSON shape. The engine's
+// KVFreeBlocks counts every allocatable block, the cached ones included; the endpoint
+// reports the cached ones apart (see Stats).
 func StatsFrom(s engine.Stats) Stats {
 	out := Stats{
 		Running: s.Running, Waiting: s.Waiting,
-		KVTotalBlocks: s.KVTotalBlocks, KVCachedBlocks: s.KVCachedBlocks, KVFreeBlocks: s.KVFreeBlocks,
-		KVUsedBlocks: s.KVTotalBlocks - s.KVFreeBlocks - s.KVCachedBlocks, KVUsage: s.KVUsage,
-		BlockSizeTokens: s.BlockSizeTokens, PrefixQueryTokens: s.PrefixQueryTokens, PrefixHitTokens: s.PrefixHitTokens,
+		KVTotalBlocks: s.KVTotalBlocks, KVCachedBlocks: s.KVCachedBlocks,
+		KVUsedBlocks: max(s.KVTotalBlocks-s.KVFreeBlocks, 0), KVFreeBlocks: max(s.KVFreeBlocks-s.KVCachedBlocks, 0),
+		KVUsage: s.KVUsage, BlockSizeTokens: s.BlockSizeTokens,
+		PrefixQueryTokens: s.PrefixQueryTokens, PrefixHitTokens: s.PrefixHitTokens,
 		Preemptions: s.Preemptions, Steps: s.Steps, RecentBatchSizes: s.RecentBatchSizes,
-	}
-	if out.KVUsedBlocks < 0 {
-		out.KVUsedBlocks = 0
 	}
 	if s.PrefixQueryTokens > 0 {
 		out.PrefixHitRate = float64(s.PrefixHitTokens) / float64(s.PrefixQueryTokens)

@@ -96,7 +96,7 @@ function setBusy(busy) {
 async function send(text) {
   showError("");
   state.history.push({ role: "user", content: text });
-  addMessage("user", text);
+  const asked = addMessage("user", text);
   const reply = addMessage("assistant", "");
   reply.div.classList.add("streaming");
   const messages = [];
@@ -118,7 +118,8 @@ async function send(text) {
   state.controller = controller;
   setBusy(true);
   const started = performance.now();
-  let firstAt = null, lastAt = null, tokens = 0, text_ = "", finish = null, stopped = false;
+  let firstAt = null, lastAt = null, tokens = 0, usage = null, text_ = "", finish = null;
+  let stopped = false, failed = false;
   try {
     const resp = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(), body: JSON.stringify(req), signal: controller.signal,
@@ -128,16 +129,16 @@ async function send(text) {
       if (data === "[DONE]") break;
       const chunk = JSON.parse(data);
       if (chunk.error) throw new Error("stream error: " + (chunk.error.message || "unknown"));
-      if (chunk.usage && chunk.usage.completion_tokens != null) tokens = chunk.usage.completion_tokens;
+      if (chunk.usage) usage = chunk.usage;
       for (const c of chunk.choices || []) {
         const delta = c.delta && c.delta.content;
         if (delta) {
           const now = performance.now();
           if (firstAt === null) firstAt = now;
           lastAt = now;
-          if (!chunk.usage) tokens += 1;
+          tokens += 1; // an estimate until the usage chunk arrives
           text_ += delta;
-          reply.content.textContent = text_;
+          reply.content.textContent = text_; // textContent: model text is never HTML
           $("messages").scrollTop = $("messages").scrollHeight;
         }
         if (c.finish_reason) finish = c.finish_reason;
@@ -147,12 +148,23 @@ async function send(text) {
     if (e.name === "AbortError") {
       stopped = true;
     } else {
+      failed = true;
       showError(e.message);
     }
   } finally {
     state.controller = null;
     setBusy(false);
     reply.div.classList.remove("streaming");
+  }
+  if (usage && usage.completion_tokens != null) tokens = usage.completion_tokens;
+  if (!text_) {
+    // Nothing came back (an error, or Stop before the first token): drop the turn and
+    // give the prompt back for an edit and a retry.
+    state.history.pop();
+    asked.div.remove();
+    reply.div.remove();
+    if (!$("prompt").value.trim()) $("prompt").value = text;
+    return;
   }
   const parts = [];
   if (firstAt !== null) {
@@ -162,10 +174,10 @@ async function send(text) {
     parts.push(`${tokens} tokens`);
   }
   if (stopped) parts.push("stopped");
+  else if (failed) parts.push("ended by an error");
   else if (finish) parts.push(`finish: ${finish}`);
   reply.meta.textContent = parts.join(" · ");
-  if (text_) state.history.push({ role: "assistant", content: text_ });
-  else if (!stopped) state.history.pop(); // failed turn: let the user retry it
+  state.history.push({ role: "assistant", content: text_ });
 }
 
 $("composer").addEventListener("submit", (ev) => {

@@ -1,0 +1,861 @@
+package webui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+var (
+	update   = flag.Bool("update", false, "write the README screenshot docs/webui.png")
+	modelDir = flag.String("model", "", "serve this model directory instead of a random tiny model (for -update)")
+)
+
+// chromiumFlags are the switches the browser runs with: headless, no sandbox (CI runs as
+// root), and nothing that talks to the network on its own.
+var chromiumFlags = []string{
+	"headless", "no-sandbox", "disable-gpu", "disable-background-networking",
+	"disable-component-update", "disable-sync", "no-first-run", "no-default-browser-check",
+	"hide-scrollbars", "mute-audio",
+}
+
+// TestChatPageInBrowser drives the real page in headless Chromium against the real
+// server, engine and ONNX Runtime with a tiny random model. The subtests share one page
+// and run in order, like a user's session.
+func TestChatPageInBrowser(t *testing.T) {
+	fx := newFixture(t, "")
+	b := newBrowser(t)
+	page := b.tab(t)
+	p := &pageDriver{t: t, ctx: page}
+	p.open(fx.url)
+
+	if got := p.text("#model-name"); got != "model: tiny" {
+		t.Fatalf("#model-name = %q, want %q", got, "model: tiny")
+	}
+
+	t.Run("reply grows while it streams", func(t *testing.T) {
+		p.t = t
+		p.setSettings("1", "200", "7")
+		const prompt = "Tell me a long story."
+		p.watchReplyLengths()
+		p.sendWithEnter(prompt)
+		p.waitIdle()
+		lens := p.replyLengths()
+		reply := p.lastReply()
+		meta := p.text("#messages .msg.assistant:last-child .meta")
+
+		distinct := 0
+		for i, n := range lens {
+			if i > 0 && n < lens[i-1] {
+				t.Fatalf("reply shrank while streaming: lengths %v", lens)
+			}
+			if i == 0 || n != lens[i-1] {
+				distinct++
+			}
+		}
+		if distinct < 10 {
+			t.Fatalf("reply took %d distinct lengths (%v); want it to grow over at least 10 updates", distinct, lens)
+		}
+		if len(lens) == 0 || lens[len(lens)-1] != utf16Len(reply) {
+			t.Fatalf("last observed length %v does not match the final reply (%d UTF-16 units)", lens, utf16Len(reply))
+		}
+		for _, want := range []string{"TTFT ", " tokens/s", "200 tokens", "finish: length"} {
+			if !strings.Contains(meta, want) {
+				t.Errorf("reply meta %q lacks %q", meta, want)
+			}
+		}
+		// The same request without streaming, same seed: the page must have put the
+		// deltas together into exactly the text the server generates.
+		want := fx.chatText(t, []map[string]string{{"role": "user", "content": prompt}}, 200, 7)
+		if reply != want {
+			t.Fatalf("streamed reply differs from the non-streamed one with the same seed:\npage:   %q\nserver: %q", reply, want)
+		}
+	})
+
+	t.Run("live engine view follows the batch", func(t *testing.T) {
+		p.t = t
+		p.setSettings("1", "400", "")
+		fx.model.setPace(15 * time.Millisecond)
+		defer fx.model.setPace(5 * time.Millisecond)
+		p.send("Keep going.")
+		// Running is 1 while the reply streams; the same snapshot shows the blocks it holds.
+		snap := p.pollStats(`s.running === "1" && s.steps > 0`)
+		if n, _ := strconv.Atoi(snap["kv_used"]); n < 1 {
+			t.Errorf("one sequence running but %q KV blocks used (snapshot %v)", snap["kv_used"], snap)
+		}
+		if n, _ := strconv.Atoi(snap["bars"]); n < 1 {
+			t.Errorf("no batch-size bars drawn (snapshot %v)", snap)
+		}
+		if snap["waiting"] != "0" {
+			t.Errorf("#stat-waiting = %q, want 0", snap["waiting"])
+		}
+		p.screenshot(artifactPath(t, "webui-midstream.png"))
+		p.click("#stop")
+		p.waitIdle()
+		p.pollStats(`s.running === "0"`)
+	})
+
+	t.Run("stop aborts the request and frees the sequence", func(t *testing.T) {
+		p.t = t
+		p.setSettings("1", "400", "")
+		fx.model.setPace(15 * time.Millisecond)
+		defer fx.model.setPace(5 * time.Millisecond)
+		before := fx.eng.Stats().GenerationTokens
+		p.send("Do not stop.")
+		p.poll(`document.querySelector("#messages .msg.assistant.streaming .content").textContent.length > 20`)
+		if fx.eng.Stats().Running != 1 {
+			t.Fatalf("engine runs %d sequences mid-stream, want 1", fx.eng.Stats().Running)
+		}
+		p.click("#stop")
+		p.waitIdle()
+		meta := p.text("#messages .msg.assistant:last-child .meta")
+		if !strings.Contains(meta, "stopped") {
+			t.Fatalf("reply meta %q: want it marked stopped (did the stream finish before Stop?)", meta)
+		}
+		stoppedAt := p.lastReply()
+		waitFor(t, "the engine to drop the stopped sequence", func() bool {
+			s := fx.eng.Stats()
+			return s.Running == 0 && s.Waiting == 0
+		})
+		s := fx.eng.Stats()
+		if used := s.KVTotalBlocks - s.KVFreeBlocks; used != 0 {
+			t.Errorf("%d KV blocks still in use after Stop", used)
+		}
+		if gen := s.GenerationTokens - before; gen >= 400 {
+			t.Errorf("engine generated %d tokens; Stop should have ended the 400-token reply early", gen)
+		}
+		p.pollStats(`s.running === "0"`)
+		if got := p.lastReply(); got != stoppedAt {
+			t.Errorf("reply changed after Stop: %q -> %q", stoppedAt, got)
+		}
+		if !p.eval(`document.querySelector("#stop").disabled && !document.querySelector("#send").disabled`) {
+			t.Errorf("buttons not reset after Stop")
+		}
+	})
+
+	t.Run("HTTP errors are shown", func(t *testing.T) {
+		p.t = t
+		// Enough distinct words to exceed the 512-token context.
+		var sb strings.Builder
+		for i := 0; i < 400; i++ {
+			fmt.Fprintf(&sb, "word%d ", i)
+		}
+		long := strings.TrimSpace(sb.String())
+		for _, tc := range []struct {
+			name, prompt, maxTokens, want string
+		}{
+			{"over-long prompt", long, "16", "maximum context length is 512 tokens"},
+			{"max tokens out of range", "hi", "0", "max_tokens"},
+		} {
+			bubbles := p.count("#messages .msg")
+			p.setSettings("1", tc.maxTokens, "")
+			p.send(tc.prompt)
+			p.waitIdle()
+			msg := p.text("#error")
+			if !strings.Contains(msg, "HTTP 400") || !strings.Contains(msg, tc.want) {
+				t.Errorf("%s: #error = %q, want HTTP 400 and %q", tc.name, msg, tc.want)
+			}
+			if !p.eval(`!document.querySelector("#error").hidden`) {
+				t.Errorf("%s: #error is hidden", tc.name)
+			}
+			if n := p.count("#messages .msg"); n != bubbles {
+				t.Errorf("%s: failed turn left %d new messages", tc.name, n-bubbles)
+			}
+			if got := p.value("#prompt"); got != tc.prompt {
+				t.Errorf("%s: prompt box holds %.40q after the failure, want the prompt back for a retry", tc.name, got)
+			}
+			p.setValue("#prompt", "")
+		}
+	})
+
+	t.Run("in-band stream errors are shown", func(t *testing.T) {
+		p.t = t
+		p.setSettings("1", "100", "")
+		fx.model.failAfter(5)
+		p.send("This reply breaks.")
+		p.waitIdle()
+		if msg := p.text("#error"); !strings.Contains(msg, "stream error") || !strings.Contains(msg, "model failure") {
+			t.Errorf("#error = %q, want the in-band stream error", msg)
+		}
+		if meta := p.text("#messages .msg.assistant:last-child .meta"); !strings.Contains(meta, "error") {
+			t.Errorf("reply meta %q should say the reply ended with an error", meta)
+		}
+	})
+
+	t.Run("a good reply clears the error", func(t *testing.T) {
+		p.t = t
+		p.setSettings("1", "8", "")
+		p.send("Hello again.")
+		p.waitIdle()
+		if !p.eval(`document.querySelector("#error").hidden`) {
+			t.Errorf("#error still shown after a successful reply: %q", p.text("#error"))
+		}
+		// The request carried the conversation: every earlier turn that got a reply, in
+		// order, each answered by the reply the page shows; the failed turns are not there.
+		var req struct {
+			Messages []struct{ Role, Content string } `json:"messages"`
+		}
+		if err := json.Unmarshal([]byte(p.evalString(`window.lastChatBody`)), &req); err != nil {
+			t.Fatal(err)
+		}
+		shown := run(p, "replies", chromedp.Evaluate[[]string](`[...document.querySelectorAll("#messages .msg.assistant .content")].map((e) => e.textContent)`))
+		wantUser := []string{"Tell me a long story.", "Keep going.", "Do not stop.", "This reply breaks.", "Hello again."}
+		if len(req.Messages) != 2*len(wantUser)-1 {
+			t.Fatalf("the last request carried %d messages, want %d: %+v", len(req.Messages), 2*len(wantUser)-1, req.Messages)
+		}
+		for i, m := range req.Messages {
+			want := struct{ Role, Content string }{"user", wantUser[i/2]}
+			if i%2 == 1 {
+				want = struct{ Role, Content string }{"assistant", shown[i/2]}
+			}
+			if m != want {
+				t.Errorf("message %d = %+v, want %+v", i, m, want)
+			}
+		}
+	})
+
+	t.Run("text is never interpreted as HTML", func(t *testing.T) {
+		p.t = t
+		p.eval(`document.querySelector("#clear").click(), true`)
+		const prompt = `Is <b>x</b> bold? <img src=x onerror="window.pwned=1">`
+		const forced = "<b>x</b><i>y</i>"
+		ids, err := fx.tok.Encode(forced, false)
+		if err != nil || fx.tok.Decode(ids, true) != forced {
+			t.Fatalf("tokenizer does not round-trip %q: %v", forced, err)
+		}
+		promptIDs, err := api.NewTokenizer(fx.tok).EncodeChat([]api.Message{{Role: "user", Content: prompt}}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.model.forceTokens(len(promptIDs), ids)
+		defer fx.model.forceTokens(0, nil)
+		p.setSettings("1", strconv.Itoa(len(ids)), "")
+		p.send(prompt)
+		p.waitIdle()
+		if got := p.evalString(`[...document.querySelectorAll("#messages .msg.user .content")].pop().textContent`); got != prompt {
+			t.Errorf("user message shows %q, want %q literally", got, prompt)
+		}
+		if got := p.lastReply(); got != forced {
+			t.Errorf("reply shows %q, want the model's text %q literally", got, forced)
+		}
+		if p.count("#messages b, #messages i, #messages img") != 0 || p.eval(`window.pwned === 1`) {
+			t.Errorf("message text became markup: %s", p.html("#messages"))
+		}
+	})
+
+	t.Run("asks for the API key", func(t *testing.T) {
+		p.t = t
+		keyed := fx.serve(t, "s3cret")
+		p.open(keyed)
+		if !p.eval(`!document.querySelector("#key-row").hidden`) {
+			t.Fatalf("the API key field is hidden though the server wants a key")
+		}
+		if msg := p.text("#error"); !strings.Contains(msg, "HTTP 401") {
+			t.Errorf("#error = %q, want the 401", msg)
+		}
+		p.setValue("#api-key", "s3cret")
+		p.eval(`document.querySelector("#api-key").dispatchEvent(new Event("change")), true`)
+		p.poll(`document.querySelector("#model-name").textContent === "model: tiny"`)
+		p.pollStats(`s.steps > 0`)
+		p.setSettings("1", "8", "")
+		p.send("Hi with a key.")
+		p.waitIdle()
+		if meta := p.text("#messages .msg.assistant:last-child .meta"); !strings.Contains(meta, "8 tokens") {
+			t.Errorf("reply meta %q, want an 8-token reply", meta)
+		}
+		p.eval(`localStorage.removeItem("conveyor-api-key"), true`)
+	})
+}
+
+// TestREADMEScreenshot writes docs/webui.png: the page mid-stream with a few other
+// chats in the batch. It runs only with -update (and -model DIR for a trained model).
+func TestREADMEScreenshot(t *testing.T) {
+	if !*update {
+		t.Skip("writes docs/webui.png; run with -update")
+	}
+	fx := newFixture(t, *modelDir)
+	fx.model.setPace(40 * time.Millisecond)
+	b := newBrowser(t)
+	p := &pageDriver{t: t, ctx: b.tab(t)}
+	p.open(fx.url)
+	p.setValue("#system-prompt", "You are a friendly storyteller.")
+	p.setSettings("0.8", "40", "1")
+	p.send("Once upon a time")
+	p.waitIdle()
+
+	// Other users' chats, so the batch view has something to show.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 700 * time.Millisecond)
+			fx.streamInBackground(ctx, fmt.Sprintf("The little dog number %d", i), 300)
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	p.setSettings("0.8", "300", "2")
+	p.send("Tell me about the little cat.")
+	p.pollStats(`s.running === "4"`)
+	p.poll(`document.querySelector("#messages .msg.assistant:last-child .content").textContent.length > 150`)
+	shot := p.screenshot(filepath.Join(t.TempDir(), "webui.png"))
+	p.click("#stop")
+	out := filepath.Join(repoRoot(t), "docs", "webui.png")
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", out)
+}
+
+// utf16Len is the length of s in UTF-16 code units, the unit of JavaScript string lengths.
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n++
+		if r >= 0x10000 {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- server fixture ----
+
+// fixture is a real server stack: model runner (wrapped by pacedModel), engine, and the
+// api server on 127.0.0.1.
+type fixture struct {
+	model *pacedModel
+	eng   *engine.Engine
+	tok   *tokenizer.Tokenizer
+	url   string
+}
+
+func newFixture(t *testing.T, dir string) *fixture {
+	t.Helper()
+	if err := models.InitORT(ortLib(t)); err != nil {
+		t.Fatal(err)
+	}
+	if dir == "" {
+		dir = t.TempDir()
+		cfg := filepath.Join(repoRoot(t), "models", "testdata", "tiny-llama", "config.json")
+		if _, err := models.BuildRandom(cfg, dir, 1); err != nil {
+			t.Fatalf("building the tiny model: %v", err)
+		}
+	}
+	runner, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
+	if err != nil {
+		t.Fatalf("OpenRunner: %v", err)
+	}
+	t.Cleanup(func() { _ = runner.Close() })
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatalf("tokenizer.Load: %v", err)
+	}
+	pm := newPacedModel(runner, 5*time.Millisecond)
+	ecfg := engine.DefaultConfig()
+	ecfg.KVCacheBytes = 32 << 20
+	ecfg.MaxNumSeqs = 16
+	eng, err := engine.New(ecfg, pm, tok)
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	eng.Start(ctx)
+	t.Cleanup(func() {
+		pm.setPace(0)
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = eng.Shutdown(sctx)
+		cancel()
+	})
+	fx := &fixture{model: pm, eng: eng, tok: tok}
+	fx.url = fx.serve(t, "")
+	return fx
+}
+
+// serve starts one more api server over the fixture's engine and returns its base URL.
+func (fx *fixture) serve(t *testing.T, apiKey string) string {
+	t.Helper()
+	cfg := api.DefaultConfig()
+	cfg.ModelName = "tiny"
+	cfg.APIKey = apiKey
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := api.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetBackend(api.Backend{Engine: fx.eng, Tokenizer: api.NewTokenizer(fx.tok), MaxModelLen: fx.eng.MaxModelLen()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// chatText runs a non-streaming chat completion and returns the reply.
+func (fx *fixture) chatText(t *testing.T, msgs []map[string]string, maxTokens int, seed int64) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{
+		"model": "tiny", "messages": msgs, "max_tokens": maxTokens, "temperature": 1, "seed": seed,
+	})
+	resp, err := http.Post(fx.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat completion: %s: %s", resp.Status, raw)
+	}
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
+		t.Fatalf("chat completion body %s: %v", raw, err)
+	}
+	return out.Choices[0].Message.Content
+}
+
+// streamInBackground streams a chat completion and discards it, until done or ctx ends.
+func (fx *fixture) streamInBackground(ctx context.Context, prompt string, maxTokens int) {
+	body, _ := json.Marshal(map[string]any{
+		"model": "tiny", "messages": []map[string]string{{"role": "user", "content": prompt}},
+		"max_tokens": maxTokens, "stream": true,
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fx.url+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+}
+
+// pacedModel wraps the real runner for the browser test: every forward pass takes at
+// least the pace (so a browser can watch a reply grow), eos never wins (so a random
+// model's reply runs to max_tokens), and on request it forces given tokens or fails
+// a pass.
+type pacedModel struct {
+	inner  engine.Model
+	eos    []int32
+	pace   atomic.Int64 // nanoseconds per forward pass
+	failIn atomic.Int64 // fail the pass after this many more; 0 = never
+
+	mu        sync.Mutex
+	forceFrom int     // the position of the first forced token
+	force     []int32 // tokens forced at positions forceFrom, forceFrom+1, ...
+}
+
+func newPacedModel(m engine.Model, pace time.Duration) *pacedModel {
+	p := &pacedModel{inner: m, eos: m.Spec().EOSTokenIDs}
+	p.setPace(pace)
+	return p
+}
+
+func (p *pacedModel) setPace(d time.Duration) { p.pace.Store(int64(d)) }
+
+// failAfter makes the (n+1)-th forward pass from now fail.
+func (p *pacedModel) failAfter(n int64) { p.failIn.Store(n + 1) }
+
+// forceTokens makes the sequence whose prompt has promptLen tokens generate ids next.
+func (p *pacedModel) forceTokens(promptLen int, ids []int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forceFrom, p.force = promptLen, append([]int32(nil), ids...)
+}
+
+func (p *pacedModel) Spec() models.Spec { return p.inner.Spec() }
+
+func (p *pacedModel) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+	start := time.Now()
+	defer func() {
+		if d := time.Duration(p.pace.Load()) - time.Since(start); d > 0 {
+			time.Sleep(d)
+		}
+	}()
+	if n := p.failIn.Load(); n > 0 {
+		if p.failIn.Add(-1) == 0 {
+			return nil, errors.New("injected failure")
+		}
+	}
+	out, err := p.inner.Forward(b, kv)
+	if err != nil {
+		return nil, err
+	}
+	vocab := p.inner.Spec().VocabSize
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, row := range out.Logits {
+		for off := 0; off+vocab <= len(row); off += vocab {
+			for _, id := range p.eos {
+				row[off+int(id)] = -1e9
+			}
+		}
+		// The last position of the row predicts the token at this position.
+		next := b.Seqs[i].PastLen + len(b.Seqs[i].Tokens)
+		if k := next - p.forceFrom; p.force != nil && k >= 0 && k < len(p.force) {
+			last := row[len(row)-vocab:]
+			for j := range last {
+				last[j] = -1e9
+			}
+			last[p.force[k]] = 0
+		}
+	}
+	return out, nil
+}
+
+// ---- browser ----
+
+type browser struct {
+	ctx context.Context
+}
+
+// newBrowser starts headless Chromium with a fresh profile; it is stopped at cleanup.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	exe := chromiumPath(t)
+	profile, err := os.MkdirTemp("", "conveyor-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(exe), chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 860)}
+	for _, f := range chromiumFlags {
+		opts = append(opts, chromedp.Flag(f, true))
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		bcancel()
+		acancel()
+		// Chromium's helper processes may still write to the profile for a moment.
+		for i := 0; i < 50; i++ {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	// Start the browser on a context without a deadline: it lives as long as bctx.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	return &browser{ctx: bctx}
+}
+
+// tab opens a new tab in the browser.
+func (b *browser) tab(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// pageDriver runs actions on one tab, failing the current test on any error.
+type pageDriver struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// step is the deadline of one browser action; polls have their own.
+const step = 20 * time.Second
+
+func run[T any](p *pageDriver, what string, a chromedp.Action[T]) T {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, step)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+func (p *pageDriver) open(url string) {
+	p.t.Helper()
+	run(p, "navigate "+url, chromedp.Steps(chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("#prompt"))))
+	p.poll(`!/connecting/.test(document.querySelector("#model-name").textContent)`)
+	// Keep a copy of every chat request body the page sends.
+	p.eval(`(() => { const f = window.fetch; window.fetch = (url, opts) => {
+		if (url === "/v1/chat/completions") window.lastChatBody = opts.body;
+		return f(url, opts); }; return true; })()`)
+}
+
+func (p *pageDriver) eval(js string) bool {
+	p.t.Helper()
+	return run(p, "eval "+js, chromedp.Evaluate[bool](js))
+}
+
+func (p *pageDriver) evalString(js string) string {
+	p.t.Helper()
+	return run(p, "eval "+js, chromedp.Evaluate[string](js))
+}
+
+func (p *pageDriver) text(sel string) string {
+	p.t.Helper()
+	return run(p, "text of "+sel, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).textContent`, sel)))
+}
+
+func (p *pageDriver) html(sel string) string {
+	p.t.Helper()
+	return run(p, "html of "+sel, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).innerHTML`, sel)))
+}
+
+func (p *pageDriver) value(sel string) string {
+	p.t.Helper()
+	return run(p, "value of "+sel, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector(%q).value`, sel)))
+}
+
+func (p *pageDriver) count(sel string) int {
+	p.t.Helper()
+	return run(p, "count "+sel, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+}
+
+// setValue sets a form field's value as typing would, with an input event.
+func (p *pageDriver) setValue(sel, v string) {
+	p.t.Helper()
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); el.value = %s;
+		el.dispatchEvent(new Event("input", {bubbles: true})); return el.value; })()`, sel, jsString(v))
+	if got := run(p, "set "+sel, chromedp.Evaluate[string](js)); got != v {
+		p.t.Fatalf("set %s to %.40q, it holds %.40q", sel, v, got)
+	}
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (p *pageDriver) click(sel string) {
+	p.t.Helper()
+	run(p, "click "+sel, chromedp.Click(chromedp.CSS(sel)))
+}
+
+// setSettings fills temperature, max tokens and seed ("" = none).
+func (p *pageDriver) setSettings(temperature, maxTokens, seed string) {
+	p.t.Helper()
+	p.setValue("#temperature", temperature)
+	p.setValue("#max-tokens", maxTokens)
+	p.setValue("#seed", seed)
+}
+
+// send writes a prompt and presses Send, as a user does.
+func (p *pageDriver) send(prompt string) {
+	p.t.Helper()
+	p.setValue("#prompt", prompt)
+	p.click("#send")
+}
+
+// sendWithEnter writes a prompt and presses Enter in the prompt box.
+func (p *pageDriver) sendWithEnter(prompt string) {
+	p.t.Helper()
+	p.setValue("#prompt", prompt)
+	run(p, "press Enter", chromedp.SendKeys(chromedp.CSS("#prompt"), "\r"))
+}
+
+// poll waits until the JavaScript expression is truthy.
+func (p *pageDriver) poll(expr string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(5*time.Millisecond))); err != nil {
+		p.t.Fatalf("waiting for %s: %v (error box: %q)", expr, err, p.errorText())
+	}
+}
+
+func (p *pageDriver) errorText() string {
+	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+	defer cancel()
+	s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#error").textContent`))
+	return s
+}
+
+// statsJS reads the live engine view into s, one snapshot.
+const statsJS = `(() => { const g = (id) => document.getElementById(id).textContent; return {
+	running: g("stat-running"), waiting: g("stat-waiting"), kv_used: g("stat-kv-used"),
+	kv_cached: g("stat-kv-cached"), kv_free: g("stat-kv-free"), steps: g("stat-steps"),
+	bars: String(document.querySelectorAll("#batch-bars div").length) }; })()`
+
+// pollStats waits until cond (a JavaScript expression over s, the live view's numbers
+// as strings) holds and returns that snapshot.
+func (p *pageDriver) pollStats(cond string) map[string]string {
+	p.t.Helper()
+	js := fmt.Sprintf(`(() => { const s = %s; s.steps = Number(s.steps); return (%s) ? JSON.stringify(s) : false; })()`, statsJS, cond)
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	raw, err := chromedp.Run(ctx, chromedp.Poll[string](js, chromedp.WithPollingInterval(20*time.Millisecond)))
+	if err != nil {
+		p.t.Fatalf("waiting for engine view %s: %v", cond, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		p.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}
+
+// waitIdle waits until no reply is in flight.
+func (p *pageDriver) waitIdle() {
+	p.t.Helper()
+	p.poll(`!document.querySelector("#send").disabled && !document.querySelector(".msg.streaming")`)
+}
+
+// lastReply is the text of the newest assistant message.
+func (p *pageDriver) lastReply() string {
+	p.t.Helper()
+	return p.text("#messages .msg.assistant:last-child .content")
+}
+
+// watchReplyLengths records the length of the streaming reply at every DOM change.
+func (p *pageDriver) watchReplyLengths() {
+	p.t.Helper()
+	p.eval(`(() => {
+		window.replyLengths = [];
+		if (window.replyObserver) window.replyObserver.disconnect();
+		window.replyObserver = new MutationObserver(() => {
+			const el = document.querySelector("#messages .msg.assistant.streaming .content");
+			if (el) window.replyLengths.push(el.textContent.length);
+		});
+		window.replyObserver.observe(document.querySelector("#messages"), {subtree: true, childList: true, characterData: true});
+		return true; })()`)
+}
+
+func (p *pageDriver) replyLengths() []int {
+	p.t.Helper()
+	return run(p, "reply lengths", chromedp.Evaluate[[]int](`window.replyLengths`))
+}
+
+// screenshot saves the viewport as PNG at path and returns it.
+func (p *pageDriver) screenshot(path string) []byte {
+	p.t.Helper()
+	png := run(p, "screenshot", chromedp.CaptureScreenshot())
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot: %s", path)
+	return png
+}
+
+// ---- environment ----
+
+// artifactPath is where a test artifact goes: $CONVEYOR_ARTIFACTS when set, else a
+// temporary directory.
+func artifactPath(t *testing.T, name string) string {
+	dir := os.Getenv("CONVEYOR_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, name)
+}
+
+// chromiumPath finds the browser; its absence is a failure, not a skip.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("CONVEYOR_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("Chromium not found: install it with `apt-get install -y chromium` (or set CONVEYOR_CHROMIUM)")
+	return ""
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// ortLib finds ONNX Runtime like the other packages' tests do; a missing library fails.
+func ortLib(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv(models.ORTLibEnv)
+	if p == "" {
+		p = filepath.Join(repoRoot(t), models.DefaultORTLib)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("ONNX Runtime library %s not found: run `make ort` (or set %s)", p, models.ORTLibEnv)
+	}
+	return p
+}
+
+// waitFor polls cond until it holds, failing after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,79 @@
+package webui_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/api/webui"
+	"github.com/conveyor-llm/conveyor/engine"
+)
+
+func TestStatsFromSplitsTheBlocks(t *testing.T) {
+	// 100 blocks: 30 held by sequences, 70 allocatable of which 20 still hold a cached prefix.
+	s := webui.StatsFrom(engine.Stats{
+		Running: 3, Waiting: 2, KVTotalBlocks: 100, KVFreeBlocks: 70, KVCachedBlocks: 20, KVUsage: 0.3,
+		PrefixQueryTokens: 400, PrefixHitTokens: 100, Steps: 9,
+	})
+	if s.KVUsedBlocks != 30 || s.KVCachedBlocks != 20 || s.KVFreeBlocks != 50 {
+		t.Fatalf("used/cached/free = %d/%d/%d, want 30/20/50", s.KVUsedBlocks, s.KVCachedBlocks, s.KVFreeBlocks)
+	}
+	if s.KVUsedBlocks+s.KVCachedBlocks+s.KVFreeBlocks != s.KVTotalBlocks {
+		t.Fatalf("blocks do not add up: %+v", s)
+	}
+	if s.PrefixHitRate != 0.25 || s.Running != 3 || s.Waiting != 2 || s.Steps != 9 {
+		t.Fatalf("unexpected stats %+v", s)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The page reads these names; an empty history is [] not null.
+	for _, key := range []string{`"running":3`, `"waiting":2`, `"kv_used_blocks":30`, `"kv_cached_blocks":20`,
+		`"kv_free_blocks":50`, `"prefix_cache_hit_rate":0.25`, `"recent_batch_sizes":[]`, `"steps":9`} {
+		if !strings.Contains(string(raw), key) {
+			t.Errorf("stats JSON %s lacks %s", raw, key)
+		}
+	}
+}
+
+func TestStatsFromEmptyEngine(t *testing.T) {
+	s := webui.StatsFrom(engine.Stats{})
+	if s.PrefixHitRate != 0 || s.KVUsedBlocks != 0 || s.KVFreeBlocks != 0 || s.RecentBatchSizes == nil {
+		t.Fatalf("unexpected stats for an empty engine: %+v", s)
+	}
+}
+
+func TestHandlerServesThePage(t *testing.T) {
+	srv := httptest.NewServer(webui.Handler())
+	defer srv.Close()
+	for path, want := range map[string]struct{ typ, body string }{
+		"/":          {"text/html", `<script src="app.js"></script>`},
+		"/app.js":    {"javascript", "textContent"},
+		"/style.css": {"text/css", ".bars"},
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), want.typ) ||
+			!strings.Contains(string(body), want.body) {
+			t.Errorf("GET %s: %s %q, body lacks %q", path, resp.Status, resp.Header.Get("Content-Type"), want.body)
+		}
+	}
+	// Nothing is fetched from elsewhere.
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "http://") || strings.Contains(string(body), "https://") {
+		t.Errorf("the page refers to another site: %s", body)
+	}
+}
