@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// The real-model tests run a tiny random Llama (models/testdata/tiny-llama) through ONNX
+// Runtime. The model is built once per test binary into a temporary directory.
+
+var (
+	onnxOnce   sync.Once
+	onnxDir    string
+	onnxErr    error
+	onnxTmpDir string
+)
+
+// ortLib finds the ONNX Runtime library: $CONVEYOR_ORT_LIB, else <repo>/.ort/... found by
+// walking up to go.mod. A missing library fails the test with how to get it.
+func ortLib(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv(models.ORTLibEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			tb.Fatalf("%s=%s: %v (run `make ort`)", models.ORTLibEnv, p, err)
+		}
+		return p
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, models.DefaultORTLib)
+			if _, err := os.Stat(p); err != nil {
+				tb.Fatalf("ONNX Runtime library %s not found: run `make ort` (or set %s)", p, models.ORTLibEnv)
+			}
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatalf("go.mod not found above the test directory; set %s", models.ORTLibEnv)
+		}
+		dir = parent
+	}
+}
+
+// tinyModelDir builds the tiny random model directory (model.onnx, config.json and the
+// tokenizer) once.
+func tinyModelDir(tb testing.TB) string {
+	tb.Helper()
+	onnxOnce.Do(func() {
+		onnxTmpDir, onnxErr = os.MkdirTemp("", "conveyor-engine-test-")
+		if onnxErr != nil {
+			return
+		}
+		onnxDir = filepath.Join(onnxTmpDir, "tiny-llama")
+		_, onnxErr = models.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), onnxDir, 1)
+	})
+	if onnxErr != nil {
+		tb.Fatalf("building the tiny test model: %v", onnxErr)
+	}
+	return onnxDir
+}
+
+// removeTinyModel deletes the built model (called from TestMain).
+func removeTinyModel() {
+	if onnxTmpDir != "" {
+		os.RemoveAll(onnxTmpDir)
+	}
+}
+
+// countingModel counts forward passes and fed tokens of a real runner.
+type countingModel struct {
+	*models.Runner
+	mu     sync.Mutex
+	calls  int
+	tokens int
+}
+
+func (m *countingModel) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+	m.mu.Lock()
+	m.calls++
+	for _, s := range b.Seqs {
+		m.tokens += len(s.Tokens)
+	}
+	m.mu.Unlock()
+	return m.Runner.Forward(b, kv)
+}
+
+func openTiny(tb testing.TB) (*countingModel, *tokenizer.Tokenizer) {
+	tb.Helper()
+	dir := tinyModelDir(tb)
+	r, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: ortLib(tb), IntraOpThreads: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &countingModel{Runner: r}, tok
+}
+
+func tinyConfig() Config {
+	c := DefaultConfig()
+	c.MaxNumSeqs = 64
+	c.MaxNumBatchedTokens = 512
+	c.KVCacheBytes = 32 << 20
+	c.StorageParallelism = 1
+	return c
+}
+
+// tinyRequests returns n greedy requests with tokenized prompts of mixed lengths and
+// mixed output lengths.
+func tinyRequests(tb testing.TB, tok *tokenizer.Tokenizer, n int) []*Request {
+	words := []string{"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far", "away", "into", "night"}
+	reqs := make([]*Request, n)
+	for i := range reqs {
+		text := ""
+		for j := range 1 + (i*7)%40 {
+			text += words[(i*3+j*5)%len(words)] + " "
+		}
+		ids, err := tok.Encode(text, true)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		reqs[i] = greedyRequest(fmt.Sprintf("t%d", i), ids, 1+(i*11)%24)
+	}
+	return reqs
+}
+
+func TestONNXConcurrentMatchesAlone(t *testing.T) {
+	m, tok := openTiny(t)
+	reqs := tinyRequests(t, tok, 64)
+
+	cfg := tinyConfig()
+	e, err := New(cfg, m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	res := runAll(t, e, reqs)
+	shutdown(t, e)
+	st := e.Stats()
+
+	m.mu.Lock()
+	calls, fed := m.calls, m.tokens
+	m.mu.Unlock()
+	if int64(calls) != st.Steps {
+		t.Fatalf("%d forward passes for %d steps", calls, st.Steps)
+	}
+	gen := 0
+	for _, r := range res {
+		gen += r.usage.CompletionTokens
+	}
+	if calls >= gen/2 {
+		t.Fatalf("%d forward passes for %d generated tokens: not batched", calls, gen)
+	}
+	if want := fedTokens(res); fed != want {
+		t.Fatalf("fed %d tokens, want Σprompt − cached + Σgenerated − requests = %d", fed, want)
+	}
+
+	// Each request alone: sequential policy, no prefix cache.
+	cfg.Policy = PolicySequential
+	cfg.EnablePrefixCaching = false
+	alone, err := New(cfg, m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone.Start(context.Background())
+	defer shutdown(t, alone)
+	for i, r := range reqs {
+		ch, err := alone.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := collect(ch).seqs[0]
+		got := res[i].seqs[0]
+		if !slices.Equal(got.TokenIDs, want.TokenIDs) || got.Text != want.Text || got.FinishReason != want.FinishReason {
+			t.Fatalf("request %s: batched %v %q (%s), alone %v %q (%s)", r.ID,
+				got.TokenIDs, got.Text, got.FinishReason, want.TokenIDs, want.Text, want.FinishReason)
+		}
+		if want.Text != tok.Decode(want.TokenIDs, true) {
+			t.Fatalf("request %s: streamed text %q, decoded %q", r.ID, want.Text, tok.Decode(want.TokenIDs, true))
+		}
+	}
+}
+
+func TestONNXPrefixCachingAndPreemption(t *testing.T) {
+	m, tok := openTiny(t)
+	prefix := tinyRequests(t, tok, 40)[39].Prompt // ~200 tokens
+	for len(prefix) < 200 {
+		prefix = append(prefix, prefix[1:]...)
+	}
+	prefix = prefix[:200]
+	a := append(slices.Clone(prefix), 5, 6, 7)
+	b := append(slices.Clone(prefix), 8, 9, 10, 11)
+
+	run := func(cfg Config, reqs ...*Request) ([]result, int) {
+		e, err := New(cfg, m, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Start(context.Background())
+		defer shutdown(t, e)
+		var out []result
+		fed := 0
+		for _, r := range reqs {
+			m.mu.Lock()
+			before := m.tokens
+			m.mu.Unlock()
+			out = append(out, runAll(t, e, []*Request{r})...)
+			m.mu.Lock()
+			fed = m.tokens - before
+			m.mu.Unlock()
+		}
+		return out, fed // fed: the last request's tokens
+	}
+	cfg := tinyConfig()
+	cached, fedCached := run(cfg, greedyRequest("a", a, 10), greedyRequest("b", b, 10))
+	cfg.EnablePrefixCaching = false
+	plain, _ := run(cfg, greedyRequest("b", b, 10))
+
+	gotB, wantB := cached[1].seqs[0], plain[0].seqs[0]
+	if !slices.Equal(gotB.TokenIDs, wantB.TokenIDs) {
+		t.Fatalf("with the prefix cache %v, without %v", gotB.TokenIDs, wantB.TokenIDs)
+	}
+	if cached[1].usage.CachedTokens != 192 {
+		t.Fatalf("cached %d tokens, want 192", cached[1].usage.CachedTokens)
+	}
+	if want := len(b) - 192 + len(gotB.TokenIDs) - 1; fedCached != want {
+		t.Fatalf("second request fed %d tokens, want %d", fedCached, want)
+	}
+
+	// A pool of 12 blocks (192 tokens) for 6 requests of ~150 tokens: preemptions, same outputs.
+	reqs := make([]*Request, 6)
+	for i := range reqs {
+		reqs[i] = greedyRequest(fmt.Sprintf("p%d", i), append(slices.Clone(prefix[:60+i*7]), int32(20+i)), 40)
+		reqs[i].Params.IgnoreEOS = true
+	}
+	small := tinyConfig()
+	small.EnablePrefixCaching = false
+	small.KVCacheBytes = 12 * 16 * 512 // 512 bytes per token for this model
+	e, err := New(small, m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	squeezed := runAll(t, e, reqs)
+	shutdown(t, e)
+	if e.Stats().Preemptions == 0 || e.NumKVBlocks() != 12 {
+		t.Fatalf("%d preemptions with %d blocks", e.Stats().Preemptions, e.NumKVBlocks())
+	}
+	for i, r := range reqs {
+		alone, _ := run(tinyConfig(), r)
+		if !slices.Equal(squeezed[i].seqs[0].TokenIDs, alone[0].seqs[0].TokenIDs) {
+			t.Fatalf("request %s: under preemption %v, alone %v", r.ID, squeezed[i].seqs[0].TokenIDs, alone[0].seqs[0].TokenIDs)
+		}
+	}
+}
