@@ -55,6 +55,9 @@ func TestChatPageInBrowser(t *testing.T) {
 	if got := p.text("#model-name"); got != "model: tiny" {
 		t.Fatalf("#model-name = %q, want %q", got, "model: tiny")
 	}
+	if p.visible("#key-row") || p.visible("#error") {
+		t.Fatalf("the API key field or the error box shows though the server wants no key")
+	}
 
 	t.Run("reply grows while it streams", func(t *testing.T) {
 		p.t = t
@@ -112,6 +115,17 @@ func TestChatPageInBrowser(t *testing.T) {
 		if snap["waiting"] != "0" {
 			t.Errorf("#stat-waiting = %q, want 0", snap["waiting"])
 		}
+		// The three block counts are the whole pool.
+		used, _ := strconv.Atoi(snap["kv_used"])
+		cached, _ := strconv.Atoi(snap["kv_cached"])
+		free, _ := strconv.Atoi(snap["kv_free"])
+		if total := fx.eng.Stats().KVTotalBlocks; used+cached+free != total {
+			t.Errorf("used %d + cached %d + free %d blocks != %d in the pool", used, cached, free, total)
+		}
+		if !p.eval(`parseFloat(document.querySelector("#kv-bar .used").style.width) > 0`) {
+			t.Errorf("the KV bar shows no used blocks")
+		}
+		p.poll(`document.querySelector("#messages .msg.assistant.streaming .content").textContent.length > 60`)
 		p.screenshot(artifactPath(t, "webui-midstream.png"))
 		p.click("#stop")
 		p.waitIdle()
@@ -178,7 +192,7 @@ func TestChatPageInBrowser(t *testing.T) {
 			if !strings.Contains(msg, "HTTP 400") || !strings.Contains(msg, tc.want) {
 				t.Errorf("%s: #error = %q, want HTTP 400 and %q", tc.name, msg, tc.want)
 			}
-			if !p.eval(`!document.querySelector("#error").hidden`) {
+			if !p.visible("#error") {
 				t.Errorf("%s: #error is hidden", tc.name)
 			}
 			if n := p.count("#messages .msg"); n != bubbles {
@@ -210,7 +224,7 @@ func TestChatPageInBrowser(t *testing.T) {
 		p.setSettings("1", "8", "")
 		p.send("Hello again.")
 		p.waitIdle()
-		if !p.eval(`document.querySelector("#error").hidden`) {
+		if p.visible("#error") {
 			t.Errorf("#error still shown after a successful reply: %q", p.text("#error"))
 		}
 		// The request carried the conversation: every earlier turn that got a reply, in
@@ -270,7 +284,7 @@ func TestChatPageInBrowser(t *testing.T) {
 		p.t = t
 		keyed := fx.serve(t, "s3cret")
 		p.open(keyed)
-		if !p.eval(`!document.querySelector("#key-row").hidden`) {
+		if !p.visible("#key-row") {
 			t.Fatalf("the API key field is hidden though the server wants a key")
 		}
 		if msg := p.text("#error"); !strings.Contains(msg, "HTTP 401") {
@@ -631,6 +645,12 @@ func (p *pageDriver) open(url string) {
 func (p *pageDriver) eval(js string) bool {
 	p.t.Helper()
 	return run(p, "eval "+js, chromedp.Evaluate[bool](js))
+}
+
+// visible reports whether the element takes up space on the page.
+func (p *pageDriver) visible(sel string) bool {
+	p.t.Helper()
+	return p.eval(fmt.Sprintf(`document.querySelector(%q).getClientRects().length > 0`, sel))
 }
 
 func (p *pageDriver) evalString(js string) string {

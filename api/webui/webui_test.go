@@ -53,7 +53,7 @@ func TestHandlerServesThePage(t *testing.T) {
 	for path, want := range map[string]struct{ typ, body string }{
 		"/":          {"text/html", `<script src="app.js"></script>`},
 		"/app.js":    {"javascript", "textContent"},
-		"/style.css": {"text/css", ".bars"},
+		"/style.css": {"text/css", "[hidden]"},
 	} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {

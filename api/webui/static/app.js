@@ -210,23 +210,40 @@ $("api-key").addEventListener("change", () => {
 function fmt(n) { return n == null ? "–" : String(n); }
 
 async function pollStats() {
+  let status = "";
   try {
     const resp = await fetch("/v1/engine/stats", { headers: headers() });
     if (resp.ok) {
-      const s = await resp.json();
-      $("stat-running").textContent = fmt(s.running);
-      $("stat-waiting").textContent = fmt(s.waiting);
-      $("stat-kv-used").textContent = fmt(s.kv_used_blocks);
-      $("stat-kv-cached").textContent = fmt(s.kv_cached_blocks);
-      $("stat-kv-free").textContent = fmt(s.kv_free_blocks);
-      $("stat-kv-usage").textContent = s.kv_usage == null ? "–" : (100 * s.kv_usage).toFixed(1) + " %";
-      $("stat-prefix").textContent = s.prefix_cache_hit_rate == null ? "–" : (100 * s.prefix_cache_hit_rate).toFixed(1) + " %";
-      $("stat-preempt").textContent = fmt(s.preemptions);
-      $("stat-steps").textContent = fmt(s.steps);
-      drawBars(s.recent_batch_sizes || []);
+      showStats(await resp.json());
+    } else {
+      status = resp.status === 401 ? "needs the API key" : `HTTP ${resp.status}`;
     }
-  } catch (_) { /* server restarting: try again next tick */ }
+  } catch (_) {
+    status = "server unreachable"; // restarting: try again next tick
+  }
+  $("engine-status").textContent = status;
   setTimeout(pollStats, 1000);
+}
+
+function pct(x) { return x == null ? "–" : (100 * x).toFixed(1) + " %"; }
+
+function showStats(s) {
+  $("stat-running").textContent = fmt(s.running);
+  $("stat-waiting").textContent = fmt(s.waiting);
+  $("stat-kv-used").textContent = fmt(s.kv_used_blocks);
+  $("stat-kv-cached").textContent = fmt(s.kv_cached_blocks);
+  $("stat-kv-free").textContent = fmt(s.kv_free_blocks);
+  $("stat-kv-usage").textContent = pct(s.kv_usage);
+  $("stat-prefix").textContent = s.prefix_cache_queries_tokens ? pct(s.prefix_cache_hit_rate) : "–";
+  $("stat-preempt").textContent = fmt(s.preemptions);
+  $("stat-steps").textContent = fmt(s.steps);
+  const total = s.kv_total_blocks || 0;
+  const share = (n) => (total > 0 ? (100 * (n || 0)) / total : 0) + "%";
+  $("kv-bar").querySelector(".used").style.width = share(s.kv_used_blocks);
+  $("kv-bar").querySelector(".cached").style.width = share(s.kv_cached_blocks);
+  $("kv-bar").title = `${fmt(s.kv_used_blocks)} used, ${fmt(s.kv_cached_blocks)} cached, ` +
+    `${fmt(s.kv_free_blocks)} free of ${total} blocks of ${fmt(s.block_size)} tokens`;
+  drawBars(s.recent_batch_sizes || []);
 }
 
 function drawBars(sizes) {
@@ -236,9 +253,10 @@ function drawBars(sizes) {
   for (const n of sizes) {
     const bar = document.createElement("div");
     bar.style.height = (100 * n / maxv) + "%";
-    bar.title = n + " sequences";
+    bar.title = n + (n === 1 ? " sequence" : " sequences");
     el.appendChild(bar);
   }
+  $("batch-max").textContent = sizes.length ? "max " + maxv : "";
 }
 
 loadModel();
