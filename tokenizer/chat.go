@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nikolalohinski/gonja/v2"
@@ -83,19 +85,39 @@ func compileChatTemplate(src string) *chatTemplate {
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
-	loader, err := loaders.NewFileSystemLoader("")
-	if err == nil {
-		var shifted loaders.Loader
-		shifted, err = loaders.NewShiftedLoader("chat_template", strings.NewReader(src), loader)
-		if err == nil {
-			ct.tpl, err = exec.NewTemplate("chat_template", cfg, shifted, chatEnv())
-		}
-	}
+	tpl, err := exec.NewTemplate(chatTemplateName, cfg, &templateLoader{src: src}, chatEnv())
 	if err != nil {
 		ct.err = fmt.Errorf("%w: parse: %v", ErrTemplate, err)
 	}
+	ct.tpl = tpl
 	return ct
 }
+
+const chatTemplateName = "chat_template"
+
+// templateLoader serves the chat template itself, once, and nothing else: a template from
+// a model directory cannot include, import or extend files, nor itself (which would recurse
+// without end).
+type templateLoader struct {
+	src    string
+	served atomic.Bool
+}
+
+var _ loaders.Loader = (*templateLoader)(nil)
+
+// Read returns the template's source the first time it is asked for, and an error after.
+func (l *templateLoader) Read(path string) (io.Reader, error) {
+	if path != chatTemplateName || !l.served.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("chat templates cannot load templates (%q)", path)
+	}
+	return strings.NewReader(l.src), nil
+}
+
+// Resolve returns path unchanged.
+func (l *templateLoader) Resolve(path string) (string, error) { return path, nil }
+
+// Inherit returns the same loader.
+func (l *templateLoader) Inherit(string) (loaders.Loader, error) { return l, nil }
 
 // raisedError carries the message of raise_exception out of the template engine.
 type raisedError struct{ msg string }
