@@ -79,7 +79,9 @@
 // and strftime_now(format). tojson writes JSON as Python's json.dumps does (", " and ": "
 // separators, non-ASCII kept; mapping keys sorted), and str.replace takes Python's optional
 // count. Parse and render errors and raise_exception wrap ErrTemplate with the template's
-// message.
+// message. A template cannot include, import or extend other templates (nor itself). It is
+// otherwise trusted like the rest of the model directory: a template that recurses or loops
+// without end is not stopped.
 //
 // A model without a template gets this fallback, one header per message and a final
 // assistant header when a generation prompt is wanted:
