@@ -142,23 +142,24 @@ func build(data []byte) (*Tokenizer, error) {
 	t.stripLeadingSpaces = dec.strip
 
 	// Token tables: the model's vocabulary, then the added tokens (which may reuse model ids).
+	// Ids are dense in real files; bound the tables by the number of tokens so that a stray
+	// huge id cannot allocate gigabytes.
+	limit := 2*(len(m.Vocab)+len(f.AddedTokens)) + 1024
 	size := 0
-	for _, id := range m.Vocab {
+	for tok, id := range m.Vocab {
+		if id >= limit {
+			return nil, fmt.Errorf("token %q: id %d is too large for %d tokens (ids must be dense)", tok, id, len(m.Vocab)+len(f.AddedTokens))
+		}
 		size = max(size, id+1)
 	}
 	for i, at := range f.AddedTokens {
-		if at.ID == nil || *at.ID < 0 {
-			return nil, fmt.Errorf("added_tokens[%d] %q: missing or negative id", i, at.Content)
+		if at.ID == nil || *at.ID < 0 || *at.ID >= limit {
+			return nil, fmt.Errorf("added_tokens[%d] %q: missing, negative or too large id", i, at.Content)
 		}
 		if at.Content == "" {
 			return nil, fmt.Errorf("added_tokens[%d]: empty content", i)
 		}
 		size = max(size, *at.ID+1)
-	}
-	// Ids are dense in real files; bound the tables by the number of tokens so that a stray
-	// huge id cannot allocate gigabytes.
-	if limit := 2*(len(m.Vocab)+len(f.AddedTokens)) + 1024; size > limit {
-		return nil, fmt.Errorf("token id %d is too large for %d tokens (ids must be dense)", size-1, len(m.Vocab)+len(f.AddedTokens))
 	}
 	t.tokens = make([]string, size)
 	t.pieces = make([][]byte, size)
@@ -193,6 +194,11 @@ func build(data []byte) (*Tokenizer, error) {
 
 	if t.prefix, t.suffix, err = parsePostProcessor(f.PostProcessor, t.ids); err != nil {
 		return nil, err
+	}
+	for _, id := range append(append([]int32(nil), t.prefix...), t.suffix...) {
+		if id < 0 || int(id) >= size || !t.known[id] {
+			return nil, fmt.Errorf("post_processor: token id %d is not in the vocabulary", id)
+		}
 	}
 	if len(t.prefix) > 0 {
 		t.bos = t.prefix[0]
