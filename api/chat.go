@@ -140,13 +140,9 @@ func parseChat(f *fields, b *Backend) (*chatRequest, error) {
 	if logprobs {
 		r.params.Logprobs = max(int(top), 0)
 	}
-	text, err := b.Tokenizer.ApplyChatTemplate(r.messages, addGen)
+	ids, err := b.Tokenizer.EncodeChat(r.messages, addGen)
 	if err != nil {
 		return nil, invalidParam("messages", "the messages could not be rendered with the chat template: %v", err)
-	}
-	ids, err := b.Tokenizer.Encode(text, false)
-	if err != nil {
-		return nil, invalidParam("messages", "the rendered messages could not be tokenized: %v", err)
 	}
 	if len(ids) == 0 {
 		return nil, invalidParam("messages", "the rendered messages have no tokens")

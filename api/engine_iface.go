@@ -36,9 +36,9 @@ type Tokenizer interface {
 	TokenText(id int32) string
 	// VocabSize is the number of token ids; valid ids are 0 .. VocabSize-1.
 	VocabSize() int
-	// ApplyChatTemplate renders messages into one prompt string, ending with the
-	// assistant turn's opening when addGenerationPrompt is true.
-	ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error)
+	// EncodeChat renders messages through the model's chat template (ending with the
+	// assistant turn's opening when addGenerationPrompt is true) and tokenizes the result.
+	EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error)
 }
 
 // Backend is the loaded model the server talks to. Until Server.SetBackend is called the

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/conveyor-llm/conveyor/api/webui"
 	"github.com/gin-gonic/gin"
 )
 
@@ -43,9 +44,9 @@ func (s *Server) handleModel(c *gin.Context) {
 	writeJSON(c.Writer, http.StatusOK, s.modelEntry())
 }
 
-// handleTokenize serves POST /tokenize: {"prompt": text} or {"messages": [...]}, with
-// add_special_tokens (default true for a prompt, false for messages, whose template
-// adds them) → {"tokens", "count", "max_model_len"}.
+// handleTokenize serves POST /tokenize: {"prompt": text, "add_special_tokens": bool (default
+// true)} or {"messages": [...], "add_generation_prompt": bool (default true)}, tokenized
+// exactly as the completion and chat endpoints would → {"tokens", "count", "max_model_len"}.
 func (s *Server) handleTokenize(c *gin.Context) {
 	b, err := s.ready()
 	if err != nil {
@@ -61,25 +62,21 @@ func (s *Server) handleTokenize(c *gin.Context) {
 		writeError(c.Writer, modelNotFound(m))
 		return
 	}
-	var text string
-	var addSpecial bool
-	switch {
-	case f.has("messages"):
+	var ids []int32
+	if f.has("messages") {
 		msgs := parseMessages(f)
 		addGen := f.bool("add_generation_prompt", true)
-		addSpecial = f.bool("add_special_tokens", false)
 		if f.err != nil {
 			writeError(c.Writer, f.err)
 			return
 		}
-		text, err = b.Tokenizer.ApplyChatTemplate(msgs, addGen)
-		if err != nil {
+		if ids, err = b.Tokenizer.EncodeChat(msgs, addGen); err != nil {
 			writeError(c.Writer, invalidParam("messages", "the messages could not be rendered with the chat template: %v", err))
 			return
 		}
-	default:
+	} else {
 		p, ok := f.string("prompt")
-		addSpecial = f.bool("add_special_tokens", true)
+		addSpecial := f.bool("add_special_tokens", true)
 		if f.err == nil && !ok {
 			f.fail(invalidParam("prompt", "prompt (a string) or messages is required"))
 		}
@@ -87,12 +84,10 @@ func (s *Server) handleTokenize(c *gin.Context) {
 			writeError(c.Writer, f.err)
 			return
 		}
-		text = p
-	}
-	ids, err := b.Tokenizer.Encode(text, addSpecial)
-	if err != nil {
-		writeError(c.Writer, invalidParam("prompt", "could not tokenize: %v", err))
-		return
+		if ids, err = b.Tokenizer.Encode(p, addSpecial); err != nil {
+			writeError(c.Writer, invalidParam("prompt", "could not tokenize: %v", err))
+			return
+		}
 	}
 	if ids == nil {
 		ids = []int32{}
@@ -125,4 +120,14 @@ func (s *Server) handleDetokenize(c *gin.Context) {
 		return
 	}
 	writeJSON(c.Writer, http.StatusOK, gin.H{"prompt": b.Tokenizer.Decode(ids, false)})
+}
+
+// handleEngineStats serves GET /v1/engine/stats, the chat page's live view of the engine.
+func (s *Server) handleEngineStats(c *gin.Context) {
+	b, err := s.ready()
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	writeJSON(c.Writer, http.StatusOK, webui.StatsFrom(b.Engine.Stats()))
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/api/webui"
 	"github.com/gin-gonic/gin"
 	"golang.org/x/net/netutil"
 )
@@ -207,10 +208,15 @@ func (s *Server) routes() http.Handler {
 
 	r.GET("/health", s.handleHealth)
 	r.GET("/metrics", gin.WrapH(s.metrics.Handler()))
+	page := gin.WrapH(webui.Handler())
+	r.GET("/", page)
+	r.GET("/app.js", page)
+	r.GET("/style.css", page)
 
 	authed := r.Group("/", s.requireKey)
 	authed.GET("/v1/models", s.handleModels)
 	authed.GET("/v1/models/*id", s.handleModel)
+	authed.GET("/v1/engine/stats", s.handleEngineStats)
 	authed.POST("/v1/completions", s.handleCompletions)
 	authed.POST("/v1/chat/completions", s.handleChat)
 	authed.POST("/tokenize", s.handleTokenize)

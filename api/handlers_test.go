@@ -1,0 +1,523 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/engine"
+)
+
+const testModel = "test-model"
+const testMaxLen = 64
+
+func newTestServer(t *testing.T, eng *fakeEngine, mod func(*Config)) *Server {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ModelName = testModel
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eng != nil {
+		s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen})
+	}
+	return s
+}
+
+func do(t *testing.T, h http.Handler, method, path, body string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func decode(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+		t.Fatalf("response is not JSON (%v): %q", err, rec.Body.String())
+	}
+	return m
+}
+
+// errorObject checks an OpenAI error body and returns its fields.
+func errorObject(t *testing.T, body []byte) map[string]any {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("error body is not JSON: %q", body)
+	}
+	var e map[string]any
+	if err := json.Unmarshal(m["error"], &e); err != nil {
+		t.Fatalf("no error object in %q", body)
+	}
+	for _, k := range []string{"message", "type", "param", "code"} {
+		if _, ok := e[k]; !ok {
+			t.Fatalf("error object lacks %q: %s", k, body)
+		}
+	}
+	if msg, _ := e["message"].(string); msg == "" {
+		t.Fatalf("empty error message: %s", body)
+	}
+	return e
+}
+
+func TestCompletionDefaultsAndShape(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"hi","unknown_field":{"x":1}}`)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	r := eng.lastRequest()
+	want := engine.DefaultSamplingParams()
+	if r.Params.MaxTokens != 16 || r.Params.Temperature != want.Temperature || r.Params.TopP != 1 || r.Params.N != 1 ||
+		r.Params.Logprobs != -1 || r.Params.PromptLogprobs != -1 || r.Params.RepetitionPenalty != 1 || r.Params.Seed != nil {
+		t.Fatalf("defaults not applied: %+v", r.Params)
+	}
+	if got := []int32{fakeBOS, 'h' + 1, 'i' + 1}; !equalIDs(r.Prompt, got) {
+		t.Fatalf("prompt tokens %v, want %v", r.Prompt, got)
+	}
+	m := decode(t, rec)
+	if id, _ := m["id"].(string); !strings.HasPrefix(id, "cmpl-") {
+		t.Errorf("id %q", m["id"])
+	}
+	if m["object"] != "text_completion" || m["model"] != testModel {
+		t.Errorf("object/model: %v %v", m["object"], m["model"])
+	}
+	if _, ok := m["created"].(float64); !ok {
+		t.Errorf("created missing")
+	}
+	ch := m["choices"].([]any)[0].(map[string]any)
+	if ch["text"] != "abcdefghijklmnop" || ch["finish_reason"] != "length" || ch["index"] != 0.0 || ch["logprobs"] != nil {
+		t.Errorf("choice %v", ch)
+	}
+	u := m["usage"].(map[string]any)
+	if u["prompt_tokens"] != 3.0 || u["completion_tokens"] != 16.0 || u["total_tokens"] != 19.0 {
+		t.Errorf("usage %v", u)
+	}
+	if rec.Header().Get("X-Request-Id") == "" {
+		t.Error("no X-Request-Id")
+	}
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCompletionParamsReachEngine(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	body := `{"model":"test-model","prompt":"x","max_tokens":5,"temperature":0.5,"top_p":0.9,"n":2,
+	"stop":["\n","END"],"presence_penalty":0.5,"frequency_penalty":-0.5,"logit_bias":{"10":-100,"20":5.5},
+	"seed":42,"user":"u","top_k":40,"min_p":0.05,"repetition_penalty":1.1,"min_tokens":2,"ignore_eos":true,
+	"stop_token_ids":[3,4],"logprobs":2}`
+	rec := do(t, s.Handler(), "POST", "/v1/completions", body)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	p := eng.lastRequest().Params
+	if p.MaxTokens != 5 || p.Temperature != 0.5 || p.TopP != 0.9 || p.N != 2 || len(p.Stop) != 2 || p.Stop[1] != "END" ||
+		p.PresencePenalty != 0.5 || p.FrequencyPenalty != -0.5 || p.LogitBias[10] != -100 || p.LogitBias[20] != 5.5 ||
+		p.Seed == nil || *p.Seed != 42 || p.TopK != 40 || p.MinP != 0.05 || p.RepetitionPenalty != 1.1 || p.MinTokens != 2 ||
+		!p.IgnoreEOS || !equalIDs(p.StopTokenIDs, []int32{3, 4}) || p.Logprobs != 2 || p.PromptLogprobs != -1 {
+		t.Fatalf("params %+v", p)
+	}
+	m := decode(t, rec)
+	choices := m["choices"].([]any)
+	if len(choices) != 2 {
+		t.Fatalf("%d choices", len(choices))
+	}
+	lp := choices[1].(map[string]any)["logprobs"].(map[string]any)
+	top := lp["top_logprobs"].([]any)[0].(map[string]any)
+	// chosen token plus 2 alternatives
+	if len(top) != 3 || top["b"] != -2.0 || top["A"] != -3.0 {
+		t.Errorf("top_logprobs %v", top)
+	}
+	if off := lp["text_offset"].([]any); off[0] != 0.0 || off[1] != 1.0 {
+		t.Errorf("text_offset %v", off)
+	}
+}
+
+func TestCompletionPromptForms(t *testing.T) {
+	cases := []struct {
+		name    string
+		prompt  string
+		n       int
+		prompts [][]int32
+	}{
+		{"string", `"ab"`, 1, [][]int32{{0, 'a' + 1, 'b' + 1}}},
+		{"strings", `["a","b"]`, 2, [][]int32{{0, 'a' + 1}, {0, 'b' + 1}}},
+		{"ids", `[5,6,7]`, 1, [][]int32{{5, 6, 7}}},
+		{"id arrays", `[[5],[6,7],[8]]`, 2, [][]int32{{5}, {6, 7}, {8}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newFakeEngine()
+			s := newTestServer(t, eng, nil)
+			rec := do(t, s.Handler(), "POST", "/v1/completions",
+				`{"model":"test-model","max_tokens":2,"n":`+itoa(tc.n)+`,"prompt":`+tc.prompt+`}`)
+			if rec.Code != 200 {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			if len(eng.reqs) != len(tc.prompts) {
+				t.Fatalf("%d engine requests, want %d", len(eng.reqs), len(tc.prompts))
+			}
+			byID := map[string][]int32{}
+			for _, r := range eng.reqs {
+				byID[r.ID] = r.Prompt
+			}
+			m := decode(t, rec)
+			choices := m["choices"].([]any)
+			if len(choices) != len(tc.prompts)*tc.n {
+				t.Fatalf("%d choices, want %d", len(choices), len(tc.prompts)*tc.n)
+			}
+			for i, c := range choices {
+				c := c.(map[string]any)
+				// choice index = prompt_index*n + j; sequence j's text starts with 'a'+j.
+				if int(c["index"].(float64)) != i {
+					t.Fatalf("choice %d has index %v", i, c["index"])
+				}
+				j := i % tc.n
+				if want := string(rune('a'+j)) + string(rune('a'+j+1)); c["text"] != want {
+					t.Errorf("choice %d text %q, want %q", i, c["text"], want)
+				}
+			}
+			// prompt i went to its own engine request, in order
+			for i, want := range tc.prompts {
+				got := eng.reqs[i].Prompt
+				if !equalIDs(got, want) {
+					t.Errorf("prompt %d = %v, want %v", i, got, want)
+				}
+			}
+			u := m["usage"].(map[string]any)
+			total := 0
+			for _, p := range tc.prompts {
+				total += len(p)
+			}
+			if int(u["prompt_tokens"].(float64)) != total || int(u["completion_tokens"].(float64)) != 2*tc.n*len(tc.prompts) {
+				t.Errorf("usage %v", u)
+			}
+		})
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestCompletionBestOfPicksHighestLogprob(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x","max_tokens":1,"n":2,"best_of":3}`)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if n := eng.lastRequest().Params.N; n != 3 {
+		t.Fatalf("engine generated %d sequences, want best_of=3", n)
+	}
+	choices := decode(t, rec)["choices"].([]any)
+	if len(choices) != 2 {
+		t.Fatalf("%d choices", len(choices))
+	}
+	// the fake's sequence j has cumulative logprob -(j+1): the best two are 0 and 1.
+	for i, want := range []string{"a", "b"} {
+		if c := choices[i].(map[string]any); c["text"] != want || c["index"] != float64(i) {
+			t.Errorf("choice %d = %v", i, c)
+		}
+	}
+}
+
+func TestCompletionEchoWithLogprobs(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"hi","max_tokens":2,"echo":true,"logprobs":1}`)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if p := eng.lastRequest().Params; p.PromptLogprobs != 1 || p.Logprobs != 1 {
+		t.Fatalf("params %+v", p)
+	}
+	c := decode(t, rec)["choices"].([]any)[0].(map[string]any)
+	if c["text"] != "hiab" {
+		t.Fatalf("text %q", c["text"])
+	}
+	lp := c["logprobs"].(map[string]any)
+	toks := lp["tokens"].([]any)
+	if len(toks) != 5 || toks[0] != "<s>" || toks[1] != "h" || toks[3] != "a" {
+		t.Fatalf("tokens %v", toks)
+	}
+	tl := lp["token_logprobs"].([]any)
+	if tl[0] != nil || tl[1] != -0.25 || tl[3] != -1.0 {
+		t.Fatalf("token_logprobs %v", tl)
+	}
+	if top := lp["top_logprobs"].([]any); top[0] != nil {
+		t.Fatalf("first prompt token top_logprobs should be null: %v", top[0])
+	}
+	// offsets: prompt text "hi" starts at 0; generated tokens continue after it.
+	off := lp["text_offset"].([]any)
+	if off[3] != 2.0 || off[4] != 3.0 {
+		t.Fatalf("text_offset %v", off)
+	}
+}
+
+func TestCompletionEngineErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"overloaded", engine.ErrOverloaded, 429, "overloaded"},
+		{"too long", engine.ErrPromptTooLong, 400, "context_length_exceeded"},
+		{"closed", engine.ErrClosed, 503, "unavailable"},
+		{"invalid", engine.ErrInvalidRequest, 400, "invalid_value"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newFakeEngine()
+			eng.submitFn = func(*engine.Request) error { return tc.err }
+			s := newTestServer(t, eng, nil)
+			for _, stream := range []string{"false", "true"} {
+				rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x","stream":`+stream+`}`)
+				if rec.Code != tc.status {
+					t.Fatalf("stream=%s: status %d, want %d", stream, rec.Code, tc.status)
+				}
+				e := errorObject(t, rec.Body.Bytes())
+				if e["code"] != tc.code {
+					t.Errorf("code %v, want %s", e["code"], tc.code)
+				}
+				if tc.status == 429 && rec.Header().Get("Retry-After") == "" {
+					t.Error("429 without Retry-After")
+				}
+			}
+		})
+	}
+}
+
+func TestEngineFailureBeforeFirstByteIs500(t *testing.T) {
+	eng := newFakeEngine()
+	eng.failFirst = true
+	s := newTestServer(t, eng, nil)
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		for _, stream := range []string{"false", "true"} {
+			body := `{"model":"test-model","prompt":"x","messages":[{"role":"user","content":"x"}],"stream":` + stream + `}`
+			rec := do(t, s.Handler(), "POST", path, body)
+			if rec.Code != 500 {
+				t.Fatalf("%s stream=%s: status %d: %s", path, stream, rec.Code, rec.Body)
+			}
+			if e := errorObject(t, rec.Body.Bytes()); e["type"] != "server_error" {
+				t.Errorf("type %v", e["type"])
+			}
+		}
+	}
+	// the server keeps serving
+	eng.failFirst = false
+	if rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x"}`); rec.Code != 200 {
+		t.Fatalf("after failure: %d", rec.Code)
+	}
+}
+
+func TestPromptTooLongStatesLimits(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	long := strings.Repeat("a", testMaxLen)
+	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"`+long+`"}`)
+	if rec.Code != 400 {
+		t.Fatalf("status %d", rec.Code)
+	}
+	e := errorObject(t, rec.Body.Bytes())
+	msg := e["message"].(string)
+	if !strings.Contains(msg, "64") || !strings.Contains(msg, "65") || e["code"] != "context_length_exceeded" || e["param"] != "prompt" {
+		t.Fatalf("error %v", e)
+	}
+}
+
+func TestChatNonStreaming(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	body := `{"model":"test-model","messages":[{"role":"system","content":"S"},{"role":"user","content":[{"type":"text","text":"A"},{"type":"text","text":"B"}]}],
+	"max_completion_tokens":3,"n":2,"logprobs":true,"top_logprobs":2}`
+	rec := do(t, s.Handler(), "POST", "/v1/chat/completions", body)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	r := eng.lastRequest()
+	if want, _ := (fakeTokenizer{}).EncodeChat([]Message{{"system", "S"}, {"user", "AB"}}, true); !equalIDs(r.Prompt, want) {
+		t.Fatalf("prompt %v, want %v", r.Prompt, want)
+	}
+	if r.Params.MaxTokens != 3 || r.Params.Logprobs != 2 || r.Params.N != 2 {
+		t.Fatalf("params %+v", r.Params)
+	}
+	m := decode(t, rec)
+	if m["object"] != "chat.completion" || !strings.HasPrefix(m["id"].(string), "chatcmpl-") {
+		t.Fatalf("%v %v", m["object"], m["id"])
+	}
+	choices := m["choices"].([]any)
+	if len(choices) != 2 {
+		t.Fatalf("%d choices", len(choices))
+	}
+	c1 := choices[1].(map[string]any)
+	msg := c1["message"].(map[string]any)
+	if msg["role"] != "assistant" || msg["content"] != "bcd" || c1["finish_reason"] != "length" {
+		t.Fatalf("choice %v", c1)
+	}
+	content := c1["logprobs"].(map[string]any)["content"].([]any)
+	first := content[0].(map[string]any)
+	if first["token"] != "b" || first["logprob"] != -2.0 || len(first["bytes"].([]any)) != 1 || first["bytes"].([]any)[0] != float64('b') {
+		t.Fatalf("logprob entry %v", first)
+	}
+	if top := first["top_logprobs"].([]any); len(top) != 2 || top[0].(map[string]any)["token"] != "A" {
+		t.Fatalf("top_logprobs %v", top)
+	}
+}
+
+func TestHealthLifecycle(t *testing.T) {
+	s := newTestServer(t, nil, nil)
+	if rec := do(t, s.Handler(), "GET", "/health", ""); rec.Code != 503 {
+		t.Fatalf("before load: %d", rec.Code)
+	}
+	if rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x"}`); rec.Code != 503 {
+		t.Fatalf("completion before load: %d", rec.Code)
+	}
+	s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen})
+	rec := do(t, s.Handler(), "GET", "/health", "")
+	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
+		t.Fatalf("ready: %d %s", rec.Code, rec.Body)
+	}
+	s.draining.Store(true)
+	if rec := do(t, s.Handler(), "GET", "/health", ""); rec.Code != 503 {
+		t.Fatalf("draining: %d", rec.Code)
+	}
+}
+
+func TestModelsEndpoints(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	m := decode(t, do(t, s.Handler(), "GET", "/v1/models", ""))
+	data := m["data"].([]any)
+	if m["object"] != "list" || len(data) != 1 || data[0].(map[string]any)["id"] != testModel || data[0].(map[string]any)["object"] != "model" {
+		t.Fatalf("%v", m)
+	}
+	if rec := do(t, s.Handler(), "GET", "/v1/models/test-model", ""); rec.Code != 200 || decode(t, rec)["id"] != testModel {
+		t.Fatalf("model: %d", rec.Code)
+	}
+	rec := do(t, s.Handler(), "GET", "/v1/models/other", "")
+	if rec.Code != 404 || errorObject(t, rec.Body.Bytes())["code"] != "model_not_found" {
+		t.Fatalf("unknown model: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestTokenizeDetokenize(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	m := decode(t, do(t, s.Handler(), "POST", "/tokenize", `{"prompt":"ab"}`))
+	if m["count"] != 3.0 || m["max_model_len"] != float64(testMaxLen) || len(m["tokens"].([]any)) != 3 {
+		t.Fatalf("%v", m)
+	}
+	m = decode(t, do(t, s.Handler(), "POST", "/tokenize", `{"prompt":"ab","add_special_tokens":false}`))
+	if m["count"] != 2.0 {
+		t.Fatalf("%v", m)
+	}
+	m = decode(t, do(t, s.Handler(), "POST", "/tokenize", `{"messages":[{"role":"user","content":"q"}]}`))
+	want, _ := fakeTokenizer{}.EncodeChat([]Message{{"user", "q"}}, true)
+	if int(m["count"].(float64)) != len(want) {
+		t.Fatalf("%v", m)
+	}
+	m = decode(t, do(t, s.Handler(), "POST", "/detokenize", `{"tokens":[0,105,106]}`))
+	if m["prompt"] != "<s>hi" {
+		t.Fatalf("%v", m)
+	}
+	if rec := do(t, s.Handler(), "POST", "/detokenize", `{"tokens":[1000]}`); rec.Code != 400 {
+		t.Fatalf("out of vocab: %d", rec.Code)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), func(c *Config) { c.APIKey = "sekret" })
+	body := `{"model":"test-model","prompt":"x","max_tokens":1}`
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "sekret"}} {
+		rec := do(t, s.Handler(), "POST", "/v1/completions", body, hdr...)
+		if rec.Code != 401 || errorObject(t, rec.Body.Bytes())["code"] != "invalid_api_key" {
+			t.Fatalf("%v: %d %s", hdr, rec.Code, rec.Body)
+		}
+	}
+	if rec := do(t, s.Handler(), "POST", "/v1/completions", body, "Authorization", "Bearer sekret"); rec.Code != 200 {
+		t.Fatalf("right key: %d", rec.Code)
+	}
+	for _, path := range []string{"/health", "/metrics"} {
+		if rec := do(t, s.Handler(), "GET", path, ""); rec.Code != 200 {
+			t.Fatalf("%s should stay open: %d", path, rec.Code)
+		}
+	}
+	if rec := do(t, s.Handler(), "GET", "/v1/models", ""); rec.Code != 401 {
+		t.Fatalf("/v1/models without key: %d", rec.Code)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), func(c *Config) { c.MaxBodyBytes = 100 })
+	big := `{"model":"test-model","prompt":"` + strings.Repeat("a", 200) + `"}`
+	rec := do(t, s.Handler(), "POST", "/v1/completions", big)
+	if rec.Code != 413 || errorObject(t, rec.Body.Bytes())["code"] != "request_too_large" {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	// without a Content-Length the limit is enforced while reading
+	req := httptest.NewRequest("POST", "/v1/completions", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, req)
+	if rr.Code != 413 {
+		t.Fatalf("chunked: %d %s", rr.Code, rr.Body)
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	rec := do(t, s.Handler(), "GET", "/v1/nothing", "")
+	if rec.Code != 404 || errorObject(t, rec.Body.Bytes())["code"] != "not_found" {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	rec = do(t, s.Handler(), "GET", "/v1/completions", "")
+	if rec.Code != 405 || errorObject(t, rec.Body.Bytes())["code"] != "method_not_allowed" {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestRequestIDEchoed(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	rec := do(t, s.Handler(), "GET", "/health", "", "X-Request-Id", "abc-123")
+	if got := rec.Header().Get("X-Request-Id"); got != "abc-123" {
+		t.Fatalf("echo: %q", got)
+	}
+	rec = do(t, s.Handler(), "GET", "/health", "", "X-Request-Id", "bad id with spaces")
+	if got := rec.Header().Get("X-Request-Id"); got == "" || strings.Contains(got, " ") {
+		t.Fatalf("generated: %q", got)
+	}
+}
+
+func TestJSONFloat(t *testing.T) {
+	b, _ := json.Marshal([]jsonFloat{jsonFloat(math.NaN()), jsonFloat(math.Inf(-1)), -0.5})
+	if !bytes.Equal(b, []byte(`[null,-9999.0,-0.5]`)) {
+		t.Fatalf("%s", b)
+	}
+}

@@ -1,0 +1,30 @@
+package api
+
+import "github.com/conveyor-llm/conveyor/tokenizer"
+
+// NewTokenizer adapts a loaded model tokenizer to the server's Tokenizer interface.
+// Chat prompts are rendered with the model's chat template and tokenized without adding
+// special tokens (the template writes BOS itself); with the tokenizer's plain fallback
+// format (no template in tokenizer_config.json) the usual special tokens are added.
+func NewTokenizer(t *tokenizer.Tokenizer) Tokenizer { return tokAdapter{t} }
+
+type tokAdapter struct{ t *tokenizer.Tokenizer }
+
+func (a tokAdapter) Encode(text string, addSpecial bool) ([]int32, error) {
+	return a.t.Encode(text, addSpecial)
+}
+func (a tokAdapter) Decode(ids []int32, skipSpecial bool) string { return a.t.Decode(ids, skipSpecial) }
+func (a tokAdapter) TokenText(id int32) string                   { return a.t.TokenText(id) }
+func (a tokAdapter) VocabSize() int                              { return a.t.VocabSize() }
+
+func (a tokAdapter) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
+	tm := make([]tokenizer.Message, len(msgs))
+	for i, m := range msgs {
+		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	text, err := a.t.ApplyChatTemplate(tm, addGenerationPrompt)
+	if err != nil {
+		return nil, err
+	}
+	return a.t.Encode(text, !a.t.HasChatTemplate())
+}
