@@ -72,10 +72,11 @@ func parseMerges(raw []json.RawMessage) ([][2]string, error) {
 	return out, nil
 }
 
-// newBPEModel builds the model. The vocabulary is handed to sugarme as a normalised
-// tokenizer.json (merges as "a b" strings, the parts sugarme does not know removed) through
-// pretrained.FromReader; the merge table is then set from the parsed merges, so merges whose
-// tokens contain spaces (which only the pair form can express) keep their rank.
+// newBPEModel builds the model. The model is handed to sugarme as a normalised
+// tokenizer.json (merges as "a b" strings, the parts sugarme does not know removed) and
+// loaded with pretrained.FromReader. When some merges cannot be written as strings (their
+// tokens contain spaces, which only the pair form can express), the merge table built here
+// replaces sugarme's, so every merge keeps its rank.
 func newBPEModel(m modelJSON) (mod *bpeModel, err error) {
 	if m.Type != "" && m.Type != "BPE" {
 		return nil, fmt.Errorf("model: unsupported type %q (only BPE)", m.Type)
@@ -105,9 +106,8 @@ func newBPEModel(m modelJSON) (mod *bpeModel, err error) {
 		if !okA || !okB || !okN {
 			return nil, fmt.Errorf("model: merge %d (%q, %q) uses tokens missing from the vocab", rank, mg[0], mg[1])
 		}
-		if _, dup := table[bpe.Pair{C1: a, C2: b}]; !dup {
-			table[bpe.Pair{C1: a, C2: b}] = bpe.PairVal{Rank: rank, NewId: n}
-		}
+		// A pair listed twice keeps its last rank, as in the reference implementation.
+		table[bpe.Pair{C1: a, C2: b}] = bpe.PairVal{Rank: rank, NewId: n}
 		if !strings.Contains(mg[0], " ") && !strings.Contains(mg[1], " ") {
 			mergeStrings = append(mergeStrings, mg[0]+" "+mg[1])
 		}
@@ -140,7 +140,10 @@ func newBPEModel(m modelJSON) (mod *bpeModel, err error) {
 	if !ok {
 		return nil, fmt.Errorf("model: sugarme built %T, want *bpe.BPE", tk.GetModel())
 	}
-	inner.Merges = &table
+	if len(mergeStrings) != len(merges) {
+		// Some merges could not be written as "a b" strings: use the full table.
+		inner.Merges = &table
+	}
 	inner.UnkToken = nil // unknown characters are handled before the inner model sees them
 	inner.Dropout = nil
 
