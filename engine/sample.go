@@ -311,10 +311,17 @@ func nucleus(logits []float32, invT, topP float64, sc *sampleScratch) []int32 {
 // argmax returns the index of the largest value; ties go to the lowest index. NaN
 // values are never chosen unless everything is NaN.
 func argmax(x []float32) int32 {
+	if len(x) == 0 {
+		return 0
+	}
 	best := 0
-	for i := 1; i < len(x); i++ {
-		if x[i] > x[best] || (x[best] != x[best] && x[i] == x[i]) {
-			best = i
+	for best < len(x)-1 && x[best] != x[best] {
+		best++ // skip leading NaNs
+	}
+	bv := x[best]
+	for i := best + 1; i < len(x); i++ {
+		if v := x[i]; v > bv {
+			best, bv = i, v
 		}
 	}
 	return int32(best)

@@ -236,6 +236,26 @@ func TestTopKMatchesSort(t *testing.T) {
 	}
 }
 
+func TestArgmax(t *testing.T) {
+	nan := float32(math.NaN())
+	tests := []struct {
+		x    []float32
+		want int32
+	}{
+		{[]float32{1, 5, 5, 2}, 1},
+		{[]float32{nan, 1, 3, 3}, 2},
+		{[]float32{0, nan, -1}, 0},
+		{[]float32{-3, nan, -1}, 2},
+		{[]float32{nan, nan}, 1},
+		{[]float32{float32(math.Inf(-1)), -1e30}, 1},
+	}
+	for _, tc := range tests {
+		if got := argmax(tc.x); got != tc.want {
+			t.Errorf("argmax(%v) = %d, want %d", tc.x, got, tc.want)
+		}
+	}
+}
+
 func TestLogSumExp(t *testing.T) {
 	x := []float32{1000, 1000}
 	if got, want := logSumExp(x), 1000+math.Ln2; math.Abs(got-want) > 1e-9 {
