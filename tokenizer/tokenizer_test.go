@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -552,4 +553,37 @@ func TestAddedTokenFlags(t *testing.T) {
 	if got := tk.Decode([]int32{0, 10, 11, 12}, true); got != "a<r>ab" {
 		t.Errorf("Decode(skipSpecial) = %q, want %q", got, "a<r>ab")
 	}
+}
+
+// TestEncodeConcurrent shares one tokenizer between goroutines (run with -race); the
+// fixture's Digits pre-tokenizer runs on regexp2 and the word cache fills concurrently.
+func TestEncodeConcurrent(t *testing.T) {
+	src := strings.Replace(qwenStyle(t), `"pre_tokenizer": {"type": "Sequence", "pretokenizers": [`,
+		`"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, `, 1)
+	tk := writeFixture(t, src, "")
+	texts := []string{"Hello world 123", "<|im_start|>你好<|im_end|>", "emoji 😀 and 42"}
+	want := make([][]int32, len(texts))
+	for i, s := range texts {
+		want[i], _ = tk.Encode(s, true)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 50 {
+				i := (g + k) % len(texts)
+				got, err := tk.Encode(texts[i], true)
+				if err != nil || !slices.Equal(got, want[i]) {
+					t.Errorf("concurrent Encode(%q) = %v, %v; want %v", texts[i], got, err, want[i])
+					return
+				}
+				if tk.Decode(got, false) != texts[i] {
+					t.Errorf("concurrent Decode(%v) = %q", got, tk.Decode(got, false))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
