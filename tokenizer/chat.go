@@ -23,9 +23,8 @@ import (
 
 // chatTemplate is a compiled Jinja chat template.
 type chatTemplate struct {
-	source string
-	tpl    *exec.Template
-	err    error // parse error, reported by every ApplyChatTemplate
+	tpl *exec.Template
+	err error // parse error, reported by every ApplyChatTemplate
 }
 
 // chatEnv is the Jinja environment of chat templates: gonja's built-ins with tojson
@@ -81,7 +80,7 @@ func strMethods(base *exec.MethodSet[string]) *exec.MethodSet[string] {
 // compileChatTemplate parses src with the options transformers renders chat templates with
 // (trim_blocks and lstrip_blocks on).
 func compileChatTemplate(src string) *chatTemplate {
-	ct := &chatTemplate{source: src}
+	ct := &chatTemplate{}
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
