@@ -56,7 +56,8 @@
 // tokens with skipSpecial), strips the leading space a SentencePiece decoder strips (from
 // the first token that produces text, unless it is an added token), and turns the bytes into
 // text with one U+FFFD per byte that does not start a valid UTF-8 sequence. TokenText is the
-// same for one token without the stripping, for log probabilities.
+// same for one token without the stripping, for log probabilities. transformers'
+// clean_up_tokenization_spaces is not applied (streamed text could not honour it).
 //
 // # Incremental detokenization
 //
