@@ -36,6 +36,8 @@ type Config struct {
 	KeepAliveInterval time.Duration
 	// AbortGrace is how long Shutdown waits for aborted handlers to return after its deadline.
 	AbortGrace time.Duration
+	// EnableWebUI serves the built-in chat page at / (and /v1/engine/stats for its live view).
+	EnableWebUI bool
 	// Logger receives one structured line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Metrics is the registry /metrics serves; nil means a new one.
@@ -52,6 +54,7 @@ func DefaultConfig() Config {
 		IdleTimeout:       120 * time.Second,
 		KeepAliveInterval: 5 * time.Second,
 		AbortGrace:        5 * time.Second,
+		EnableWebUI:       true,
 	}
 }
 
@@ -137,7 +140,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.draining.Load() {
 		s.mu.Unlock()
 		cancel()
-		return http.ErrServerClosed
+		return nil
 	}
 	s.httpSrv, s.cancelBase = srv, cancel
 	s.mu.Unlock()
@@ -208,10 +211,12 @@ func (s *Server) routes() http.Handler {
 
 	r.GET("/health", s.handleHealth)
 	r.GET("/metrics", gin.WrapH(s.metrics.Handler()))
-	page := gin.WrapH(webui.Handler())
-	r.GET("/", page)
-	r.GET("/app.js", page)
-	r.GET("/style.css", page)
+	if s.cfg.EnableWebUI {
+		page := gin.WrapH(webui.Handler())
+		r.GET("/", page)
+		r.GET("/app.js", page)
+		r.GET("/style.css", page)
+	}
 
 	authed := r.Group("/", s.requireKey)
 	authed.GET("/v1/models", s.handleModels)

@@ -1,0 +1,369 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "serve a model over the OpenAI-compatible HTTP API (completions, chat, SSE, metrics)",
+		run:     runServe,
+	})
+}
+
+// serveOptions are the flags of `conveyor serve`.
+type serveOptions struct {
+	modelDir        string
+	host            string
+	port            int
+	servedName      string
+	scheduler       string
+	maxNumSeqs      int
+	maxBatchedToks  int
+	kvCacheBytes    byteSize
+	blockSizeTokens int
+	maxBatchSize    int
+	maxBatchDelay   time.Duration
+	maxQueue        int
+	maxModelLen     int
+	apiKey          string
+	ortLib          string
+	threads         int
+	noWebUI         bool
+	noPrefixCache   bool
+	shutdownTimeout time.Duration
+	maxConnections  int
+	logFormat       string
+}
+
+// envPrefix is prepended to a flag's name in upper snake case to give its environment
+// variable: --max-num-seqs <-> CONVEYOR_MAX_NUM_SEQS.
+const envPrefix = "CONVEYOR_"
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// byteSize is a flag value in bytes that accepts binary and decimal suffixes:
+// 512MiB, 1GiB, 1.5G (binary), 500MB (decimal), or a plain number of bytes.
+type byteSize int64
+
+func (b *byteSize) String() string { return formatBytes(int64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// parseBytes parses a size such as "512MiB", "1GiB", "2G", "300MB", "4096".
+// K, M, G, T and KiB..TiB are powers of 1024; KB, MB, GB, TB are powers of 1000.
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') && t[i-1] != '.' {
+		i--
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+	}[unit]
+	x, err := strconv.ParseFloat(num, 64)
+	if mult == 0 || err != nil || x < 0 {
+		return 0, fmt.Errorf("invalid size %q (use bytes or a suffix: 512MiB, 1GiB, 500MB)", s)
+	}
+	v := x * mult
+	if v > 1<<62 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int64(v), nil
+}
+
+// formatBytes prints n with the largest exact binary suffix.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		s string
+		v int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.v && n%u.v == 0 {
+			return strconv.FormatInt(n/u.v, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// serveFlags defines the flags of `conveyor serve` on fs with their defaults.
+func serveFlags(fs *flag.FlagSet, o *serveOptions) {
+	ec := engine.DefaultConfig()
+	ac := api.DefaultConfig()
+	o.kvCacheBytes = byteSize(ec.KVCacheBytes)
+	fs.StringVar(&o.modelDir, "model", "models/default", "model directory (model.onnx, config.json, tokenizer.json)")
+	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
+	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on")
+	fs.StringVar(&o.servedName, "served-model-name", "", "model id clients send in \"model\" (default: the model directory's base name)")
+	fs.StringVar(&o.scheduler, "scheduler", "continuous", "batching policy: continuous, static or sequential")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", ec.MaxNumSeqs, "sequences in one forward pass at most")
+	fs.IntVar(&o.maxBatchedToks, "max-num-batched-tokens", ec.MaxNumBatchedTokens, "tokens fed to the model in one step at most (long prompts are prefilled in chunks)")
+	fs.Var(&o.kvCacheBytes, "kv-cache-memory", "KV-cache memory budget in bytes; suffixes KiB/MiB/GiB (1024) or KB/MB/GB (1000)")
+	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block")
+	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
+	fs.DurationVar(&o.maxBatchDelay, "max-batch-delay", ec.MaxBatchDelay, "how long a static batch waits to fill (e.g. 50ms)")
+	fs.IntVar(&o.maxQueue, "max-queue", ec.MaxQueue, "requests waiting at most; more get HTTP 429")
+	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "tokens per sequence (prompt + completion) at most; 0 = the model's context")
+	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize, /detokenize (/health and /metrics stay open)")
+	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
+	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
+	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
+	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
+	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
+}
+
+// parseServeFlags parses args over the environment: every flag can also be set as
+// CONVEYOR_<NAME> (e.g. CONVEYOR_MAX_NUM_SEQS=64); a flag on the command line wins.
+func parseServeFlags(args []string, getenv func(string) string, output io.Writer) (*serveOptions, error) {
+	o := &serveOptions{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(output)
+	serveFlags(fs, o)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintln(w, "usage: conveyor serve --model DIR [flags]")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Serves the OpenAI-compatible API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,")
+		fmt.Fprintln(w, "GET /health, GET /metrics, POST /tokenize, POST /detokenize, and a chat page at /.")
+		fmt.Fprintln(w, "Every flag can also be set through the environment as CONVEYOR_<FLAG> in upper snake case")
+		fmt.Fprintln(w, "(--max-num-seqs -> CONVEYOR_MAX_NUM_SEQS); the command line wins.")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "flags:")
+		fs.PrintDefaults()
+	}
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if v == "" || envErr != nil {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			envErr = fmt.Errorf("serve: %s=%q: %v", envName(f.Name), v, err)
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	return o, o.validate()
+}
+
+// validate checks values the engine and server configs do not check themselves.
+func (o *serveOptions) validate() error {
+	switch {
+	case o.modelDir == "":
+		return errors.New("serve: --model is required")
+	case o.port < 0 || o.port > 65535:
+		return fmt.Errorf("serve: --port %d is not a TCP port", o.port)
+	case o.threads < 0:
+		return fmt.Errorf("serve: --threads %d must be >= 0", o.threads)
+	case o.maxModelLen < 0:
+		return fmt.Errorf("serve: --max-model-len %d must be >= 0", o.maxModelLen)
+	case o.shutdownTimeout < 0:
+		return fmt.Errorf("serve: --shutdown-timeout %v must be >= 0", o.shutdownTimeout)
+	case o.logFormat != "text" && o.logFormat != "json":
+		return fmt.Errorf("serve: --log-format %q must be text or json", o.logFormat)
+	}
+	if _, err := o.engineConfig(nil); err != nil {
+		return err
+	}
+	if _, err := o.apiConfig(nil, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+// engineConfig builds the engine's configuration from the flags.
+func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config, error) {
+	c := engine.DefaultConfig()
+	p, err := engine.ParsePolicy(o.scheduler)
+	if err != nil {
+		return c, fmt.Errorf("serve: --scheduler: %v", err)
+	}
+	c.Policy = p
+	c.MaxNumSeqs = o.maxNumSeqs
+	c.MaxNumBatchedTokens = o.maxBatchedToks
+	c.KVCacheBytes = int64(o.kvCacheBytes)
+	c.BlockSizeTokens = o.blockSizeTokens
+	c.MaxBatchSize = o.maxBatchSize
+	c.MaxBatchDelay = o.maxBatchDelay
+	c.MaxQueue = o.maxQueue
+	c.MaxModelLen = o.maxModelLen
+	c.EnablePrefixCaching = !o.noPrefixCache
+	c.OnStep = onStep
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("serve: %v", err)
+	}
+	return c, nil
+}
+
+// modelName is the served model id.
+func (o *serveOptions) modelName() string {
+	if o.servedName != "" {
+		return o.servedName
+	}
+	return filepath.Base(filepath.Clean(o.modelDir))
+}
+
+// apiConfig builds the HTTP server's configuration from the flags.
+func (o *serveOptions) apiConfig(log *slog.Logger, m *api.Metrics) (api.Config, error) {
+	c := api.DefaultConfig()
+	c.ModelName = o.modelName()
+	c.APIKey = o.apiKey
+	c.MaxConnections = o.maxConnections
+	c.EnableWebUI = !o.noWebUI
+	c.Logger = log
+	c.Metrics = m
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("serve: %v", err)
+	}
+	return c, nil
+}
+
+func runServe(args []string) error {
+	o, err := parseServeFlags(args, os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return serve(ctx, o, os.Stdout, os.Stderr, nil)
+}
+
+// serve listens, loads the model (with /health answering 503 meanwhile), serves until ctx
+// is done, then drains: the listener closes, in-flight requests get --shutdown-timeout to
+// finish, the rest are aborted, and the engine stops. ready, when not nil, receives the
+// listening address once the model is loaded.
+func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready chan<- string) error {
+	var h slog.Handler = slog.NewTextHandler(stderr, nil)
+	if o.logFormat == "json" {
+		h = slog.NewJSONHandler(stderr, nil)
+	}
+	log := slog.New(h)
+	metrics := api.NewMetrics()
+	acfg, err := o.apiConfig(log, metrics)
+	if err != nil {
+		return err
+	}
+	ecfg, err := o.engineConfig(metrics.OnStep)
+	if err != nil {
+		return err
+	}
+	srv, err := api.New(acfg)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	drain := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("in-flight requests were aborted at the drain deadline", "err", err)
+		}
+		<-served
+	}
+
+	log.Info("loading model", "dir", o.modelDir)
+	start := time.Now()
+	tok, err := tokenizer.Load(o.modelDir)
+	if err != nil {
+		drain()
+		return fmt.Errorf("serve: %w", err)
+	}
+	runner, err := models.OpenRunner(o.modelDir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
+	if err != nil {
+		drain()
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer runner.Close()
+	eng, err := engine.New(ecfg, runner, tok)
+	if err != nil {
+		drain()
+		return fmt.Errorf("serve: %w", err)
+	}
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	eng.Start(engCtx)
+	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	addr := ln.Addr().String()
+	log.Info("ready", "addr", addr, "model", acfg.ModelName, "load_seconds", time.Since(start).Seconds(),
+		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler)
+	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "")
+	if ready != nil {
+		ready <- addr
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", o.shutdownTimeout)
+	case err := <-served:
+		served <- err // drain() waits on it
+		log.Error("server stopped", "err", err)
+	}
+	drain()
+	ectx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := eng.Shutdown(ectx); err != nil {
+		log.Warn("engine aborted remaining requests", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// printBanner tells a newcomer where the server is and how to call it.
+func printBanner(w io.Writer, addr, model string, withKey bool) {
+	url := "http://" + addr
+	auth := ""
+	if withKey {
+		auth = ` -H "Authorization: Bearer $CONVEYOR_API_KEY"`
+	}
+	fmt.Fprintf(w, "Conveyor is serving %q at %s (chat page: %s/)\n", model, url, url)
+	fmt.Fprintf(w, "Try:\n  curl -N %s/v1/completions -H 'Content-Type: application/json'%s \\\n", url, auth)
+	fmt.Fprintf(w, "    -d '{\"model\": %q, \"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"stream\": true}'\n", model)
+}
