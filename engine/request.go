@@ -235,6 +235,7 @@ func (e *Engine) abortAll() {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
+	e.takeInbox() // requests that arrived before closed was set
 	for r := range e.live {
 		e.endRequest(r, FinishAbort, nil)
 	}

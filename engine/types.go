@@ -116,8 +116,8 @@ type Event struct {
 	Logprobs          []TokenLogprob
 	PromptLogprobs    []TokenLogprob // on the first event of a sequence, when requested
 	FinishReason      FinishReason   // non-empty on the sequence's last event
-	CumulativeLogprob float64
-	Usage             *Usage // set on the request's last event
+	CumulativeLogprob float64        // sum of the chosen tokens' raw logprobs so far; computed only when Logprobs >= 0 or BestOf > N
+	Usage             *Usage         // set on the request's last event
 	Timings           Timings
 	Err               error // with FinishError
 }

@@ -1,0 +1,70 @@
+// Package engine runs generation requests through one model with iteration-level
+// ("continuous") batching over a paged KV cache.
+//
+// # The face
+//
+// The HTTP layer sees four calls: Submit(ctx, req) returns a channel of Events (or fails
+// fast with ErrInvalidRequest, ErrPromptTooLong, ErrOverloaded or ErrClosed, before any
+// response header is written); Abort(id) ends a request; Stats() is a cheap snapshot for
+// metrics; Shutdown(ctx) drains. Events carry token ids, a UTF-8-safe text delta,
+// logprobs, the finish reason, usage and timings — no wire format.
+//
+// # One owner
+//
+// A single goroutine (Run, or Start) owns everything mutable: the scheduler, the block
+// pool, the K/V storage and every sequence's sampler, detokenizer and stop checker. Submit
+// and Abort only append to a mutex-guarded inbox and poke a one-slot wake channel, so they
+// never wait for a step; Submit validates the request and checks the queue bound there
+// and then, which is what lets the API answer 429 before sending headers. A request whose
+// context is done is aborted through context.AfterFunc (no goroutine until it fires).
+// When nothing is running the loop blocks on the wake channel: no polling.
+//
+// # The step loop
+//
+// Each iteration:
+//
+//  1. take the inbox: queue new requests in the scheduler (all n or best_of sequences
+//     of a request as one group; the scheduler computes the prompt once and forks its
+//     blocks to the other sequences), apply aborts (their blocks are freed at once);
+//  2. scheduler.Schedule() plans ONE forward pass: running sequences' decode tokens
+//     first, then waiting prompts (chunked under the token budget, prefix-cache hits
+//     skipped), preempting the newest sequence when blocks run out;
+//  3. apply the plan's copy-on-write block copies to the storage;
+//  4. build a models.Batch (each sequence's new tokens and past length) and a paged KV
+//     view: GatherPast copies each row's past out of its blocks into the runner's dense
+//     past_key_values, ScatterNew writes the new keys and values back into the blocks;
+//  5. run model.Forward once for the whole batch;
+//  6. for every sequence that computed its last known token, sample the next token
+//     (logit bias, min_tokens, repetition/presence/frequency penalties, temperature,
+//     top_k, top_p, min_p, a per-sequence seeded random stream) and run the stop checks
+//     (eos, stop token ids, max_tokens, stop strings matched across token boundaries
+//     with held-back text);
+//  7. scheduler.Update commits the computed tokens to the pool (registering full blocks
+//     for prefix caching), appends the sampled tokens and frees finished sequences;
+//  8. send each sequence's event on its request's channel, which is buffered for every
+//     event the request can produce, so a slow reader never stalls the loop; publish
+//     Stats and call Config.OnStep.
+//
+// A failed forward pass ends every request in that batch with FinishError (Err wraps
+// ErrModel) and the loop goes on. A sequence preempted under KV pressure is recomputed
+// later from its prompt and generated tokens, producing the same greedy output.
+//
+// # Example
+//
+//	runner, _ := models.OpenRunner(dir, models.DefaultRunnerOptions())
+//	tok, _ := tokenizer.Load(dir)
+//	eng, err := engine.New(engine.DefaultConfig(), runner, tok)
+//	if err != nil { ... }
+//	eng.Start(ctx)
+//	defer eng.Shutdown(context.Background())
+//
+//	prompt, _ := tok.Encode("Once upon a time", true)
+//	p := engine.DefaultSamplingParams()
+//	p.MaxTokens, p.Temperature = 64, 0
+//	events, err := eng.Submit(ctx, &engine.Request{ID: "req-1", Prompt: prompt, Params: p})
+//	if err != nil { ... } // errors.Is(err, engine.ErrOverloaded) -> 429, ...
+//	for ev := range events {
+//		fmt.Print(ev.Text)
+//		if ev.FinishReason != "" { fmt.Println("\n", ev.FinishReason, ev.Usage) }
+//	}
+package engine
