@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
@@ -71,9 +72,9 @@ func runGenerate(args []string) error {
 	return err
 }
 
-// generate runs the prompt and the continuation through the runner one sequence at a
-// time, streaming text to out and a summary line to info. It returns the generated
-// token ids (an eos token included).
+// generate runs the prompt and the continuation through the engine, streaming text to
+// out and a summary line to info. It returns the generated token ids (an eos token
+// included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
 	tok, err := tokenizer.Load(o.modelDir)
 	if err != nil {
@@ -96,43 +97,50 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	if len(ids) >= spec.MaxPositions {
 		return nil, fmt.Errorf("generate: the prompt has %d tokens; the model's context is %d", len(ids), spec.MaxPositions)
 	}
-	eos := map[int32]bool{}
-	for _, id := range append(spec.EOSTokenIDs, tok.EOS()...) {
-		eos[id] = true
+	// One sequence through the engine: the same step loop, paged KV cache, sampler and
+	// stop checks as the server, with a KV cache sized for this one sequence.
+	ecfg := engine.DefaultConfig()
+	ecfg.MaxNumSeqs = 1
+	ecfg.EnablePrefixCaching = false
+	total := min(len(ids)+o.maxTokens, spec.MaxPositions) + ecfg.BlockSizeTokens
+	ecfg.KVCacheBytes = int64(total) * int64(spec.KVBytesPerToken())
+	eng, err := engine.New(ecfg, r, tok)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
 	}
-	kv := newSeqKV(spec)
-	rng := rand.New(rand.NewPCG(o.seed, 0x636f6e7665796f72))
-	stream := tok.NewStream(true)
-	probs := make([]float64, spec.VocabSize)
+	eng.Start(ctx)
+	defer eng.Close()
+
+	params := engine.DefaultSamplingParams()
+	params.MaxTokens = o.maxTokens
+	params.Temperature = float32(o.temperature)
+	seed := int64(o.seed)
+	params.Seed = &seed
 
 	start := time.Now()
+	events, err := eng.Submit(ctx, &engine.Request{ID: "generate", Prompt: ids, Params: params})
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	var firstToken time.Duration
 	var generated []int32
-	next := ids
-	for len(generated) < o.maxTokens && kv.pastLen+len(next) <= spec.MaxPositions {
-		if err := ctx.Err(); err != nil {
-			break
-		}
-		kv.newTokens = len(next)
-		res, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: next, PastLen: kv.pastLen}}}, kv)
-		if err != nil {
-			return nil, fmt.Errorf("generate: %w", err)
-		}
-		kv.pastLen += len(next)
-		id := sample(res.Logits[0], o.temperature, rng, probs)
-		if len(generated) == 0 {
+	var failure error
+	for ev := range events {
+		if len(generated) == 0 && len(ev.TokenIDs) > 0 {
 			firstToken = time.Since(start)
 		}
-		generated = append(generated, id)
-		if eos[id] {
-			break
-		}
-		if _, err := io.WriteString(out, stream.Add(id)); err != nil {
+		generated = append(generated, ev.TokenIDs...)
+		if _, err := io.WriteString(out, ev.Text); err != nil {
 			return nil, err
 		}
-		next = []int32{id}
+		if ev.FinishReason == engine.FinishError {
+			failure = ev.Err
+		}
 	}
-	if _, err := fmt.Fprintln(out, stream.Flush()); err != nil {
+	if failure != nil {
+		return nil, fmt.Errorf("generate: %w", failure)
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
 		return nil, err
 	}
 	elapsed := time.Since(start)
@@ -170,61 +178,4 @@ func sample(logits []float32, temperature float64, rng *rand.Rand, probs []float
 		}
 	}
 	return int32(best)
-}
-
-// seqKV keeps one sequence's keys and values densely, per layer as [position][kvHead][headDim]
-// elements of the model's KV type, for the single-sequence generate path.
-type seqKV struct {
-	spec      models.Spec
-	k, v      [][]byte
-	pastLen   int // positions stored
-	newTokens int // tokens of the pass in flight
-}
-
-func newSeqKV(spec models.Spec) *seqKV {
-	return &seqKV{spec: spec, k: make([][]byte, spec.NumLayers), v: make([][]byte, spec.NumLayers)}
-}
-
-// GatherPast copies the stored positions into row 0 of each dense past tensor.
-func (s *seqKV) GatherPast(k, v []models.DenseKV) error {
-	row := s.spec.HeadDim * s.spec.KVDType.Size() // bytes of one head at one position
-	for l := range k {
-		for kind, dst := range []models.DenseKV{k[l], v[l]} {
-			src := s.k[l]
-			if kind == 1 {
-				src = s.v[l]
-			}
-			if dst.Batch != 1 || dst.Tokens < s.pastLen {
-				return fmt.Errorf("unexpected past tensor %dx%dx%dx%d", dst.Batch, dst.KVHeads, dst.Tokens, dst.HeadDim)
-			}
-			clear(dst.Data)
-			for h := 0; h < dst.KVHeads; h++ {
-				for p := 0; p < s.pastLen; p++ {
-					o := (h*dst.Tokens + p) * row
-					copy(dst.Data[o:o+row], src[(p*dst.KVHeads+h)*row:])
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// ScatterNew appends the pass's new positions from row 0 of each present tensor.
-func (s *seqKV) ScatterNew(k, v []models.DenseKV, newOffset int) error {
-	row := s.spec.HeadDim * s.spec.KVDType.Size()
-	for l := range k {
-		for kind, src := range []models.DenseKV{k[l], v[l]} {
-			dst := &s.k[l]
-			if kind == 1 {
-				dst = &s.v[l]
-			}
-			for j := 0; j < s.newTokens; j++ {
-				for h := 0; h < src.KVHeads; h++ {
-					o := (h*src.Tokens + newOffset + j) * row
-					*dst = append(*dst, src.Data[o:o+row]...)
-				}
-			}
-		}
-	}
-	return nil
 }
