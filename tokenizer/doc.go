@@ -19,8 +19,8 @@
 //
 // The BPE model is github.com/sugarme/tokenizer's: the model object of tokenizer.json is
 // normalised (merges rewritten as "a b" strings, parts sugarme does not know removed),
-// written to bytes and loaded with pretrained.FromReader; the merge ranks are then set from
-// the parsed file. Around it this package adds what sugarme lacks or gets wrong for LLM
+// written to bytes and loaded with pretrained.FromReader (when some merges cannot be written
+// as strings, the merge table is then set from the parsed file). Around it this package adds what sugarme lacks or gets wrong for LLM
 // tokenizers:
 //
 //   - merges written as pairs ([["a", "b"], ...]) as well as strings, including merges of
