@@ -125,7 +125,8 @@ func (e *raisedError) Error() string { return e.msg }
 
 // ApplyChatTemplate renders msgs with the model's chat template (chat_template of
 // tokenizer_config.json). The template sees messages (a list of {"role", "content"}),
-// add_generation_prompt, bos_token, eos_token, raise_exception(msg) and strftime_now(fmt).
+// add_generation_prompt, bos_token, eos_token, unk_token, pad_token, raise_exception(msg)
+// and strftime_now(fmt).
 // A model without a template gets the fallback format described in the package
 // documentation. Template errors, including raise_exception, wrap ErrTemplate.
 func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
@@ -145,6 +146,8 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 		"add_generation_prompt": addGenerationPrompt,
 		"bos_token":             t.specialText(t.bos),
 		"eos_token":             t.specialText(t.firstEOS()),
+		"unk_token":             t.unkText,
+		"pad_token":             t.padText,
 		"raise_exception": func(msg string) (string, error) {
 			raised = &raisedError{msg: msg}
 			return "", raised

@@ -116,6 +116,11 @@ func TestChatTemplateFeatures(t *testing.T) {
 	if want := "<s>[26 Jul 2024] Be brief!\n1/2 HI THERE,\n2/2 BYE\nsystem user assistant user True Be"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	tk = writeFixture(t, llama2Legacy(), `{"bos_token": "<s>", "unk_token": {"content": "<unk>"}, "pad_token": "</s>",
+		"chat_template": "{{ bos_token }}|{{ unk_token }}|{{ pad_token }}|{{ eos_token }}"}`)
+	if got, err := tk.ApplyChatTemplate(nil, false); err != nil || got != "<s>|<unk>|</s>|" {
+		t.Errorf("special token variables = %q, %v", got, err)
+	}
 	// strftime_now formats the current date with Python directives.
 	tk = chatFixture(t, `{{ strftime_now("%Y-%m-%d %b %%") }}`)
 	got, err = tk.ApplyChatTemplate(nil, false)

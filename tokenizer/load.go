@@ -35,6 +35,8 @@ type addedTokenJSON struct {
 type configJSON struct {
 	BOSToken     tokenRef        `json:"bos_token"`
 	EOSToken     tokenRef        `json:"eos_token"`
+	UnkToken     tokenRef        `json:"unk_token"`
+	PadToken     tokenRef        `json:"pad_token"`
 	AddBOSToken  *bool           `json:"add_bos_token"`
 	AddEOSToken  *bool           `json:"add_eos_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
@@ -241,6 +243,7 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 			t.suffix = append(t.suffix, t.eos[0])
 		}
 	}
+	t.unkText, t.padText = c.UnkToken.Content, c.PadToken.Content
 	tmpl, err := parseChatTemplate(c.ChatTemplate)
 	if err != nil {
 		return err

@@ -39,7 +39,8 @@ type Tokenizer struct {
 	bos                int32   // -1 when none
 	eos                []int32
 
-	chat *chatTemplate // nil: no template (the fallback format is used)
+	chat             *chatTemplate // nil: no template (the fallback format is used)
+	unkText, padText string        // unk_token and pad_token of tokenizer_config.json, for templates
 }
 
 // addedMatch is an added token as it is searched for in input text.
