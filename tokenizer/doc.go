@@ -77,9 +77,9 @@
 // of {name, template} where "default" wins) with github.com/nikolalohinski/gonja/v2, with
 // trim_blocks and lstrip_blocks on as transformers renders. Templates see messages (each
 // {"role", "content"}), add_generation_prompt, bos_token, eos_token, unk_token, pad_token,
-// raise_exception(msg) and strftime_now(format). tojson writes JSON as Python's json.dumps does (", " and ": "
-// separators, non-ASCII kept; mapping keys sorted), and str.replace takes Python's optional
-// count. Parse and render errors and raise_exception wrap ErrTemplate with the template's
+// raise_exception(msg) and strftime_now(format). tojson writes JSON as Python's json.dumps
+// does (", " and ": " separators, non-ASCII kept; mapping keys sorted), and str.replace
+// takes Python's optional count. Parse and render errors and raise_exception wrap ErrTemplate with the template's
 // message. A template cannot include, import or extend other templates (nor itself). It is
 // otherwise trusted like the rest of the model directory: a template that recurses or loops
 // without end is not stopped.
