@@ -230,8 +230,14 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 		arrival: time.Now(),
 		bestOf:  p.BestOf > p.N,
 	}
-	nseq := p.BestOf
-	r.ch = make(chan Event, nseq*(p.MaxTokens+1)+1)
+	// Room for every event: one per generated token plus a final one per sequence
+	// (proportional to the tokens requested, like the KV cache they will take), or just
+	// the N results of a best_of request, which are sent at the end.
+	capacity := p.N*(p.MaxTokens+1) + 1
+	if p.BestOf > p.N {
+		capacity = p.N + 1
+	}
+	r.ch = make(chan Event, capacity)
 
 	e.mu.Lock()
 	switch {

@@ -684,3 +684,54 @@ func TestStopStringEndToEnd(t *testing.T) {
 		t.Fatalf("streamed %q (%s), want %q (stop)", streamed.String(), last.FinishReason, text[:cut])
 	}
 }
+
+func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
+	var mu sync.Mutex
+	var infos []StepInfo
+	cfg := testConfig()
+	cfg.OnStep = func(s StepInfo) {
+		mu.Lock()
+		infos = append(infos, s)
+		mu.Unlock()
+	}
+	e := startEngine(t, cfg, newFakeModel(1024), fakeText{})
+	slow := greedyRequest("slow", testPrompt(1, 30), 200)
+	slow.Params.IgnoreEOS = true
+	slow.Params.Logprobs = 2
+	slowCh, err := e.Submit(context.Background(), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reads slowCh while other requests run to completion.
+	more := mixedRequests(8)
+	checkGreedy(t, more, runAll(t, e, more))
+	res := collect(slowCh)
+	ev := res.seqs[0]
+	if want := fakeGreedyIgnoreEOS(slow.Prompt, 200); !slices.Equal(ev.TokenIDs, want) || ev.FinishReason != FinishLength {
+		t.Fatalf("slow reader got %d tokens (%s), want %d", len(ev.TokenIDs), ev.FinishReason, len(want))
+	}
+	if res.events != 200 || len(ev.Logprobs) != 200 {
+		t.Fatalf("%d events with %d logprobs for 200 tokens", res.events, len(ev.Logprobs))
+	}
+	tm := ev.Timings
+	if tm.Arrival.IsZero() || tm.Scheduled.Before(tm.Arrival) || tm.FirstToken.Before(tm.Scheduled) || tm.Finished.Before(tm.FirstToken) {
+		t.Fatalf("timings out of order: %+v", tm)
+	}
+	shutdown(t, e)
+	st := e.Stats()
+	mu.Lock()
+	defer mu.Unlock()
+	if int64(len(infos)) != st.Steps || st.DroppedEvents != 0 {
+		t.Fatalf("%d OnStep calls for %d steps, %d dropped events", len(infos), st.Steps, st.DroppedEvents)
+	}
+	fed := 0
+	for _, s := range infos {
+		fed += s.NumTokens
+	}
+	if int64(fed) != st.FedTokens || len(st.RecentBatchSizes) == 0 || len(st.RecentStepDurations) != len(st.RecentBatchSizes) {
+		t.Fatalf("stats %+v disagree with OnStep (%d tokens)", st, fed)
+	}
+	if st.KVTotalBlocks != 512 || st.KVFreeBlocks != 512 || st.BlockSizeTokens != 16 {
+		t.Fatalf("KV stats %+v, want 512 free 16-token blocks", st)
+	}
+}

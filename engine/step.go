@@ -15,7 +15,11 @@ import (
 func (e *Engine) step(plan *scheduler.Plan) {
 	start := time.Now()
 	items := plan.Items
-	e.results = append(e.results[:0], make([]scheduler.Result, len(items))...)
+	if cap(e.results) < len(items) {
+		e.results = make([]scheduler.Result, len(items))
+	}
+	e.results = e.results[:len(items)]
+	clear(e.results)
 
 	var err error
 	for _, c := range plan.Copies {
