@@ -71,22 +71,6 @@ func newSampler(p *SamplingParams, prompt []int32, eos []int32, index int) *samp
 	return s
 }
 
-// clone returns a copy of s with its own counts and the given random stream index,
-// for a sequence forked from s's sequence.
-func (s *sampler) clone(index int) *sampler {
-	c := *s
-	c.outCounts = make(map[int32]int, len(s.outCounts))
-	for k, v := range s.outCounts {
-		c.outCounts[k] = v
-	}
-	if s.params.Seed != nil {
-		c.rng = rand.New(rand.NewPCG(uint64(*s.params.Seed), uint64(index)))
-	} else {
-		c.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	}
-	return &c
-}
-
 // accept records a generated token.
 func (s *sampler) accept(id int32) {
 	s.outCounts[id]++

@@ -20,7 +20,8 @@ type textStream interface {
 //     MinTokens tokens exist; the token id is reported but its text is not;
 //   - a stop string ends it with "stop"; the stop string and everything after it are
 //     never released. Stop strings are matched across token boundaries: text whose end
-//     could still grow into a stop string is held back until decided;
+//     could still grow into a stop string is held back until decided. Only text after
+//     the first MinTokens tokens is searched;
 //   - MaxTokens generated tokens end it with "length", releasing the held text.
 type stopChecker struct {
 	stream    textStream // nil: token ids only, no text
@@ -68,7 +69,11 @@ func (c *stopChecker) add(id int32) (text string, finish FinishReason) {
 			return text, FinishStop
 		}
 	}
-	if c.stream != nil {
+	if c.stream != nil && c.numOut <= c.minTokens {
+		// Before min_tokens nothing stops the sequence, stop strings included (as in
+		// vLLM): the text goes straight out.
+		text = c.stream.Add(id)
+	} else if c.stream != nil {
 		var stopped bool
 		text, stopped = c.push(c.stream.Add(id))
 		if stopped {

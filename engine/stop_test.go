@@ -83,6 +83,8 @@ func TestStopChecker(t *testing.T) {
 			[]int32{12, 9, 10, 11}, []string{"x", "", "", ""}, FinishStop},
 		{"multibyte text is never split", func(p *SamplingParams) { p.Stop = []string{"中x"}; p.MaxTokens = 4 },
 			[]int32{12, 9, 10, 11}, []string{"x", "", "", "中文"}, FinishLength},
+		{"stop strings wait for min_tokens", func(p *SamplingParams) { p.Stop = []string{"Hello", "wor"}; p.MinTokens = 1 },
+			[]int32{1, 2, 3}, []string{"Hello", " "}, FinishStop},
 		{"stop string in the first characters", func(p *SamplingParams) { p.Stop = []string{"Hello"} },
 			[]int32{1, 4}, []string{""}, FinishStop},
 	}
