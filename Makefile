@@ -13,8 +13,12 @@ ORT_SHA256 := 92ba8e44d31b80a34f5e805076a044122c3be1fffe0d88ed790de7267b0b2682
 export CONVEYOR_ORT_LIB ?= $(abspath $(ORT_LIB))
 
 BIN := bin/conveyor
+DEFAULT_MODEL := models/default
+DEFAULT_ONNX := build/default
+HOST ?= 127.0.0.1
+PORT ?= 8000
 
-.PHONY: all build ort test vet run clean
+.PHONY: all build ort test vet run bench model clean
 
 all: build
 
@@ -32,6 +36,22 @@ $(ORT_LIB):
 build:
 	$(GO) build -o $(BIN) ./cmd/conveyor
 
+# The shipped checkpoint is a Hugging Face Llama directory; its ONNX graph is built here, in seconds.
+model: $(DEFAULT_ONNX)/model.onnx
+
+$(DEFAULT_ONNX)/model.onnx: $(wildcard $(DEFAULT_MODEL)/*.json) $(DEFAULT_MODEL)/model.safetensors | build
+	$(BIN) build-model --from $(DEFAULT_MODEL) --out $(DEFAULT_ONNX)
+
+run: build ort model
+	@echo "Serving $(DEFAULT_MODEL) on http://$(HOST):$(PORT)/  (chat page; Ctrl-C stops)"
+	@echo "Try:  curl http://$(HOST):$(PORT)/v1/completions -H 'Content-Type: application/json' \\"
+	@echo "        -d '{\"model\": \"default\", \"prompt\": \"The old man said\", \"max_tokens\": 40, \"stream\": true}'"
+	$(BIN) serve --model $(DEFAULT_ONNX) --served-model-name default --host $(HOST) --port $(PORT)
+
+# Continuous vs static vs sequential batching on the default model; writes docs/benchmarks/.
+bench: build ort model
+	$(BIN) bench compare --model $(DEFAULT_ONNX) --out docs/benchmarks
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
@@ -40,4 +60,4 @@ test: ort vet
 	$(GO) test -count=1 -timeout 30m ./...
 
 clean:
-	rm -rf bin $(ORT_DIR)
+	rm -rf bin build $(ORT_DIR)
