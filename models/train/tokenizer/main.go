@@ -7,7 +7,11 @@
 //
 // Usage (from the repository root, after models/train/corpus.sh):
 //
-//	go run ./models/train/tokenizer -corpus models/train/.corpus -out models/default
+//	go run ./models/train/tokenizer -corpus models/train/.corpus -out models/default             # train + encode
+//	go run ./models/train/tokenizer -corpus models/train/.corpus -out models/default -train=false # encode only
+//
+// Retraining gives a slightly different vocabulary each run (the trainer breaks count ties in map order), so the
+// shipped model is reproduced from its committed tokenizer.json with -train=false.
 package main
 
 import (
@@ -47,16 +51,30 @@ func main() {
 	outDir := flag.String("out", "models/default", "directory to write tokenizer.json and tokenizer_config.json to")
 	vocabSize := flag.Int("vocab", 4096, "total vocabulary size including special tokens")
 	minFreq := flag.Int("min-frequency", 2, "minimum pair frequency for a merge")
+	train := flag.Bool("train", true, "train a new tokenizer; with -train=false, encode the corpus with the existing "+
+		"tokenizer.json in -out (sugarme's trainer breaks ties between equally frequent pairs in map order, so "+
+		"retraining gives a slightly different vocabulary each time: reproduce a model from its committed tokenizer)")
 	flag.Parse()
-	if err := run(*corpusDir, *outDir, *vocabSize, *minFreq); err != nil {
+	if err := run(*corpusDir, *outDir, *vocabSize, *minFreq, *train); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(corpusDir, outDir string, vocabSize, minFreq int) error {
+func run(corpusDir, outDir string, vocabSize, minFreq int, train bool) error {
 	if vocabSize <= len(specials)+256 || vocabSize > 65535 {
 		return fmt.Errorf("vocab %d: must be in (%d, 65535]", vocabSize, len(specials)+256)
 	}
+	tokPath := filepath.Join(outDir, "tokenizer.json")
+	if train {
+		if err := trainTokenizer(corpusDir, outDir, vocabSize, minFreq); err != nil {
+			return err
+		}
+	}
+	return encodeCorpus(tokPath, corpusDir, vocabSize)
+}
+
+// trainTokenizer trains the BPE model on corpusDir/train.txt and writes tokenizer.json and tokenizer_config.json.
+func trainTokenizer(corpusDir, outDir string, vocabSize, minFreq int) error {
 	trainTxt := filepath.Join(corpusDir, "train.txt")
 	counts, err := countWords(trainTxt)
 	if err != nil {
@@ -87,14 +105,15 @@ func run(corpusDir, outDir string, vocabSize, minFreq int) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	tokPath := filepath.Join(outDir, "tokenizer.json")
-	if err := writeJSON(tokPath, hfTokenizer(vocab, merges)); err != nil {
+	if err := writeJSON(filepath.Join(outDir, "tokenizer.json"), hfTokenizer(vocab, merges)); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(outDir, "tokenizer_config.json"), tokenizerConfig(vocab)); err != nil {
-		return err
-	}
+	return writeJSON(filepath.Join(outDir, "tokenizer_config.json"), tokenizerConfig(vocab))
+}
 
+// encodeCorpus reloads tokPath with sugarme (checking that the saved file round-trips) and writes train.bin and
+// val.bin next to train.txt and val.txt.
+func encodeCorpus(tokPath, corpusDir string, vocabSize int) error {
 	tk, err := pretrained.FromFile(tokPath)
 	if err != nil {
 		return fmt.Errorf("reload %s: %w", tokPath, err)
