@@ -70,10 +70,13 @@ func run(corpusDir, outDir string, vocabSize, minFreq int, train bool) error {
 			return err
 		}
 	}
+	if err := writeJSON(filepath.Join(outDir, "tokenizer_config.json"), tokenizerConfig()); err != nil {
+		return err
+	}
 	return encodeCorpus(tokPath, corpusDir, vocabSize)
 }
 
-// trainTokenizer trains the BPE model on corpusDir/train.txt and writes tokenizer.json and tokenizer_config.json.
+// trainTokenizer trains the BPE model on corpusDir/train.txt and writes tokenizer.json.
 func trainTokenizer(corpusDir, outDir string, vocabSize, minFreq int) error {
 	trainTxt := filepath.Join(corpusDir, "train.txt")
 	counts, err := countWords(trainTxt)
@@ -105,10 +108,7 @@ func trainTokenizer(corpusDir, outDir string, vocabSize, minFreq int) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(outDir, "tokenizer.json"), hfTokenizer(vocab, merges)); err != nil {
-		return err
-	}
-	return writeJSON(filepath.Join(outDir, "tokenizer_config.json"), tokenizerConfig(vocab))
+	return writeJSON(filepath.Join(outDir, "tokenizer.json"), hfTokenizer(vocab, merges))
 }
 
 // encodeCorpus reloads tokPath with sugarme (checking that the saved file round-trips) and writes train.bin and
@@ -297,9 +297,18 @@ func hfTokenizer(vocab map[string]int, merges [][2]string) map[string]any {
 			"byte_fallback":             false,
 			"ignore_merges":             false,
 			"vocab":                     vocab,
-			"merges":                    merges,
+			"merges":                    mergeStrings(merges),
 		},
 	}
+}
+
+// mergeStrings writes merges in the "a b" form every tokenizers version reads (byte-level tokens hold no spaces).
+func mergeStrings(merges [][2]string) []string {
+	out := make([]string, len(merges))
+	for i, m := range merges {
+		out[i] = m[0] + " " + m[1]
+	}
+	return out
 }
 
 func templateProcessing(bos string) map[string]any {
@@ -320,10 +329,18 @@ func templateProcessing(bos string) map[string]any {
 }
 
 // tokenizerConfig is tokenizer_config.json: special tokens, bos handling and the chat template.
-func tokenizerConfig(vocab map[string]int) map[string]any {
-	decoder := make(map[string]addedToken, len(specials))
+func tokenizerConfig() map[string]any {
+	type decoderEntry struct { // transformers builds AddedToken(**entry): no id field
+		Content    string `json:"content"`
+		SingleWord bool   `json:"single_word"`
+		LStrip     bool   `json:"lstrip"`
+		RStrip     bool   `json:"rstrip"`
+		Normalized bool   `json:"normalized"`
+		Special    bool   `json:"special"`
+	}
+	decoder := make(map[string]decoderEntry, len(specials))
 	for i, s := range specials {
-		decoder[fmt.Sprint(i)] = addedToken{ID: i, Content: s, Special: true}
+		decoder[fmt.Sprint(i)] = decoderEntry{Content: s, Special: true}
 	}
 	return map[string]any{
 		"tokenizer_class":              "PreTrainedTokenizerFast",
