@@ -293,22 +293,53 @@ func nucleus(logits []float32, invT, topP float64, sc *sampleScratch) []int32 {
 }
 
 // argmax returns the index of the largest value; ties go to the lowest index. NaN
-// values are never chosen unless everything is NaN.
+// values are never chosen unless everything is NaN or -Inf.
 func argmax(x []float32) int32 {
-	if len(x) == 0 {
-		return 0
-	}
-	best := 0
-	for best < len(x)-1 && x[best] != x[best] {
-		best++ // skip leading NaNs
-	}
-	bv := x[best]
-	for i := best + 1; i < len(x); i++ {
-		if v := x[i]; v > bv {
-			best, bv = i, v
+	// Four independent lanes (each keeps its first maximum) break the compare chain;
+	// the lanes are then merged by value, then by lowest index.
+	negInf := float32(math.Inf(-1))
+	b0, b1, b2, b3 := -1, -1, -1, -1
+	v0, v1, v2, v3 := negInf, negInf, negInf, negInf
+	n := len(x) &^ 3
+	for i := 0; i < n; i += 4 {
+		y := x[i : i+4 : i+4]
+		if y[0] > v0 {
+			b0, v0 = i, y[0]
+		}
+		if y[1] > v1 {
+			b1, v1 = i+1, y[1]
+		}
+		if y[2] > v2 {
+			b2, v2 = i+2, y[2]
+		}
+		if y[3] > v3 {
+			b3, v3 = i+3, y[3]
 		}
 	}
-	return int32(best)
+	best, bv := b0, v0
+	for _, c := range [3]struct {
+		i int
+		v float32
+	}{{b1, v1}, {b2, v2}, {b3, v3}} {
+		if c.i >= 0 && (best < 0 || c.v > bv || (c.v == bv && c.i < best)) {
+			best, bv = c.i, c.v
+		}
+	}
+	for i := n; i < len(x); i++ {
+		if x[i] > bv {
+			best, bv = i, x[i]
+		}
+	}
+	if best >= 0 {
+		return int32(best)
+	}
+	// Everything is -Inf or NaN: the first -Inf, else the last NaN.
+	for i, v := range x {
+		if v == negInf {
+			return int32(i)
+		}
+	}
+	return int32(max(len(x)-1, 0))
 }
 
 // logSumExp returns log(sum(exp(x))) computed stably in float64.

@@ -248,10 +248,37 @@ func TestArgmax(t *testing.T) {
 		{[]float32{-3, nan, -1}, 2},
 		{[]float32{nan, nan}, 1},
 		{[]float32{float32(math.Inf(-1)), -1e30}, 1},
+		{[]float32{nan, float32(math.Inf(-1)), float32(math.Inf(-1))}, 1},
+		{[]float32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 8},
+		{[]float32{9, 2, 3, 4, 5, 6, 7, 8, 9}, 0},
+		{[]float32{0, 2, 3, 4, 9, 6, 7, 8, 9}, 4},
 	}
 	for _, tc := range tests {
 		if got := argmax(tc.x); got != tc.want {
 			t.Errorf("argmax(%v) = %d, want %d", tc.x, got, tc.want)
+		}
+	}
+	// Against a plain scan, with ties and every length mod 4.
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 2000 {
+		x := make([]float32, 1+rng.IntN(40))
+		for i := range x {
+			x[i] = float32(rng.IntN(6))
+			if rng.IntN(10) == 0 {
+				x[i] = nan
+			}
+		}
+		want := -1
+		for i, v := range x {
+			if v == v && (want < 0 || v > x[want]) {
+				want = i
+			}
+		}
+		if want < 0 {
+			want = len(x) - 1
+		}
+		if got := argmax(x); got != int32(want) {
+			t.Fatalf("trial %d: argmax(%v) = %d, want %d", trial, x, got, want)
 		}
 	}
 }
