@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.uber.org/goleak"
 
 	"github.com/conveyor-llm/conveyor/api"
 	"github.com/conveyor-llm/conveyor/engine"
@@ -42,9 +43,22 @@ var chromiumFlags = []string{
 	"hide-scrollbars", "mute-audio",
 }
 
+// Forward passes take at least fastPace, so that the browser sees a reply grow; while
+// the test is about to press Stop they take slowPace, so that the reply is still
+// streaming when Stop lands and the stopped replies stay short (the conversation must
+// fit the tiny model's 512-token context).
+const (
+	fastPace = 5 * time.Millisecond
+	slowPace = 30 * time.Millisecond
+)
+
 // TestChatPageInBrowser drives the real page in headless Chromium against the real
 // server, engine and ONNX Runtime with a tiny random model. The subtests share one page
 // and run in order, like a user's session.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
 func TestChatPageInBrowser(t *testing.T) {
 	fx := newFixture(t, "")
 	b := newBrowser(t)
@@ -61,7 +75,8 @@ func TestChatPageInBrowser(t *testing.T) {
 
 	t.Run("reply grows while it streams", func(t *testing.T) {
 		p.t = t
-		p.setSettings("1", "200", "7")
+		const maxTokens = 150
+		p.setSettings("1", strconv.Itoa(maxTokens), "7")
 		const prompt = "Tell me a long story."
 		p.watchReplyLengths()
 		p.sendWithEnter(prompt)
@@ -85,14 +100,14 @@ func TestChatPageInBrowser(t *testing.T) {
 		if len(lens) == 0 || lens[len(lens)-1] != utf16Len(reply) {
 			t.Fatalf("last observed length %v does not match the final reply (%d UTF-16 units)", lens, utf16Len(reply))
 		}
-		for _, want := range []string{"TTFT ", " tokens/s", "200 tokens", "finish: length"} {
+		for _, want := range []string{"TTFT ", " tokens/s", fmt.Sprintf("%d tokens", maxTokens), "finish: length"} {
 			if !strings.Contains(meta, want) {
 				t.Errorf("reply meta %q lacks %q", meta, want)
 			}
 		}
 		// The same request without streaming, same seed: the page must have put the
 		// deltas together into exactly the text the server generates.
-		want := fx.chatText(t, []map[string]string{{"role": "user", "content": prompt}}, 200, 7)
+		want := fx.chatText(t, []map[string]string{{"role": "user", "content": prompt}}, maxTokens, 7)
 		if reply != want {
 			t.Fatalf("streamed reply differs from the non-streamed one with the same seed:\npage:   %q\nserver: %q", reply, want)
 		}
@@ -101,8 +116,8 @@ func TestChatPageInBrowser(t *testing.T) {
 	t.Run("live engine view follows the batch", func(t *testing.T) {
 		p.t = t
 		p.setSettings("1", "400", "")
-		fx.model.setPace(15 * time.Millisecond)
-		defer fx.model.setPace(5 * time.Millisecond)
+		fx.model.setPace(slowPace)
+		defer fx.model.setPace(fastPace)
 		p.send("Keep going.")
 		// Running is 1 while the reply streams; the same snapshot shows the blocks it holds.
 		snap := p.pollStats(`s.running === "1" && s.steps > 0`)
@@ -135,8 +150,8 @@ func TestChatPageInBrowser(t *testing.T) {
 	t.Run("stop aborts the request and frees the sequence", func(t *testing.T) {
 		p.t = t
 		p.setSettings("1", "400", "")
-		fx.model.setPace(15 * time.Millisecond)
-		defer fx.model.setPace(5 * time.Millisecond)
+		fx.model.setPace(slowPace)
+		defer fx.model.setPace(fastPace)
 		before := fx.eng.Stats().GenerationTokens
 		p.send("Do not stop.")
 		p.poll(`document.querySelector("#messages .msg.assistant.streaming .content").textContent.length > 20`)
@@ -179,10 +194,10 @@ func TestChatPageInBrowser(t *testing.T) {
 		}
 		long := strings.TrimSpace(sb.String())
 		for _, tc := range []struct {
-			name, prompt, maxTokens, want string
+			name, prompt, maxTokens, want, hint string
 		}{
-			{"over-long prompt", long, "16", "maximum context length is 512 tokens"},
-			{"max tokens out of range", "hi", "0", "max_tokens"},
+			{"over-long prompt", long, "16", "maximum context length is 512 tokens, but the prompt has", "press Clear"},
+			{"max tokens out of range", "hi", "0", "max_tokens", ""},
 		} {
 			bubbles := p.count("#messages .msg")
 			p.setSettings("1", tc.maxTokens, "")
@@ -197,6 +212,9 @@ func TestChatPageInBrowser(t *testing.T) {
 			}
 			if n := p.count("#messages .msg"); n != bubbles {
 				t.Errorf("%s: failed turn left %d new messages", tc.name, n-bubbles)
+			}
+			if !strings.Contains(msg, tc.hint) {
+				t.Errorf("%s: #error = %q does not say how to get out of it", tc.name, msg)
 			}
 			if got := p.value("#prompt"); got != tc.prompt {
 				t.Errorf("%s: prompt box holds %.40q after the failure, want the prompt back for a retry", tc.name, got)
@@ -392,7 +410,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 	if err != nil {
 		t.Fatalf("tokenizer.Load: %v", err)
 	}
-	pm := newPacedModel(runner, 5*time.Millisecond)
+	pm := newPacedModel(runner, fastPace)
 	ecfg := engine.DefaultConfig()
 	ecfg.KVCacheBytes = 32 << 20
 	ecfg.MaxNumSeqs = 16

@@ -28,13 +28,18 @@ function needKey() {
 }
 
 async function errorFromResponse(resp) {
-  let detail = resp.statusText;
+  let detail = resp.statusText, code = null;
   try {
     const body = await resp.json();
     if (body && body.error && body.error.message) detail = body.error.message;
+    if (body && body.error) code = body.error.code;
   } catch (_) { /* not JSON */ }
   if (resp.status === 401) needKey();
-  return `HTTP ${resp.status}: ${detail}`;
+  let hint = "";
+  if (code === "context_length_exceeded") {
+    hint = "\nShorten the message, or press Clear to start a new conversation.";
+  }
+  return `HTTP ${resp.status}: ${detail}${hint}`;
 }
 
 async function loadModel() {
