@@ -10,11 +10,11 @@ import (
 // stream and token counts, so the choice depends only on the sequence's logits and
 // history, never on the other sequences of the batch.
 //
-// Processing order (the Hugging Face and vLLM order): logit_bias, the min_tokens mask,
-// repetition penalty over prompt and output, presence and frequency penalties over the
+// Processing order (vLLM's): logit_bias and the min_tokens mask, then the repetition
+// penalty over prompt and output and the presence and frequency penalties over the
 // output, then temperature; temperature 0 takes the argmax (ties go to the lowest id).
-// Otherwise top_k, top_p and min_p cut the softmax and one token is drawn from what is
-// left. Logprobs always describe the raw model distribution (log_softmax of the logits
+// Otherwise top_k, top_p and min_p cut the softmax, in the Hugging Face order (vLLM
+// applies min_p before top_p), and one token is drawn from what is left. Logprobs always describe the raw model distribution (log_softmax of the logits
 // before any processing), as vLLM reports them by default.
 type sampler struct {
 	params *SamplingParams
