@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"time"
@@ -122,12 +121,15 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	var firstToken time.Duration
+	var firstToken, finished time.Time
 	var generated []int32
 	var failure error
 	for ev := range events {
-		if len(generated) == 0 && len(ev.TokenIDs) > 0 {
-			firstToken = time.Since(start)
+		if !ev.Timings.FirstToken.IsZero() {
+			firstToken = ev.Timings.FirstToken
+		}
+		if !ev.Timings.Finished.IsZero() {
+			finished = ev.Timings.Finished
 		}
 		generated = append(generated, ev.TokenIDs...)
 		if _, err := io.WriteString(out, ev.Text); err != nil {
@@ -143,39 +145,11 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	if _, err := fmt.Fprintln(out); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(start)
 	decodeRate := 0.0
-	if len(generated) > 1 {
-		decodeRate = float64(len(generated)-1) / (elapsed - firstToken).Seconds()
+	if len(generated) > 1 && finished.After(firstToken) {
+		decodeRate = float64(len(generated)-1) / finished.Sub(firstToken).Seconds()
 	}
 	fmt.Fprintf(info, "[%d prompt tokens, %d generated; first token %.0f ms, %.1f tokens/s after]\n",
-		len(ids), len(generated), firstToken.Seconds()*1e3, decodeRate)
+		len(ids), len(generated), firstToken.Sub(start).Seconds()*1e3, decodeRate)
 	return generated, nil
-}
-
-// sample picks the next token: the argmax when temperature is 0, else a draw from
-// softmax(logits / temperature). probs is scratch space of the vocabulary's size.
-func sample(logits []float32, temperature float64, rng *rand.Rand, probs []float64) int32 {
-	best := 0
-	for i, x := range logits {
-		if x > logits[best] {
-			best = i
-		}
-	}
-	if temperature == 0 {
-		return int32(best)
-	}
-	top := float64(logits[best])
-	sum := 0.0
-	for i, x := range logits {
-		probs[i] = math.Exp((float64(x) - top) / temperature)
-		sum += probs[i]
-	}
-	u := rng.Float64() * sum
-	for i, p := range probs[:len(logits)] {
-		if u -= p; u < 0 {
-			return int32(i)
-		}
-	}
-	return int32(best)
 }
