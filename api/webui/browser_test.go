@@ -412,7 +412,11 @@ func newFixture(t *testing.T, dir string) *fixture {
 	}
 	pm := newPacedModel(runner, fastPace)
 	ecfg := engine.DefaultConfig()
-	ecfg.KVCacheBytes = 32 << 20
+	// A pool of 256 blocks: room for the test's conversations, small enough that the
+	// page's KV bar visibly fills as sequences grow.
+	spec := runner.Spec()
+	blockBytes := int64(2 * spec.NumLayers * spec.NumKVHeads * spec.HeadDim * ecfg.BlockSizeTokens * spec.KVDType.Size())
+	ecfg.KVCacheBytes = 256 * blockBytes
 	ecfg.MaxNumSeqs = 16
 	eng, err := engine.New(ecfg, pm, tok)
 	if err != nil {
