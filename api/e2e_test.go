@@ -1,0 +1,566 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/r3labs/sse/v2"
+)
+
+// The end-to-end tests run the real engine on the tiny test model (random weights,
+// tests/testdata tokenizer) behind a real listener and talk to it with the official
+// OpenAI Go SDK.
+
+const e2eModel = "tiny"
+
+var (
+	tinyOnce sync.Once
+	tinyDir  string
+	tinyErr  error
+)
+
+// ortLib finds ONNX Runtime: $CONVEYOR_ORT_LIB, else .ort/libonnxruntime.so.1 next to go.mod.
+func ortLib(t *testing.T) string {
+	t.Helper()
+	lib := os.Getenv(models.ORTLibEnv)
+	if lib == "" {
+		dir, _ := filepath.Abs(".")
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				lib = filepath.Join(dir, ".ort", "libonnxruntime.so.1")
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	if _, err := os.Stat(lib); lib == "" || err != nil {
+		t.Fatalf("ONNX Runtime library %q is missing: run `make ort` (or set %s)", lib, models.ORTLibEnv)
+	}
+	return lib
+}
+
+// tinyModel builds the tiny-llama test model once per test binary.
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	lib := ortLib(t)
+	tinyOnce.Do(func() {
+		if tinyErr = models.InitORT(lib); tinyErr != nil {
+			return
+		}
+		tinyDir, tinyErr = os.MkdirTemp("", "conveyor-api-e2e-")
+		if tinyErr != nil {
+			return
+		}
+		cfg := filepath.Join("..", "models", "testdata", "tiny-llama", "config.json")
+		_, tinyErr = models.BuildRandom(cfg, tinyDir, 7)
+	})
+	if tinyErr != nil {
+		t.Fatalf("building the tiny test model: %v", tinyErr)
+	}
+	return tinyDir
+}
+
+// e2e is a real server on 127.0.0.1 with a real engine.
+type e2e struct {
+	base   string
+	srv    *Server
+	eng    *engine.Engine
+	client openai.Client
+	served chan error
+	closed bool
+}
+
+func startE2E(t *testing.T, modAPI func(*Config), modEngine func(*engine.Config)) *e2e {
+	t.Helper()
+	dir := tinyModel(t)
+	runner, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := NewMetrics()
+	ecfg := engine.DefaultConfig()
+	ecfg.KVCacheBytes = 8 << 20
+	ecfg.MaxNumSeqs = 16
+	ecfg.MaxNumBatchedTokens = 256
+	ecfg.OnStep = metrics.OnStep
+	if modEngine != nil {
+		modEngine(&ecfg)
+	}
+	eng, err := engine.New(ecfg, runner, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Start(context.Background())
+	cfg := DefaultConfig()
+	cfg.ModelName = e2eModel
+	cfg.Metrics = metrics
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if modAPI != nil {
+		modAPI(&cfg)
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &e2e{base: "http://" + ln.Addr().String(), srv: srv, eng: eng, served: make(chan error, 1)}
+	go func() { e.served <- srv.Serve(ln) }()
+	key := cfg.APIKey
+	if key == "" {
+		key = "unused"
+	}
+	e.client = openai.NewClient(option.WithBaseURL(e.base+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	t.Cleanup(func() {
+		if !e.closed {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+			<-e.served
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eng.Shutdown(ctx)
+		_ = runner.Close()
+	})
+	return e
+}
+
+// waitFor polls cond (the engine reports on its own goroutine) until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func promptString(s string) openai.CompletionNewParamsPromptUnion {
+	return openai.CompletionNewParamsPromptUnion{OfString: openai.String(s)}
+}
+
+func TestE2ECompletions(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	ctx := context.Background()
+	greedy := openai.CompletionNewParams{Model: e2eModel, Prompt: promptString("Once upon a time"),
+		MaxTokens: openai.Int(12), Temperature: openai.Float(0)}
+	base, err := e.client.Completions.New(ctx, greedy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(base.Choices) != 1 || base.Object != "text_completion" || !strings.HasPrefix(base.ID, "cmpl-") {
+		t.Fatalf("%+v", base)
+	}
+	text := base.Choices[0].Text
+	if base.Usage.CompletionTokens != 12 || base.Choices[0].FinishReason != "length" || base.Usage.TotalTokens != base.Usage.PromptTokens+12 {
+		t.Fatalf("usage %+v finish %q", base.Usage, base.Choices[0].FinishReason)
+	}
+
+	t.Run("same greedy text when streamed, with include_usage", func(t *testing.T) {
+		p := greedy
+		p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		st := e.client.Completions.NewStreaming(ctx, p)
+		var got strings.Builder
+		var usage openai.CompletionUsage
+		chunks, finish := 0, ""
+		for st.Next() {
+			c := st.Current()
+			chunks++
+			if len(c.Choices) == 0 {
+				usage = c.Usage
+				continue
+			}
+			got.WriteString(c.Choices[0].Text)
+			if c.Choices[0].FinishReason != "" {
+				finish = string(c.Choices[0].FinishReason)
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != text || finish != "length" || usage.CompletionTokens != 12 || chunks < 3 {
+			t.Fatalf("streamed %q (finish %q, usage %+v, %d chunks), want %q", got.String(), finish, usage, chunks, text)
+		}
+	})
+
+	t.Run("token-id prompt", func(t *testing.T) {
+		tok := NewTokenizer(mustLoadTok(t))
+		ids, _ := tok.Encode("Once upon a time", true)
+		toks := make([]int64, len(ids))
+		for i, id := range ids {
+			toks[i] = int64(id)
+		}
+		p := greedy
+		p.Prompt = openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: toks}
+		r, err := e.client.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Choices[0].Text != text {
+			t.Fatalf("token prompt gave %q, want %q", r.Choices[0].Text, text)
+		}
+	})
+
+	t.Run("stop string", func(t *testing.T) {
+		runes := []rune(text)
+		if len(runes) < 6 {
+			t.Skipf("greedy text %q too short to pick a stop string", text)
+		}
+		stop := string(runes[3:5])
+		want := text[:strings.Index(text, stop)]
+		p := greedy
+		p.Stop = openai.CompletionNewParamsStopUnion{OfStringArray: []string{stop}}
+		r, err := e.client.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Choices[0].Text != want || r.Choices[0].FinishReason != "stop" {
+			t.Fatalf("with stop %q: %q (%s), want %q", stop, r.Choices[0].Text, r.Choices[0].FinishReason, want)
+		}
+	})
+
+	t.Run("n=2 and several prompts", func(t *testing.T) {
+		p := openai.CompletionNewParams{Model: e2eModel, MaxTokens: openai.Int(4), N: openai.Int(2), Seed: openai.Int(1),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"Once upon a time", "The cat"}}}
+		r, err := e.client.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Choices) != 4 {
+			t.Fatalf("%d choices", len(r.Choices))
+		}
+		for i, c := range r.Choices {
+			if int(c.Index) != i || c.FinishReason == "" {
+				t.Fatalf("choice %d: %+v", i, c)
+			}
+		}
+		if r.Usage.CompletionTokens > 16 || r.Usage.CompletionTokens < 4 {
+			t.Fatalf("usage %+v", r.Usage)
+		}
+	})
+
+	t.Run("logprobs", func(t *testing.T) {
+		p := greedy
+		p.Logprobs = openai.Int(3)
+		r, err := e.client.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp := r.Choices[0].Logprobs
+		if len(lp.Tokens) != 12 || len(lp.TokenLogprobs) != 12 || len(lp.TopLogprobs) != 12 || len(lp.TextOffset) != 12 {
+			t.Fatalf("logprobs lengths %d %d %d %d", len(lp.Tokens), len(lp.TokenLogprobs), len(lp.TopLogprobs), len(lp.TextOffset))
+		}
+		for i, top := range lp.TopLogprobs {
+			if len(top) < 1 || len(top) > 4 {
+				t.Fatalf("position %d: %d alternatives", i, len(top))
+			}
+			// greedy: the chosen token is the most likely one
+			for tokText, v := range top {
+				if v > lp.TokenLogprobs[i]+1e-4 {
+					t.Fatalf("position %d: %q has logprob %v above the greedy choice's %v", i, tokText, v, lp.TokenLogprobs[i])
+				}
+			}
+			if lp.TokenLogprobs[i] > 0 {
+				t.Fatalf("positive logprob %v", lp.TokenLogprobs[i])
+			}
+		}
+	})
+
+	t.Run("echo with logprobs", func(t *testing.T) {
+		p := greedy
+		p.Echo = openai.Bool(true)
+		p.Logprobs = openai.Int(1)
+		r, err := e.client.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := r.Choices[0]
+		if c.Text != "Once upon a time"+text {
+			t.Fatalf("echo text %q", c.Text)
+		}
+		n := int(r.Usage.PromptTokens) + 12
+		if len(c.Logprobs.Tokens) != n {
+			t.Fatalf("%d logprob tokens, want %d", len(c.Logprobs.Tokens), n)
+		}
+		if raw := c.Logprobs.JSON.TokenLogprobs.Raw(); !strings.HasPrefix(raw, "[null,") {
+			t.Fatalf("first prompt logprob should be null: %.40s", raw)
+		}
+	})
+}
+
+func mustLoadTok(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.Load(tinyModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestE2EChat(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	ctx := context.Background()
+	p := openai.ChatCompletionNewParams{Model: e2eModel, MaxCompletionTokens: openai.Int(10), Temperature: openai.Float(0),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Hello there")}}
+	r, err := e.client.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Object != "chat.completion" || len(r.Choices) != 1 || r.Choices[0].Message.Role != "assistant" {
+		t.Fatalf("%+v", r)
+	}
+	text := r.Choices[0].Message.Content
+	if r.Usage.CompletionTokens != 10 && r.Choices[0].FinishReason != "stop" {
+		t.Fatalf("usage %+v finish %s", r.Usage, r.Choices[0].FinishReason)
+	}
+
+	t.Run("streamed", func(t *testing.T) {
+		sp := p
+		sp.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		st := e.client.Chat.Completions.NewStreaming(ctx, sp)
+		acc := openai.ChatCompletionAccumulator{}
+		first := true
+		for st.Next() {
+			c := st.Current()
+			acc.AddChunk(c)
+			if first {
+				first = false
+				if len(c.Choices) != 1 || c.Choices[0].Delta.Role != "assistant" || c.Choices[0].Delta.Content != "" {
+					t.Fatalf("first chunk %+v", c)
+				}
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got := acc.Choices[0].Message.Content; got != text {
+			t.Fatalf("streamed %q, want %q", got, text)
+		}
+		if acc.Usage.CompletionTokens != r.Usage.CompletionTokens || acc.Choices[0].FinishReason != r.Choices[0].FinishReason {
+			t.Fatalf("usage %+v finish %q", acc.Usage, acc.Choices[0].FinishReason)
+		}
+	})
+
+	t.Run("logprobs and n=2", func(t *testing.T) {
+		lp := p
+		lp.Logprobs = openai.Bool(true)
+		lp.TopLogprobs = openai.Int(2)
+		lp.N = openai.Int(2)
+		lp.Temperature = openai.Float(1)
+		lp.Seed = openai.Int(3)
+		r, err := e.client.Chat.Completions.New(ctx, lp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Choices) != 2 {
+			t.Fatalf("%d choices", len(r.Choices))
+		}
+		for _, c := range r.Choices {
+			if len(c.Logprobs.Content) == 0 {
+				t.Fatal("no logprobs")
+			}
+			for _, tl := range c.Logprobs.Content {
+				if len(tl.TopLogprobs) != 2 || tl.Logprob > 0 || len(tl.Bytes) != len(tl.Token) {
+					t.Fatalf("entry %+v", tl)
+				}
+			}
+		}
+	})
+}
+
+func TestE2EWrongKey(t *testing.T) {
+	e := startE2E(t, func(c *Config) { c.APIKey = "right" }, nil)
+	bad := openai.NewClient(option.WithBaseURL(e.base+"/v1/"), option.WithAPIKey("wrong"), option.WithMaxRetries(0))
+	_, err := bad.Completions.New(context.Background(), openai.CompletionNewParams{Model: e2eModel, Prompt: promptString("x"), MaxTokens: openai.Int(1)})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
+		t.Fatalf("want a 401, got %v", err)
+	}
+	if _, err := e.client.Completions.New(context.Background(), openai.CompletionNewParams{Model: e2eModel, Prompt: promptString("x"), MaxTokens: openai.Int(1)}); err != nil {
+		t.Fatalf("right key: %v", err)
+	}
+}
+
+// rawStream posts a streaming request and returns the response and an SSE reader.
+func rawStream(t *testing.T, ctx context.Context, url, body string) (*http.Response, *sse.EventStreamReader) {
+	t.Helper()
+	resp := postStream(t, ctx, url, body)
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	return resp, sse.NewEventStreamReader(resp.Body, 1<<20)
+}
+
+func kvIdle(s engine.Stats) bool {
+	// freed blocks that keep a cached prefix count as free (they are reusable at once)
+	return s.Running == 0 && s.Waiting == 0 && s.KVFreeBlocks == s.KVTotalBlocks && s.KVUsage == 0
+}
+
+func TestE2EDisconnectFreesBlocks(t *testing.T) {
+	e := startE2E(t, fastKeepAlive, nil)
+	total := e.eng.Stats().KVTotalBlocks
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, rd := rawStream(t, ctx, e.base+"/v1/completions",
+		`{"model":"tiny","prompt":"Once upon a time","max_tokens":480,"ignore_eos":true,"stream":true}`)
+	for {
+		raw, err := rd.ReadEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(raw), "data: ") {
+			break
+		}
+	}
+	waitFor(t, "the sequence to hold KV blocks", func() bool { return e.eng.Stats().KVFreeBlocks < total })
+	cancel()
+	resp.Body.Close()
+	waitFor(t, "every KV block to be free again", func() bool { return kvIdle(e.eng.Stats()) })
+	if n := e.eng.Stats().GenerationTokens; n >= 480 {
+		t.Fatalf("the sequence ran to its end (%d tokens) instead of being aborted", n)
+	}
+}
+
+func TestE2EOverloadIs429(t *testing.T) {
+	// Static batches of 8 that wait an hour to fill: two requests sit in a queue of two.
+	e := startE2E(t, fastKeepAlive, func(c *engine.Config) {
+		c.Policy = engine.PolicyStatic
+		c.MaxBatchSize = 8
+		c.MaxBatchDelay = time.Hour
+		c.MaxQueue = 2
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, "POST", e.base+"/v1/completions",
+				strings.NewReader(`{"model":"tiny","prompt":"x","max_tokens":2,"stream":true}`))
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil { // the request ends when ctx is cancelled
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	waitFor(t, "two queued requests", func() bool { return e.eng.Stats().Waiting == 2 })
+	_, err := e.client.Completions.New(context.Background(), openai.CompletionNewParams{Model: e2eModel, Prompt: promptString("x"), MaxTokens: openai.Int(1)})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 {
+		t.Fatalf("want a 429, got %v", err)
+	}
+	if ra := apiErr.Response.Header.Get("Retry-After"); ra == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	cancel()
+	wg.Wait()
+	waitFor(t, "the queue to empty", func() bool { return kvIdle(e.eng.Stats()) })
+}
+
+func TestE2EShutdownDrainsInFlight(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	resp, rd := rawStream(t, context.Background(), e.base+"/v1/completions",
+		`{"model":"tiny","prompt":"Once upon a time","max_tokens":200,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`)
+	defer resp.Body.Close()
+	if _, err := rd.ReadEvent(); err != nil {
+		t.Fatal(err)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shut <- e.srv.Shutdown(ctx)
+	}()
+	waitFor(t, "draining", e.srv.Draining)
+	if rec := do(t, e.srv.Handler(), "GET", "/health", ""); rec.Code != 503 {
+		t.Fatalf("/health while draining: %d", rec.Code)
+	}
+	// the in-flight stream still runs to its end
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `"completion_tokens":200`) || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("stream was cut: ...%s", tail(string(body), 300))
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	<-e.served
+	e.closed = true
+	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(e.base, "http://"), time.Second); err == nil {
+		t.Fatal("still accepting connections after Shutdown")
+	}
+}
+
+func TestE2EShutdownAbortsAtDeadline(t *testing.T) {
+	// The request can never run (a static batch that waits an hour), so the drain deadline passes.
+	e := startE2E(t, fastKeepAlive, func(c *engine.Config) {
+		c.Policy = engine.PolicyStatic
+		c.MaxBatchSize = 8
+		c.MaxBatchDelay = time.Hour
+	})
+	resp, rd := rawStream(t, context.Background(), e.base+"/v1/completions", `{"model":"tiny","prompt":"x","max_tokens":2,"stream":true}`)
+	defer resp.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	<-e.served
+	e.closed = true
+	var last string
+	for {
+		raw, err := rd.ReadEvent()
+		if err != nil {
+			break
+		}
+		if s := string(raw); strings.HasPrefix(s, "data: ") {
+			last = s
+			if strings.Contains(s, `"error"`) {
+				if !strings.Contains(s, `"unavailable"`) {
+					t.Fatalf("error event %s", s)
+				}
+				return
+			}
+		}
+	}
+	t.Fatalf("no in-band error after the forced shutdown (last event %q)", last)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
