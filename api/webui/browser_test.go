@@ -52,13 +52,13 @@ const (
 	slowPace = 30 * time.Millisecond
 )
 
-// TestChatPageInBrowser drives the real page in headless Chromium against the real
-// server, engine and ONNX Runtime with a tiny random model. The subtests share one page
-// and run in order, like a user's session.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// TestChatPageInBrowser drives the real page in headless Chromium against the real
+// server, engine and ONNX Runtime with a tiny random model. The subtests share one page
+// and run in order, like a user's session.
 func TestChatPageInBrowser(t *testing.T) {
 	fx := newFixture(t, "")
 	b := newBrowser(t)
@@ -66,8 +66,8 @@ func TestChatPageInBrowser(t *testing.T) {
 	p := &pageDriver{t: t, ctx: page}
 	p.open(fx.url)
 
-	if got := p.text("#model-name"); got != "model: tiny" {
-		t.Fatalf("#model-name = %q, want %q", got, "model: tiny")
+	if got := p.text("#model-name"); got != "model: "+fx.name {
+		t.Fatalf("#model-name = %q, want %q", got, "model: "+fx.name)
 	}
 	if p.visible("#key-row") || p.visible("#error") {
 		t.Fatalf("the API key field or the error box shows though the server wants no key")
@@ -226,7 +226,7 @@ func TestChatPageInBrowser(t *testing.T) {
 	t.Run("in-band stream errors are shown", func(t *testing.T) {
 		p.t = t
 		p.setSettings("1", "100", "")
-		fx.model.failAfter(5)
+		fx.model.failAfter(20) // after some text, so the failure comes in-band
 		p.send("This reply breaks.")
 		p.waitIdle()
 		if msg := p.text("#error"); !strings.Contains(msg, "stream error") || !strings.Contains(msg, "model failure") {
@@ -271,7 +271,7 @@ func TestChatPageInBrowser(t *testing.T) {
 
 	t.Run("text is never interpreted as HTML", func(t *testing.T) {
 		p.t = t
-		p.eval(`document.querySelector("#clear").click(), true`)
+		p.click("#clear")
 		const prompt = `Is <b>x</b> bold? <img src=x onerror="window.pwned=1">`
 		const forced = "<b>x</b><i>y</i>"
 		ids, err := fx.tok.Encode(forced, false)
@@ -310,7 +310,7 @@ func TestChatPageInBrowser(t *testing.T) {
 		}
 		p.setValue("#api-key", "s3cret")
 		p.eval(`document.querySelector("#api-key").dispatchEvent(new Event("change")), true`)
-		p.poll(`document.querySelector("#model-name").textContent === "model: tiny"`)
+		p.poll(`document.querySelector("#model-name").textContent === "model: ` + fx.name + `"`)
 		p.pollStats(`s.steps > 0`)
 		p.setSettings("1", "8", "")
 		p.send("Hi with a key.")
@@ -386,6 +386,7 @@ type fixture struct {
 	model *pacedModel
 	eng   *engine.Engine
 	tok   *tokenizer.Tokenizer
+	name  string // the model's name in the API
 	url   string
 }
 
@@ -394,8 +395,9 @@ func newFixture(t *testing.T, dir string) *fixture {
 	if err := models.InitORT(ortLib(t)); err != nil {
 		t.Fatal(err)
 	}
+	name := filepath.Base(dir)
 	if dir == "" {
-		dir = t.TempDir()
+		name, dir = "tiny", t.TempDir()
 		cfg := filepath.Join(repoRoot(t), "models", "testdata", "tiny-llama", "config.json")
 		if _, err := models.BuildRandom(cfg, dir, 1); err != nil {
 			t.Fatalf("building the tiny model: %v", err)
@@ -431,7 +433,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 		_ = eng.Shutdown(sctx)
 		cancel()
 	})
-	fx := &fixture{model: pm, eng: eng, tok: tok}
+	fx := &fixture{model: pm, eng: eng, tok: tok, name: name}
 	fx.url = fx.serve(t, "")
 	return fx
 }
@@ -440,7 +442,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 func (fx *fixture) serve(t *testing.T, apiKey string) string {
 	t.Helper()
 	cfg := api.DefaultConfig()
-	cfg.ModelName = "tiny"
+	cfg.ModelName = fx.name
 	cfg.APIKey = apiKey
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := api.New(cfg)
@@ -469,7 +471,7 @@ func (fx *fixture) serve(t *testing.T, apiKey string) string {
 func (fx *fixture) chatText(t *testing.T, msgs []map[string]string, maxTokens int, seed int64) string {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{
-		"model": "tiny", "messages": msgs, "max_tokens": maxTokens, "temperature": 1, "seed": seed,
+		"model": fx.name, "messages": msgs, "max_tokens": maxTokens, "temperature": 1, "seed": seed,
 	})
 	resp, err := http.Post(fx.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
@@ -496,7 +498,7 @@ func (fx *fixture) chatText(t *testing.T, msgs []map[string]string, maxTokens in
 // streamInBackground streams a chat completion and discards it, until done or ctx ends.
 func (fx *fixture) streamInBackground(ctx context.Context, prompt string, maxTokens int) {
 	body, _ := json.Marshal(map[string]any{
-		"model": "tiny", "messages": []map[string]string{{"role": "user", "content": prompt}},
+		"model": fx.name, "messages": []map[string]string{{"role": "user", "content": prompt}},
 		"max_tokens": maxTokens, "stream": true,
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fx.url+"/v1/chat/completions", bytes.NewReader(body))
