@@ -1,0 +1,108 @@
+// Package api is Conveyor's OpenAI-compatible HTTP front end: request parsing and
+// validation, the OpenAI wire types, Server-Sent Events, the one table that maps errors
+// to HTTP statuses, Prometheus metrics, API-key auth and graceful shutdown. gin is used
+// here and nowhere else.
+//
+// # Routes
+//
+//	POST /v1/completions        prompt as a string, strings, token ids or token-id arrays
+//	POST /v1/chat/completions   messages rendered through the model's chat template
+//	GET  /v1/models, /v1/models/{id}
+//	POST /tokenize              {"prompt"} or {"messages"} -> {"tokens","count","max_model_len"}
+//	POST /detokenize            {"tokens"} -> {"prompt"}
+//	GET  /health                200 {"status":"ok"}; 503 while loading or draining
+//	GET  /metrics               Prometheus text format
+//	GET  /, /v1/engine/stats    the built-in chat page and its live engine view (Config.EnableWebUI)
+//
+// With Config.APIKey set, /v1/*, /tokenize and /detokenize require
+// "Authorization: Bearer <key>"; /health, /metrics and the page's static files stay open
+// so that probes and scrapers need no secret.
+//
+// # Requests
+//
+// A body is split into its top-level members and each known member is decoded by a
+// typed getter, so a wrong type is a 400 that names the parameter (`"max_tokens":"ten"`
+// -> param "max_tokens"), unknown members are ignored, null counts as omitted and the
+// OpenAI defaults apply to everything omitted (max_tokens 16, temperature 1, top_p 1,
+// n 1). Ranges are checked before anything reaches the engine; a prompt that leaves no
+// room for one completion token is a 400 stating the context length and the prompt's
+// size. A longer max_tokens is clipped by the engine to the room left. Several prompts
+// become one engine request each (choice index = prompt_index*n + j); best_of > n
+// generates best_of sequences and returns the n with the highest cumulative logprob.
+//
+// The handlers talk to the engine and the tokenizer through two small interfaces,
+// Engine (Submit, Abort, Stats) and Tokenizer, so handler tests run on fakes.
+//
+// # Streaming
+//
+// The server writes SSE itself: `data: <json>` and a blank line per chunk, flushed at
+// once, no `event:` names, `data: [DONE]` last. The 200 and the SSE headers go out with
+// the first chunk or the first keep-alive comment (`: keep-alive`, every
+// Config.KeepAliveInterval while nothing else is sent, so long queue waits and
+// prefills do not trip client or proxy timeouts). Everything decided before that — a full
+// queue (429 with Retry-After), a prompt too long, an engine failure on the first step —
+// is a plain JSON error with its status; after it, an error is sent in-band as
+// `data: {"error":{...}}` followed by [DONE]. Normal chunks never carry an "error" key.
+// With stream_options.include_usage every chunk carries "usage": null and one last
+// chunk has "choices": [] and the usage. A client that goes away cancels the request's
+// context; the handler aborts its engine requests, which free their KV blocks at the
+// next step.
+//
+// # Errors
+//
+// Every error body is {"error":{"message","type","param","code"}}. statusTable maps
+// errors (errors.Is) to a status: engine.ErrInvalidRequest and engine.ErrPromptTooLong
+// 400, a bad API key 401, an unknown model or route 404, a wrong method 405, a body over
+// Config.MaxBodyBytes 413, engine.ErrOverloaded 429, engine.ErrModel 500 (the server
+// keeps serving), engine.ErrClosed and "still loading" 503.
+//
+// # Shutdown
+//
+// Server.Shutdown turns /health to 503, refuses new generation requests, closes the
+// listener and lets in-flight requests finish until its context ends; then it cancels
+// every remaining request (streams get an in-band 503 error, sequences are aborted) and
+// closes the connections. The caller shuts the engine down afterwards. Open connections
+// are capped by Config.MaxConnections (further clients wait in the accept backlog);
+// ReadHeaderTimeout and IdleTimeout bound slow and idle clients.
+//
+// # Metrics
+//
+// Metrics lives on a private Prometheus registry. The engine's gauges and counters
+// (conveyor_num_requests_running, conveyor_num_requests_waiting,
+// conveyor_kv_cache_usage_perc — a 0..1 fraction like vLLM's —,
+// conveyor_num_preemptions_total, conveyor_prompt_tokens_total,
+// conveyor_generation_tokens_total, conveyor_prefix_cache_queries_total,
+// conveyor_prefix_cache_hits_total, conveyor_cache_config_info{block_size,num_blocks})
+// are read from engine.Stats at scrape time. The handlers record
+// conveyor_request_success_total{finished_reason} and the histograms
+// conveyor_time_to_first_token_seconds, conveyor_inter_token_latency_seconds,
+// conveyor_e2e_request_latency_seconds and conveyor_request_queue_time_seconds;
+// Metrics.OnStep, wired to the engine's Config.OnStep, records conveyor_batch_size and
+// conveyor_step_duration_seconds.
+//
+// A Kubernetes Gateway API Inference Extension endpoint picker (EPP) scrapes every model
+// server's /metrics and routes on three gauges: queued requests, running requests and
+// KV-cache utilisation as a 0..1 fraction. Its model-server protocol fixes the metric
+// types and meanings, not the names; the picker's defaults are vLLM's names and each is
+// a flag: --total-queued-requests-metric (default vllm:num_requests_waiting),
+// --total-running-requests-metric (vllm:num_requests_running) and
+// --kv-cache-usage-percentage-metric (vllm:kv_cache_usage_perc; older vLLM and the
+// protocol document say vllm:gpu_cache_usage_perc). For Conveyor set them to
+// conveyor_num_requests_waiting, conveyor_num_requests_running and
+// conveyor_kv_cache_usage_perc, set --lora-info-metric to "" (Conveyor serves no LoRA
+// adapters), and optionally --cache-info-metric to conveyor_cache_config_info, whose
+// block_size label gives the KV block size. Older picker releases spell the flags in
+// camel case (-totalQueuedRequestsMetric, -kvCacheUsagePercentageMetric).
+//
+// # Example
+//
+//	srv, err := api.New(cfg) // cfg := api.DefaultConfig(); cfg.ModelName = "tiny"
+//	if err != nil { ... }
+//	ln, _ := net.Listen("tcp", "127.0.0.1:8000")
+//	go srv.Serve(ln)              // /health answers 503 while the model loads
+//	eng, _ := engine.New(ecfg, runner, tok) // ecfg.OnStep = srv.Metrics().OnStep
+//	eng.Start(ctx)
+//	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+//	...
+//	srv.Shutdown(drainCtx) // then eng.Shutdown(ctx)
+package api
