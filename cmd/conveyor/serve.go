@@ -177,8 +177,14 @@ func parseServeFlags(args []string, getenv func(string) string, output io.Writer
 	if envErr != nil {
 		return nil, envErr
 	}
+	fs.SetOutput(io.Discard) // a bad flag is reported in one line, not with the usage text
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(output)
+			fs.Usage()
+			return nil, err
+		}
+		return nil, fmt.Errorf("serve: %v", err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestServeFlagsDefaultsEnvAndPrecedence(t *testing.T) {
+	o, err := parseServeFlags(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.host != "127.0.0.1" || o.port != 8000 || o.scheduler != "continuous" || int64(o.kvCacheBytes) != 1<<30 || o.modelName() != "default" {
+		t.Fatalf("defaults: %+v", o)
+	}
+	e := env(map[string]string{
+		"CONVEYOR_MAX_NUM_SEQS":      "64",
+		"CONVEYOR_KV_CACHE_MEMORY":   "512MiB",
+		"CONVEYOR_MAX_BATCH_DELAY":   "20ms",
+		"CONVEYOR_SERVED_MODEL_NAME": "from-env",
+		"CONVEYOR_NO_WEBUI":          "true",
+		"CONVEYOR_PORT":              "9000",
+	})
+	o, err = parseServeFlags([]string{"--port", "9100", "--model", "/m/tiny"}, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.maxNumSeqs != 64 || int64(o.kvCacheBytes) != 512<<20 || o.maxBatchDelay != 20*time.Millisecond ||
+		o.modelName() != "from-env" || !o.noWebUI || o.port != 9100 {
+		t.Fatalf("env/flags: %+v", o)
+	}
+	ec, err := o.engineConfig(nil)
+	if err != nil || ec.MaxNumSeqs != 64 || ec.KVCacheBytes != 512<<20 {
+		t.Fatalf("engine config %+v, %v", ec, err)
+	}
+}
+
+func TestServeFlagErrorsAreOneLine(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--port", "abc"}, nil, "-port"},
+		{[]string{"--port", "70000"}, nil, "--port"},
+		{[]string{"--kv-cache-memory", "lots"}, nil, "kv-cache-memory"},
+		{[]string{"--scheduler", "fifo"}, nil, "fifo"},
+		{[]string{"--max-num-seqs", "0"}, nil, "MaxNumSeqs"},
+		{[]string{"--log-format", "xml"}, nil, "log-format"},
+		{[]string{"--nope"}, nil, "nope"},
+		{[]string{"extra"}, nil, "extra"},
+		{nil, map[string]string{"CONVEYOR_THREADS": "many"}, "CONVEYOR_THREADS"},
+	}
+	for _, tc := range cases {
+		var out bytes.Buffer
+		_, err := parseServeFlags(tc.args, env(tc.env), &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: error %v, want one mentioning %q", tc.args, tc.env, err, tc.want)
+		}
+		if out.Len() != 0 {
+			t.Errorf("%v: printed usage on a bad value: %q", tc.args, out.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if code := runMain([]string{"serve", "--port", "abc"}, io.Discard, &stderr); code != 1 || strings.Count(stderr.String(), "\n") != 1 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+func TestServeHelpDocumentsDefaultsAndUnits(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseServeFlags([]string{"-h"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err %v", err)
+	}
+	for _, want := range []string{"CONVEYOR_MAX_NUM_SEQS", "(default 8000)", "(default 1GiB)", "MiB", "(default 50ms)", "--max-queue", "429"} {
+		if !strings.Contains(out.String(), want) && !strings.Contains(out.String(), strings.TrimPrefix(want, "-")) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "512MiB": 512 << 20, "1GiB": 1 << 30, "1G": 1 << 30, "1.5g": 3 << 29,
+		"500MB": 500e6, "64k": 64 << 10, "2 GiB": 2 << 30, "10b": 10} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1GiB", "1XB", "one"} {
+		if _, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) should fail", in)
+		}
+	}
+	if s := formatBytes(512 << 20); s != "512MiB" {
+		t.Errorf("formatBytes: %s", s)
+	}
+}
+
+// TestServeLoadsServesAndDrains runs the whole command on the tiny model: /health turns
+// 200 once loaded, a completion works, and cancelling the context (what SIGTERM does)
+// drains and returns.
+func TestServeLoadsServesAndDrains(t *testing.T) {
+	lib := testORTLib(t)
+	dir := tinyModelDir(t)
+	o, err := parseServeFlags([]string{"--model", dir, "--port", "0", "--ort-lib", lib, "--threads", "1",
+		"--kv-cache-memory", "8MiB", "--served-model-name", "tiny", "--max-num-seqs", "8", "--max-num-batched-tokens", "128"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var stdout bytes.Buffer
+	go func() { done <- serve(ctx, o, &stdout, io.Discard, ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve returned early: %v", err)
+	}
+	resp, err := http.Get("http://" + addr + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"tiny","prompt":"Once upon a time","max_tokens":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"completion_tokens":4`) {
+		t.Fatalf("completion: %d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(stdout.String(), "curl") || !strings.Contains(stdout.String(), "http://"+addr) {
+		t.Fatalf("banner: %q", stdout.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if _, err := http.Get("http://" + addr + "/health"); err == nil {
+		t.Fatal("still serving after shutdown")
+	}
+}
