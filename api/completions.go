@@ -29,6 +29,9 @@ type completionRequest struct {
 	n       int // choices per prompt returned
 	bestOf  int // sequences per prompt generated (>= n)
 	echo    bool
+	// promptOnly is echo with max_tokens 0: the prompt (and its logprobs) come back and
+	// nothing is generated. The engine always generates, so one token is asked for and dropped.
+	promptOnly bool
 }
 
 // parseCompletion validates a /v1/completions body.
@@ -50,8 +53,14 @@ func parseCompletion(f *fields, b *Backend) (*completionRequest, error) {
 	if r.stream && r.bestOf > r.n {
 		return nil, invalidParam("best_of", "best_of > n cannot be streamed")
 	}
-	if r.params.MaxTokens == 0 && !r.echo {
-		return nil, invalidParam("max_tokens", "max_tokens must be at least 1 (0 is allowed only with echo)")
+	if r.params.MaxTokens == 0 {
+		if !r.echo {
+			return nil, invalidParam("max_tokens", "max_tokens must be at least 1 (0 is allowed only with echo)")
+		}
+		r.promptOnly = true
+		r.params.MaxTokens = 1
+		r.params.MinTokens = 0
+		r.params.Stop = nil
 	}
 	r.params.Logprobs = int(lp)
 	if r.echo && lp >= 0 {
@@ -206,6 +215,22 @@ func (l *completionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
 	}
 }
 
+// addPrompt appends the prompt's token logprobs with offsets into the echoed prompt
+// text: a token whose text is not at the current offset (BOS, which the prompt string
+// does not contain) takes the offset without advancing it.
+func (l *completionLogprobs) addPrompt(tls []engine.TokenLogprob, text string) {
+	pos := 0 // bytes into text
+	runes := 0
+	for _, t := range tls {
+		off := runes
+		if t.Text != "" && strings.HasPrefix(text[pos:], t.Text) {
+			pos += len(t.Text)
+			runes += utf8.RuneCountInString(t.Text)
+		}
+		l.add([]engine.TokenLogprob{t}, &off)
+	}
+}
+
 func isNaN32(f float32) bool { return f != f }
 
 func newCompletionLogprobs() *completionLogprobs {
@@ -290,7 +315,7 @@ func modelNotFound(name string) error {
 
 // applyEvent folds one event into a sequence's accumulator and returns the text and
 // logprobs this event adds (echo puts the prompt first on the sequence's first event).
-func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, echo bool, wantLogprobs bool) (string, *completionLogprobs) {
+func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, echo, promptOnly, wantLogprobs bool) (string, *completionLogprobs) {
 	var text strings.Builder
 	var lp *completionLogprobs
 	if wantLogprobs {
@@ -301,14 +326,19 @@ func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, echo bool, wantLogprobs
 		if echo {
 			text.WriteString(p.text)
 			if lp != nil {
-				lp.add(ev.PromptLogprobs, &acc.offset)
+				lp.addPrompt(ev.PromptLogprobs, p.text)
 				acc.offset = utf8.RuneCountInString(p.text)
 			}
 		}
 	}
-	text.WriteString(ev.Text)
-	if lp != nil {
-		lp.add(ev.Logprobs, &acc.offset)
+	if promptOnly && ev.FinishReason != "" {
+		ev.FinishReason = engine.FinishLength // the prompt is all that was asked for
+	}
+	if !promptOnly {
+		text.WriteString(ev.Text)
+		if lp != nil {
+			lp.add(ev.Logprobs, &acc.offset)
+		}
 	}
 	acc.text.WriteString(text.String())
 	if lp != nil {
@@ -352,7 +382,7 @@ func (s *Server) collectCompletion(ctx context.Context, c *gin.Context, b *Backe
 				writeError(c.Writer, eventError(ev))
 				return
 			}
-			applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], req.echo, wantLP)
+			applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], req.echo, req.promptOnly, wantLP)
 			continue
 		case gotEnd:
 		}
@@ -373,7 +403,7 @@ func (s *Server) collectCompletion(ctx context.Context, c *gin.Context, b *Backe
 			})
 		}
 	}
-	resp.Usage = rawJSON(fn.usage())
+	resp.Usage = rawJSON(req.usage(fn))
 	writeJSON(c.Writer, 200, resp)
 }
 
@@ -414,7 +444,7 @@ func (s *Server) streamCompletion(ctx context.Context, c *gin.Context, b *Backen
 				sse.fail(eventError(ev))
 				return
 			}
-			text, lp := applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], req.echo, wantLP)
+			text, lp := applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], req.echo, req.promptOnly, wantLP)
 			if text == "" && ev.FinishReason == "" && (lp == nil || len(lp.Tokens) == 0) {
 				continue
 			}
@@ -432,10 +462,20 @@ func (s *Server) streamCompletion(ctx context.Context, c *gin.Context, b *Backen
 	if req.includeUsage {
 		chunk := base
 		chunk.Choices = []completionChoice{}
-		chunk.Usage = rawJSON(fn.usage())
+		chunk.Usage = rawJSON(req.usage(fn))
 		if sse.data(chunk) != nil {
 			return
 		}
 	}
 	_ = sse.done()
+}
+
+// usage is the request's usage; a prompt-only echo generated nothing it reports.
+func (r *completionRequest) usage(fn *fan) usageJSON {
+	u := fn.usage()
+	if r.promptOnly {
+		u.CompletionTokens = 0
+		u.TotalTokens = u.PromptTokens
+	}
+	return u
 }

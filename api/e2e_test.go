@@ -314,6 +314,22 @@ func TestE2ECompletions(t *testing.T) {
 		if raw := c.Logprobs.JSON.TokenLogprobs.Raw(); !strings.HasPrefix(raw, "[null,") {
 			t.Fatalf("first prompt logprob should be null: %.40s", raw)
 		}
+		// max_tokens 0 with echo scores the prompt only (what evaluation harnesses ask for)
+		p.MaxTokens = openai.Int(0)
+		r0, err := e.client.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c0 := r0.Choices[0]
+		np := int(r0.Usage.PromptTokens)
+		if c0.Text != "Once upon a time" || len(c0.Logprobs.Tokens) != np || r0.Usage.CompletionTokens != 0 {
+			t.Fatalf("prompt-only echo: %q, %d tokens, usage %+v", c0.Text, len(c0.Logprobs.Tokens), r0.Usage)
+		}
+		for i := 1; i < np; i++ { // the prompt's logprobs do not depend on what follows
+			if d := c0.Logprobs.TokenLogprobs[i] - c.Logprobs.TokenLogprobs[i]; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("prompt logprob %d: %v vs %v", i, c0.Logprobs.TokenLogprobs[i], c.Logprobs.TokenLogprobs[i])
+			}
+		}
 	})
 }
 

@@ -278,7 +278,8 @@ func TestCompletionEchoWithLogprobs(t *testing.T) {
 	}
 	// offsets: prompt text "hi" starts at 0; generated tokens continue after it.
 	off := lp["text_offset"].([]any)
-	if off[3] != 2.0 || off[4] != 3.0 {
+	// BOS is not part of the echoed text: it and "h" both start at 0
+	if off[0] != 0.0 || off[1] != 0.0 || off[2] != 1.0 || off[3] != 2.0 || off[4] != 3.0 {
 		t.Fatalf("text_offset %v", off)
 	}
 }
@@ -519,5 +520,46 @@ func TestJSONFloat(t *testing.T) {
 	b, _ := json.Marshal([]jsonFloat{jsonFloat(math.NaN()), jsonFloat(math.Inf(-1)), -0.5})
 	if !bytes.Equal(b, []byte(`[null,-9999.0,-0.5]`)) {
 		t.Fatalf("%s", b)
+	}
+}
+
+func TestCompletionEchoOnlyPrompt(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	for _, stream := range []bool{false, true} {
+		body := `{"model":"test-model","prompt":"hi","max_tokens":0,"echo":true,"logprobs":0}`
+		if stream {
+			body = `{"model":"test-model","prompt":"hi","max_tokens":0,"echo":true,"logprobs":0,"stream":true,"stream_options":{"include_usage":true}}`
+		}
+		rec := do(t, s.Handler(), "POST", "/v1/completions", body)
+		if rec.Code != 200 {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		out := rec.Body.String()
+		if stream {
+			var chunks []map[string]json.RawMessage
+			chunks = dataEvents(t, readSSE(t, strings.NewReader(out)))
+			if len(chunks) != 2 {
+				t.Fatalf("%d chunks: %s", len(chunks), out)
+			}
+			var ch completionResponse
+			json.Unmarshal(mustJSON(chunks[0]), &ch)
+			if ch.Choices[0].Text != "hi" || len(ch.Choices[0].Logprobs.Tokens) != 3 || *ch.Choices[0].FinishReason != "length" {
+				t.Fatalf("chunk %s", mustJSON(chunks[0]))
+			}
+			if !strings.Contains(string(chunks[1]["usage"]), `"completion_tokens":0`) {
+				t.Fatalf("usage %s", chunks[1]["usage"])
+			}
+			continue
+		}
+		m := decode(t, rec)
+		c := m["choices"].([]any)[0].(map[string]any)
+		lp := c["logprobs"].(map[string]any)
+		if c["text"] != "hi" || len(lp["tokens"].([]any)) != 3 || c["finish_reason"] != "length" {
+			t.Fatalf("choice %v", c)
+		}
+		if u := m["usage"].(map[string]any); u["completion_tokens"] != 0.0 || u["total_tokens"] != 3.0 {
+			t.Fatalf("usage %v", u)
+		}
 	}
 }
