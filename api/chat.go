@@ -246,6 +246,7 @@ func (s *Server) handleChat(c *gin.Context) {
 	defer s.active.Done()
 	ctx := c.Request.Context()
 	id := newID("chatcmpl-")
+	c.Set(completionIDKey, id)
 	jobs, err := s.submitAll(ctx, b, id, [][]int32{req.prompt}, req.params)
 	if err != nil {
 		writeError(c.Writer, err)

@@ -290,6 +290,7 @@ func (s *Server) handleCompletions(c *gin.Context) {
 	defer s.active.Done()
 	ctx := c.Request.Context()
 	id := newID("cmpl-")
+	c.Set(completionIDKey, id)
 	tokens := make([][]int32, len(req.prompts))
 	for i, p := range req.prompts {
 		tokens[i] = p.tokens

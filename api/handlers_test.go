@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ func newTestServer(t *testing.T, eng *fakeEngine, mod func(*Config)) *Server {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelName = testModel
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = discardLogger()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -560,6 +561,50 @@ func TestCompletionEchoOnlyPrompt(t *testing.T) {
 		}
 		if u := m["usage"].(map[string]any); u["completion_tokens"] != 0.0 || u["total_tokens"] != 3.0 {
 			t.Fatalf("usage %v", u)
+		}
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// panicEngine panics in Submit, standing in for a bug below the HTTP layer.
+type panicEngine struct{ *fakeEngine }
+
+func (panicEngine) Submit(context.Context, *engine.Request) (<-chan engine.Event, error) {
+	panic("boom")
+}
+
+func TestPanicIs500AndServerKeepsServing(t *testing.T) {
+	s := newTestServer(t, nil, nil)
+	s.SetBackend(Backend{Engine: panicEngine{newFakeEngine()}, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen})
+	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x"}`)
+	if rec.Code != 500 || errorObject(t, rec.Body.Bytes())["type"] != "server_error" {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, s.Handler(), "GET", "/health", ""); rec.Code != 200 {
+		t.Fatalf("health after panic: %d", rec.Code)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*Config){
+		"model name":  func(c *Config) { c.ModelName = "" },
+		"body":        func(c *Config) { c.MaxBodyBytes = 0 },
+		"connections": func(c *Config) { c.MaxConnections = 0 },
+		"header":      func(c *Config) { c.ReadHeaderTimeout = 0 },
+		"keep-alive":  func(c *Config) { c.KeepAliveInterval = 0 },
+		"grace":       func(c *Config) { c.AbortGrace = -1 },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: invalid config accepted", name)
+		}
+		if _, err := New(c); err == nil {
+			t.Errorf("%s: New accepted an invalid config", name)
 		}
 	}
 }

@@ -14,8 +14,12 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// requestIDKey is the gin context key of the request id.
-const requestIDKey = "request_id"
+// Gin context keys: the request id, and the completion id a generation handler assigns
+// (cmpl-…, chatcmpl-…; it is the engine request id), so log lines join both.
+const (
+	requestIDKey    = "request_id"
+	completionIDKey = "completion_id"
+)
 
 // newID returns a random hex id with a prefix ("cmpl-3f2a…").
 func newID(prefix string) string {
@@ -53,15 +57,18 @@ func (s *Server) requestLog(c *gin.Context) {
 	if status >= 500 {
 		level = slog.LevelError
 	}
-	s.log.LogAttrs(c.Request.Context(), level, "request",
-		slog.String("request_id", id),
+	attrs := []slog.Attr{slog.String("request_id", id)}
+	if cid := c.GetString(completionIDKey); cid != "" {
+		attrs = append(attrs, slog.String("completion_id", cid))
+	}
+	s.log.LogAttrs(c.Request.Context(), level, "request", append(attrs,
 		slog.String("method", c.Request.Method),
 		slog.String("path", c.Request.URL.Path),
 		slog.Int("status", status),
 		slog.Int("bytes", c.Writer.Size()),
 		slog.Duration("duration", time.Since(start)),
 		slog.String("remote", c.ClientIP()),
-	)
+	)...)
 }
 
 // recoverPanic turns a handler panic into a 500 with the OpenAI error object (when no
