@@ -167,4 +167,3 @@ func TestRequestIDEchoed(t *testing.T) {
 		t.Fatalf("generated: %q", got)
 	}
 }
-
