@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -580,3 +581,50 @@ func tail(s string, n int) string {
 	}
 	return s[len(s)-n:]
 }
+
+func TestE2ETokenizeMatchesGeneration(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	post := func(path, body string) map[string]any {
+		t.Helper()
+		resp, err := http.Post(e.base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, err)
+		}
+		return m
+	}
+	text := "Once upon a time, there was a cat."
+	m := post("/tokenize", `{"prompt":`+quote(text)+`,"add_special_tokens":false}`)
+	ids, _ := json.Marshal(m["tokens"])
+	if back := post("/detokenize", `{"tokens":`+string(ids)+`}`); back["prompt"] != text {
+		t.Fatalf("round trip gave %q", back["prompt"])
+	}
+	// /tokenize counts exactly the prompt tokens the endpoints bill
+	withBOS := post("/tokenize", `{"prompt":`+quote(text)+`}`)
+	r, err := e.client.Completions.New(context.Background(), openai.CompletionNewParams{Model: e2eModel, Prompt: promptString(text), MaxTokens: openai.Int(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(withBOS["count"].(float64)) != r.Usage.PromptTokens {
+		t.Fatalf("/tokenize counts %v, completion billed %d prompt tokens", withBOS["count"], r.Usage.PromptTokens)
+	}
+	msgs := `[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hello "},{"type":"text","text":"there"}]}]`
+	chatTok := post("/tokenize", `{"messages":`+msgs+`}`)
+	cr, err := e.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: e2eModel, MaxTokens: openai.Int(1),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Hello there")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(chatTok["count"].(float64)) != cr.Usage.PromptTokens {
+		t.Fatalf("/tokenize messages counts %v, chat billed %d prompt tokens", chatTok["count"], cr.Usage.PromptTokens)
+	}
+	if chatTok["max_model_len"] != float64(e.eng.MaxModelLen()) {
+		t.Fatalf("max_model_len %v", chatTok["max_model_len"])
+	}
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
