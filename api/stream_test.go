@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/r3labs/sse/v2"
 )
 
@@ -330,3 +332,28 @@ func unmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 // fastKeepAlive makes streams send their headers (with a keep-alive comment) soon even when
 // no token is released yet.
 func fastKeepAlive(c *Config) { c.KeepAliveInterval = 10 * time.Millisecond }
+
+// TestSDKSeesInBandError checks that the official SDK surfaces an error sent after the
+// 200 header, after delivering the chunks before it.
+func TestSDKSeesInBandError(t *testing.T) {
+	eng := newFakeEngine()
+	eng.failAfter = 3
+	srv := httptest.NewServer(newTestServer(t, eng, nil).Handler())
+	defer srv.Close()
+	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	st := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{Model: testModel,
+		MaxTokens: openai.Int(10), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	var text strings.Builder
+	for st.Next() {
+		if c := st.Current(); len(c.Choices) > 0 {
+			text.WriteString(c.Choices[0].Delta.Content)
+		}
+	}
+	if st.Err() == nil || !strings.Contains(st.Err().Error(), "forward pass failed") {
+		t.Fatalf("stream error %v", st.Err())
+	}
+	if text.String() != "abc" {
+		t.Fatalf("text before the error %q", text.String())
+	}
+	st.Close()
+}
