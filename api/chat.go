@@ -340,6 +340,9 @@ func (s *Server) streamChat(ctx context.Context, c *gin.Context, b *Backend, req
 	defer tick.Stop()
 	for {
 		kind, _, ev := fn.next(ctx, tick.C)
+		if kind == gotEvent {
+			tick.Reset(s.cfg.KeepAliveInterval) // keep-alives only fill silences
+		}
 		switch kind {
 		case gotCancel:
 			abortJobs(b, fn.jobs)

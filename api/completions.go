@@ -423,6 +423,9 @@ func (s *Server) streamCompletion(ctx context.Context, c *gin.Context, b *Backen
 	defer tick.Stop()
 	for {
 		kind, pi, ev := fn.next(ctx, tick.C)
+		if kind == gotEvent {
+			tick.Reset(s.cfg.KeepAliveInterval) // keep-alives only fill silences
+		}
 		switch kind {
 		case gotCancel:
 			abortJobs(b, fn.jobs)
