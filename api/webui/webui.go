@@ -1,11 +1,3 @@
-// Package webui is Conveyor's built-in chat page: plain HTML, CSS and JavaScript embedded
-// in the binary, with no build step and nothing fetched from elsewhere at run time.
-//
-// The page streams replies from /v1/chat/completions (fetch with a stream reader over the
-// SSE body), can stop a reply mid-stream (which aborts the request and so frees the
-// sequence on the server), shows time to first token and tokens/s per reply, and polls
-// /v1/engine/stats about once a second for a live view of the running batch. All model
-// text is inserted with textContent, never as HTML.
 package webui
 
 import (
