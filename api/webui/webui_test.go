@@ -61,6 +61,9 @@ func TestHandlerServesThePage(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("GET %s: Content-Security-Policy %q does not restrict scripts", path, csp)
+		}
 		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), want.typ) ||
 			!strings.Contains(string(body), want.body) {
 			t.Errorf("GET %s: %s %q, body lacks %q", path, resp.Status, resp.Header.Get("Content-Type"), want.body)
