@@ -60,8 +60,8 @@ func TestMain(m *testing.M) {
 // server, engine and ONNX Runtime with a tiny random model. The subtests share one page
 // and run in order, like a user's session.
 func TestChatPageInBrowser(t *testing.T) {
-	fx := newFixture(t, "")
 	b := newBrowser(t)
+	fx := newFixture(t, "")
 	page := b.tab(t)
 	p := &pageDriver{t: t, ctx: page}
 	p.open(fx.url)
@@ -328,9 +328,9 @@ func TestREADMEScreenshot(t *testing.T) {
 	if !*update {
 		t.Skip("writes docs/webui.png; run with -update")
 	}
+	b := newBrowser(t)
 	fx := newFixture(t, *modelDir)
 	fx.model.setPace(40 * time.Millisecond)
-	b := newBrowser(t)
 	p := &pageDriver{t: t, ctx: b.tab(t)}
 	p.open(fx.url)
 	p.setValue("#system-prompt", "You are a friendly storyteller.")
@@ -850,6 +850,9 @@ func artifactPath(t *testing.T, name string) string {
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("CONVEYOR_CHROMIUM"); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("CONVEYOR_CHROMIUM=%s: %v (install Chromium with `apt-get install -y chromium`)", p, err)
+		}
 		return p
 	}
 	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
