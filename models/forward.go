@@ -23,6 +23,11 @@ const (
 // kv.ScatterNew receives the present tensors (new tokens at column maxPast) after it.
 // kv may be nil when every row has PastLen 0 and the new keys and values are not needed.
 //
+// A pass never spans more key positions than the context window: when maxPast+maxNew
+// exceeds MaxPositions (a row decoding near the end of the context next to another
+// row's prefill), the rows run as several passes that each fit, behind one GatherPast
+// and one ScatterNew (see forwardSplit).
+//
 // Bad input is an error wrapping ErrBatch; a failed run wraps ErrRun. The returned
 // logits are valid until the next Forward.
 func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
@@ -35,6 +40,14 @@ func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
+	if maxPast+maxNew > r.spec.MaxPositions {
+		return r.forwardSplit(b, kv, maxPast, maxNew)
+	}
+	return r.forward(b, kv, maxPast, maxNew)
+}
+
+// forward runs one checked batch in one ONNX Runtime call.
+func (r *Runner) forward(b *Batch, kv KV, maxPast, maxNew int) (*Output, error) {
 	rows := len(b.Seqs)
 	total := maxPast + maxNew
 	r.fillTokenInputs(b, maxPast, maxNew)
