@@ -167,3 +167,18 @@ func TestRequestIDEchoed(t *testing.T) {
 		t.Fatalf("generated: %q", got)
 	}
 }
+
+func TestHeadOnGetRoutes(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	for _, path := range []string{"/health", "/metrics", "/v1/models", "/v1/models/test-model"} {
+		rec := do(t, s.Handler(), "HEAD", path, "")
+		if rec.Code != 200 {
+			t.Errorf("HEAD %s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	// A route that only takes POST still refuses HEAD, naming the allowed method.
+	rec := do(t, s.Handler(), "HEAD", "/v1/completions", "")
+	if rec.Code != 405 || rec.Header().Get("Allow") != "POST" {
+		t.Fatalf("HEAD /v1/completions: %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
+	}
+}

@@ -201,6 +201,14 @@ func (s *Server) ready() (*Backend, error) {
 	return b, nil
 }
 
+// get registers h for GET and for HEAD on path, as net/http's ServeMux does: load
+// balancers and uptime checkers probe with HEAD, and RFC 9110 requires a server that
+// answers GET to answer HEAD too (net/http drops the body of a HEAD response).
+func get(r gin.IRoutes, path string, h gin.HandlerFunc) {
+	r.GET(path, h)
+	r.HEAD(path, h)
+}
+
 // routes builds the gin engine.
 func (s *Server) routes() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
@@ -209,19 +217,19 @@ func (s *Server) routes() http.Handler {
 	r.ContextWithFallback = true
 	r.Use(s.requestLog, s.recoverPanic, s.limitBody)
 
-	r.GET("/health", s.handleHealth)
-	r.GET("/metrics", gin.WrapH(s.metrics.Handler()))
+	get(r, "/health", s.handleHealth)
+	get(r, "/metrics", gin.WrapH(s.metrics.Handler()))
 	if s.cfg.EnableWebUI {
 		page := gin.WrapH(webui.Handler())
-		r.GET("/", page)
-		r.GET("/app.js", page)
-		r.GET("/style.css", page)
+		get(r, "/", page)
+		get(r, "/app.js", page)
+		get(r, "/style.css", page)
 	}
 
 	authed := r.Group("/", s.requireKey)
-	authed.GET("/v1/models", s.handleModels)
-	authed.GET("/v1/models/*id", s.handleModel)
-	authed.GET("/v1/engine/stats", s.handleEngineStats)
+	get(authed, "/v1/models", s.handleModels)
+	get(authed, "/v1/models/*id", s.handleModel)
+	get(authed, "/v1/engine/stats", s.handleEngineStats)
 	authed.POST("/v1/completions", s.handleCompletions)
 	authed.POST("/v1/chat/completions", s.handleChat)
 	authed.POST("/tokenize", s.handleTokenize)
