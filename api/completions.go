@@ -216,19 +216,55 @@ func (l *completionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
 }
 
 // addPrompt appends the prompt's token logprobs with offsets into the echoed prompt
-// text: a token whose text is not at the current offset (BOS, which the prompt string
-// does not contain) takes the offset without advancing it.
+// text. A token's offset is the index (in characters) of the character its first byte
+// belongs to, so the tokens holding the bytes of one multi-byte character (shown as
+// U+FFFD, one per byte) share that character's offset. A token whose text is not at the
+// current position (BOS, which the prompt string does not contain) takes the offset
+// without advancing it.
 func (l *completionLogprobs) addPrompt(tls []engine.TokenLogprob, text string) {
-	pos := 0 // bytes into text
-	runes := 0
+	pos := 0   // bytes into text
+	start := 0 // byte index of the character holding pos
+	runes := 0 // characters in text[:start]
 	for _, t := range tls {
+		for start < pos && start < len(text) {
+			_, size := utf8.DecodeRuneInString(text[start:])
+			if start+size > pos {
+				break
+			}
+			start += size
+			runes++
+		}
 		off := runes
-		if t.Text != "" && strings.HasPrefix(text[pos:], t.Text) {
-			pos += len(t.Text)
-			runes += utf8.RuneCountInString(t.Text)
+		if n := matchTokenText(text[pos:], t.Text); n > 0 {
+			pos += n
 		}
 		l.add([]engine.TokenLogprob{t}, &off)
 	}
+}
+
+// matchTokenText returns how many bytes at the start of text a token's display text
+// stands for, or 0 when it is not there. Each U+FFFD of the display text stands for
+// itself or for one byte of a multi-byte character that the token holds only part of.
+func matchTokenText(text, tok string) int {
+	if tok == "" {
+		return 0
+	}
+	if strings.HasPrefix(text, tok) {
+		return len(tok)
+	}
+	i := 0
+	for j, r := range tok {
+		if r == utf8.RuneError && i < len(text) && text[i] >= utf8.RuneSelf {
+			i++
+			continue
+		}
+		size := utf8.RuneLen(r)
+		if size < 0 || !strings.HasPrefix(text[i:], tok[j:j+size]) {
+			return 0
+		}
+		i += size
+	}
+	return i
 }
 
 func isNaN32(f float32) bool { return f != f }

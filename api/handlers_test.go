@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -444,6 +445,34 @@ func TestConfigValidate(t *testing.T) {
 		}
 		if _, err := New(c); err == nil {
 			t.Errorf("%s: New accepted an invalid config", name)
+		}
+	}
+}
+
+// TestEchoOffsetsMultibyte places prompt tokens that hold parts of multi-byte characters
+// (shown as U+FFFD per byte, as the real tokenizer's TokenText does) at the offset of
+// the character they belong to, and keeps counting after them.
+func TestEchoOffsetsMultibyte(t *testing.T) {
+	const r = "\uFFFD"
+	cases := []struct {
+		text   string
+		tokens []string
+		want   []int
+	}{
+		{"😀 héllo", []string{"<s>", r, r, r, r, " h", r, r, "ll", "o"}, []int{0, 0, 0, 0, 0, 1, 3, 3, 4, 6}},
+		{"😀 héllo", []string{"<s>", r, r, r + r, " h", "é", "llo"}, []int{0, 0, 0, 0, 1, 3, 4}},
+		{"a" + r + "b", []string{"a", r, "b"}, []int{0, 1, 2}},
+		{"日本", []string{r + r, r + "本"}, []int{0, 0}},
+	}
+	for _, c := range cases {
+		tls := make([]engine.TokenLogprob, len(c.tokens))
+		for i, tok := range c.tokens {
+			tls[i] = engine.TokenLogprob{ID: int32(i), Text: tok, Logprob: -1}
+		}
+		l := newCompletionLogprobs()
+		l.addPrompt(tls, c.text)
+		if !slices.Equal(l.TextOffset, c.want) {
+			t.Errorf("%q %q: text_offset %v, want %v", c.text, c.tokens, l.TextOffset, c.want)
 		}
 	}
 }
