@@ -19,6 +19,7 @@ type job struct {
 	finished int           // sequences that reported a finish reason
 	usage    *engine.Usage // from the request's last event
 	lastTok  []time.Time   // per sequence: when its previous tokens arrived (inter-token latency)
+	metrics  *Metrics      // records the request-level metrics of every event, aborted ones too
 }
 
 // submitAll submits one engine request per prompt, all with params. If one is refused, the
@@ -36,13 +37,15 @@ func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, promp
 			abortJobs(b, jobs)
 			return nil, err
 		}
-		jobs = append(jobs, &job{id: id, prompt: p, nSeqs: params.N, events: ch, lastTok: make([]time.Time, params.N)})
+		jobs = append(jobs, &job{id: id, prompt: p, nSeqs: params.N, events: ch, lastTok: make([]time.Time, params.N), metrics: s.metrics})
 	}
 	return jobs, nil
 }
 
 // abortJobs aborts every job whose channel is still open and drains it in the background
-// so that the engine never blocks on a request nobody reads any more.
+// so that the engine never blocks on a request nobody reads any more. The drained events
+// still go to the metrics, so that a sequence the client gave up on is counted with its
+// finish reason ("abort") and its latencies.
 func abortJobs(b *Backend, jobs []*job) {
 	for _, j := range jobs {
 		if j.closed {
@@ -50,10 +53,13 @@ func abortJobs(b *Backend, jobs []*job) {
 		}
 		b.Engine.Abort(j.id)
 		j.closed = true
-		go func(ch <-chan engine.Event) {
-			for range ch {
+		go func(j *job) {
+			for ev := range j.events {
+				if j.metrics != nil {
+					j.metrics.observeEvent(j, &ev, time.Now())
+				}
 			}
-		}(j.events)
+		}(j)
 	}
 }
 

@@ -327,6 +327,40 @@ func TestClientDisconnectAbortsSequence(t *testing.T) {
 	}
 }
 
+// TestClientDisconnectCountsAbort checks that a sequence the client gave up on still
+// reaches the metrics as request_success_total{finished_reason="abort"}.
+func TestClientDisconnectCountsAbort(t *testing.T) {
+	eng := newFakeEngine()
+	eng.gate = make(chan struct{})
+	s := newTestServer(t, eng, fastKeepAlive)
+	srv := httptest.NewServer(s.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := postStream(t, ctx, srv.URL+"/v1/completions", `{"model":"test-model","prompt":"x","max_tokens":50,"stream":true}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	eng.gate <- struct{}{}
+	if _, err := sse.NewEventStreamReader(resp.Body, 1<<20).ReadEvent(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	eng.wg.Wait()
+	srv.Close()
+	aborted := func() float64 {
+		for _, m := range scrape(t, s)["conveyor_request_success_total"].GetMetric() {
+			if m.GetLabel()[0].GetValue() == "abort" {
+				return m.GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	waitFor(t, `request_success_total{finished_reason="abort"}`, func() bool { return aborted() > 0 })
+	if got := aborted(); got != 1 {
+		t.Fatalf(`request_success_total{finished_reason="abort"} = %v, want 1`, got)
+	}
+}
+
 func unmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
 // fastKeepAlive makes streams send their headers (with a keep-alive comment) soon even when
