@@ -29,15 +29,13 @@ func runBuildModel(args []string) error {
 		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N]\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("build-model: unexpected argument %q", fs.Arg(0))
 	case *out == "":
 		return errors.New("build-model: --out is required")
 	case *random && *from != "":

@@ -49,12 +49,14 @@ func runGenerate(args []string) error {
 		fmt.Fprintln(fs.Output(), "usage: conveyor generate --model DIR --prompt TEXT [flags]\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
+	promptSet := false
+	fs.Visit(func(f *flag.Flag) { promptSet = promptSet || f.Name == "prompt" })
 	switch {
 	case o.modelDir == "":
 		return errors.New("generate: --model is required")
@@ -64,6 +66,8 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("generate: --temperature %v must be >= 0", o.temperature)
 	case o.threads < 0:
 		return fmt.Errorf("generate: --threads %d must be >= 0", o.threads)
+	case !promptSet:
+		return errors.New(`generate: --prompt is required (--prompt "" starts from nothing)`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

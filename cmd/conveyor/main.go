@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -95,4 +97,25 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run `conveyor <command> -h` for a command's flags.")
+}
+
+// parseFlags parses a subcommand's args into fs. A bad flag or a stray argument is an
+// error naming the command ("generate: flag provided but not defined: -x"), reported in
+// one line by runMain instead of the flag package's usage dump; -h prints the usage and
+// returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: %v", fs.Name(), err)
+	case fs.NArg() > 0:
+		return fmt.Errorf("%s: unexpected argument %q (flags come before it; quote a value with spaces)", fs.Name(), fs.Arg(0))
+	}
+	return nil
 }

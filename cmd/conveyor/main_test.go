@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +63,41 @@ func TestBuildModelRandom(t *testing.T) {
 	var errOut bytes.Buffer
 	if code := runMain([]string{"build-model", "--from", t.TempDir(), "--out", out}, &stdout, &errOut); code != 1 || !strings.Contains(errOut.String(), "config.json") {
 		t.Errorf("empty checkpoint dir: exit %d, %q", code, errOut.String())
+	}
+}
+
+// TestSubcommandFlagErrorsAreOneLine checks that a mistyped flag or a stray argument is
+// one "conveyor: <command>: ..." line, with no usage dump on the process's stderr.
+func TestSubcommandFlagErrorsAreOneLine(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w // the flag package writes its usage dump here
+	defer func() { os.Stderr = saved }()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"generate", "--model", "m", "--bogus"}, "conveyor: generate: flag provided but not defined: -bogus\n"},
+		{[]string{"generate", "--max-tokens", "ten"}, `conveyor: generate: invalid value "ten" for flag -max-tokens`},
+		{[]string{"generate", "--model", "m", "Once upon a time"}, `conveyor: generate: unexpected argument "Once upon a time"`},
+		{[]string{"generate", "--model", "m"}, "conveyor: generate: --prompt is required"},
+		{[]string{"build-model", "--checkpoint", "x"}, "conveyor: build-model: flag provided but not defined: -checkpoint\n"},
+		{[]string{"build-model", "--out", "x", "extra"}, `conveyor: build-model: unexpected argument "extra"`},
+	} {
+		var out, errOut bytes.Buffer
+		if code := runMain(tc.args, &out, &errOut); code != 1 {
+			t.Errorf("%v: exit %d, want 1", tc.args, code)
+		}
+		if !strings.HasPrefix(errOut.String(), tc.want) || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%v: stderr %q, want one line starting %q", tc.args, errOut.String(), tc.want)
+		}
+	}
+	w.Close()
+	os.Stderr = saved
+	if dump, _ := io.ReadAll(r); len(dump) > 0 {
+		t.Errorf("the flag package wrote to stderr:\n%s", dump)
 	}
 }
