@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/engine"
@@ -69,7 +68,7 @@ func runGenerate(args []string) error {
 	case !promptSet:
 		return errors.New(`generate: --prompt is required (--prompt "" starts from nothing)`)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := notifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	_, err := generate(ctx, o, os.Stdout, os.Stderr)
 	return err

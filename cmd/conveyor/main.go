@@ -3,11 +3,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 )
@@ -118,4 +120,26 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%s: unexpected argument %q (flags come before it; quote a value with spaces)", fs.Name(), fs.Arg(0))
 	}
 	return nil
+}
+
+// notifyContext returns a context that is cancelled by the first of sigs (or by stop).
+// Unlike signal.NotifyContext it hands the signals back to their default action before
+// the context is cancelled, so while a command winds down gracefully a second Ctrl-C or
+// SIGTERM ends the process at once.
+func notifyContext(parent context.Context, sigs ...os.Signal) (ctx context.Context, stop context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	go func() {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		signal.Stop(ch)
+		cancel()
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		cancel()
+	}
 }

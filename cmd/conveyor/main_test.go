@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestRunMainListsCommands(t *testing.T) {
@@ -99,5 +105,52 @@ func TestSubcommandFlagErrorsAreOneLine(t *testing.T) {
 	os.Stderr = saved
 	if dump, _ := io.ReadAll(r); len(dump) > 0 {
 		t.Errorf("the flag package wrote to stderr:\n%s", dump)
+	}
+}
+
+// TestSecondSignalEndsProcess runs a child process that waits on notifyContext and
+// then winds down slowly: the first SIGINT starts the wind-down, the second must end the
+// process at once (killed by the signal) instead of being swallowed.
+func TestSecondSignalEndsProcess(t *testing.T) {
+	if os.Getenv("CONVEYOR_SIGNAL_CHILD") == "1" {
+		ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		fmt.Println("ready")
+		<-ctx.Done()
+		fmt.Println("draining")
+		time.Sleep(time.Minute) // a drain that would outlast the test's patience
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondSignalEndsProcess$")
+	cmd.Env = append(os.Environ(), "CONVEYOR_SIGNAL_CHILD=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	expect := func(want string) {
+		t.Helper()
+		for lines.Scan() {
+			if lines.Text() == want {
+				return
+			}
+		}
+		cmd.Process.Kill()
+		t.Fatalf("child never printed %q", want)
+	}
+	expect("ready")
+	cmd.Process.Signal(os.Interrupt)
+	expect("draining")
+	cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("child ended with %v, want killed by the second SIGINT", err)
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Fatalf("child ended with %v, want killed by the second SIGINT", err)
 	}
 }

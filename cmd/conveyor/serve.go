@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -272,7 +271,7 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := notifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	return serve(ctx, o, os.Stdout, os.Stderr, nil)
 }
