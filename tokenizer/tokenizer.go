@@ -211,6 +211,17 @@ func (t *Tokenizer) TokenText(id int32) string {
 	return string(appendLossy(nil, t.pieces[id]))
 }
 
+// TokenBytes returns the bytes token id decodes to, as TokenText but without replacing
+// anything: a token holding part of a multi-byte character gives just those bytes (the
+// OpenAI chat logprobs "bytes" field, from which a client rebuilds such characters). It
+// is nil for an id without a token. The caller may modify the result.
+func (t *Tokenizer) TokenBytes(id int32) []byte {
+	if id < 0 || int(id) >= len(t.pieces) {
+		return nil
+	}
+	return append([]byte{}, t.pieces[id]...)
+}
+
 // Token returns the token string of id as written in tokenizer.json (for example "Ġthe" or
 // "▁the"), and whether the id has one.
 func (t *Tokenizer) Token(id int32) (string, bool) {

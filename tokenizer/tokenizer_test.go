@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -290,6 +291,15 @@ func testSentencePiece(t *testing.T, tk *Tokenizer) {
 	}
 	if got := tk.TokenText(3 + 0xE5); got != "\uFFFD" {
 		t.Errorf("TokenText(<0xE5>) = %q, want U+FFFD", got)
+	}
+	if got := tk.TokenBytes(3 + 0xE5); !bytes.Equal(got, []byte{0xE5}) {
+		t.Errorf("TokenBytes(<0xE5>) = %v, want [0xE5]", got)
+	}
+	if got := tk.TokenBytes(271); string(got) != " Hello" {
+		t.Errorf("TokenBytes(▁Hello) = %q, want \" Hello\"", got)
+	}
+	if got := tk.TokenBytes(-1); got != nil {
+		t.Errorf("TokenBytes(-1) = %v, want nil", got)
 	}
 	if got := tk.TokenText(3 + 'A'); got != "A" {
 		t.Errorf("TokenText(<0x41>) = %q, want A", got)
