@@ -180,13 +180,24 @@ func textBytes(s string) []int {
 	return out
 }
 
+// tokenBytes is the "bytes" of a logprobs entry: the token's own bytes when tok can
+// tell them, else the bytes of its display text.
+func tokenBytes(tok Tokenizer, id int32, text string) []int {
+	if tb, ok := tok.(TokenByter); ok {
+		if b := tb.TokenBytes(id); b != nil {
+			return textBytes(string(b))
+		}
+	}
+	return textBytes(text)
+}
+
 // toChatLogprobs converts engine logprobs to the chat wire format.
-func toChatLogprobs(tls []engine.TokenLogprob) []chatLogprob {
+func toChatLogprobs(tls []engine.TokenLogprob, tok Tokenizer) []chatLogprob {
 	out := make([]chatLogprob, 0, len(tls))
 	for _, t := range tls {
-		e := chatLogprob{Token: t.Text, Logprob: jsonFloat(t.Logprob), Bytes: textBytes(t.Text), TopLogprobs: make([]chatTopEntry, 0, len(t.Top))}
+		e := chatLogprob{Token: t.Text, Logprob: jsonFloat(t.Logprob), Bytes: tokenBytes(tok, t.ID, t.Text), TopLogprobs: make([]chatTopEntry, 0, len(t.Top))}
 		for _, a := range t.Top {
-			e.TopLogprobs = append(e.TopLogprobs, chatTopEntry{Token: a.Text, Logprob: jsonFloat(a.Logprob), Bytes: textBytes(a.Text)})
+			e.TopLogprobs = append(e.TopLogprobs, chatTopEntry{Token: a.Text, Logprob: jsonFloat(a.Logprob), Bytes: tokenBytes(tok, a.ID, a.Text)})
 		}
 		out = append(out, e)
 	}
@@ -298,7 +309,7 @@ func (s *Server) collectChat(ctx context.Context, c *gin.Context, b *Backend, re
 				if a.logprobs == nil {
 					a.logprobs = &chatLogprobs{Content: []chatLogprob{}}
 				}
-				a.logprobs.Content = append(a.logprobs.Content, toChatLogprobs(ev.Logprobs)...)
+				a.logprobs.Content = append(a.logprobs.Content, toChatLogprobs(ev.Logprobs, b.Tokenizer)...)
 			}
 			if ev.FinishReason != "" {
 				a.finish = ev.FinishReason
@@ -374,7 +385,7 @@ func (s *Server) streamChat(ctx context.Context, c *gin.Context, b *Backend, req
 			}
 			var lp *chatLogprobs
 			if req.params.Logprobs >= 0 && len(ev.Logprobs) > 0 {
-				lp = &chatLogprobs{Content: toChatLogprobs(ev.Logprobs)}
+				lp = &chatLogprobs{Content: toChatLogprobs(ev.Logprobs, b.Tokenizer)}
 			}
 			if ev.Text != "" || lp != nil {
 				text := ev.Text

@@ -41,6 +41,14 @@ type Tokenizer interface {
 	EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error)
 }
 
+// TokenByter is an optional Tokenizer capability: the raw bytes of one token. The chat
+// logprobs' "bytes" field then carries a token's own bytes even when it holds only part
+// of a multi-byte character (whose TokenText is U+FFFD); without it the bytes are those of
+// TokenText.
+type TokenByter interface {
+	TokenBytes(id int32) []byte
+}
+
 // Backend is the loaded model the server talks to. Until Server.SetBackend is called the
 // server answers 503 on every model route and /health.
 type Backend struct {

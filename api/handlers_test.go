@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/conveyor-llm/conveyor/engine"
 )
@@ -474,5 +475,50 @@ func TestEchoOffsetsMultibyte(t *testing.T) {
 		if !slices.Equal(l.TextOffset, c.want) {
 			t.Errorf("%q %q: text_offset %v, want %v", c.text, c.tokens, l.TextOffset, c.want)
 		}
+	}
+}
+
+// byteTokenizer is fakeTokenizer with the real tokenizer's display text for a byte that is
+// not a character by itself (U+FFFD) and the TokenByter capability.
+type byteTokenizer struct{ fakeTokenizer }
+
+func (byteTokenizer) TokenText(id int32) string {
+	if s := (fakeTokenizer{}).TokenText(id); utf8.ValidString(s) {
+		return s
+	}
+	return "\uFFFD"
+}
+
+func (byteTokenizer) TokenBytes(id int32) []byte { return []byte((fakeTokenizer{}).TokenText(id)) }
+
+// TestChatLogprobBytesOfPartialCharacters checks that the "bytes" of a token holding one
+// byte of "😀" are that byte, so that a client can rebuild the character, and not the
+// bytes of the U+FFFD shown as its text.
+func TestChatLogprobBytesOfPartialCharacters(t *testing.T) {
+	tok := byteTokenizer{}
+	emoji := []byte("😀")
+	var tls []engine.TokenLogprob
+	for _, b := range emoji {
+		id := int32(b) + 1
+		tls = append(tls, engine.TokenLogprob{ID: id, Text: tok.TokenText(id), Logprob: -1,
+			Top: []engine.TopLogprob{{ID: id, Text: tok.TokenText(id), Logprob: -1}, {ID: 'a' + 1, Text: "a", Logprob: -2}}})
+	}
+	var rebuilt []byte
+	for i, e := range toChatLogprobs(tls, tok) {
+		if e.Token != "\uFFFD" {
+			t.Errorf("token %d text %q, want U+FFFD", i, e.Token)
+		}
+		if !slices.Equal(e.Bytes, []int{int(emoji[i])}) || !slices.Equal(e.TopLogprobs[0].Bytes, e.Bytes) {
+			t.Errorf("token %d bytes %v (top %v), want [%d]", i, e.Bytes, e.TopLogprobs[0].Bytes, emoji[i])
+		}
+		if !slices.Equal(e.TopLogprobs[1].Bytes, []int{'a'}) {
+			t.Errorf("token %d alternative bytes %v, want [97]", i, e.TopLogprobs[1].Bytes)
+		}
+		for _, b := range e.Bytes {
+			rebuilt = append(rebuilt, byte(b))
+		}
+	}
+	if string(rebuilt) != "😀" {
+		t.Fatalf("bytes rebuild %q, want 😀", rebuilt)
 	}
 }
