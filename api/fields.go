@@ -132,7 +132,21 @@ func (f *fields) int(name string, def, lo, hi int64) int64 {
 	}
 	n, ok := parseInt(v)
 	if !ok {
-		f.fail(invalidParam(f.pname(name), "%s must be an integer, got %s", f.pname(name), jsonKind(v)))
+		if jsonKind(v) != "a number" {
+			f.fail(invalidParam(f.pname(name), "%s must be an integer, got %s", f.pname(name), jsonKind(v)))
+			return def
+		}
+		lit := string(bytes.TrimSpace(v))
+		if len(lit) > 40 {
+			lit = lit[:40] + "..."
+		}
+		fl, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+		if (err == nil || errors.Is(err, strconv.ErrRange)) && fl == math.Trunc(fl) {
+			// integral but beyond int64 (or beyond 2^53 written with an exponent)
+			f.fail(invalidParam(f.pname(name), "%s must be between %d and %d, got %s", f.pname(name), lo, hi, lit))
+			return def
+		}
+		f.fail(invalidParam(f.pname(name), "%s must be an integer, got %s", f.pname(name), lit))
 		return def
 	}
 	if n < lo || n > hi {

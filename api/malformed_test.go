@@ -219,3 +219,22 @@ func TestMalformedRequestsWhileStreaming(t *testing.T) {
 		t.Fatalf("malformed requests reached the engine: %d submits", n)
 	}
 }
+
+// TestIntegerParamMessages checks that an integer parameter's error says what is wrong
+// with the number: too large to be any count (out of range) or not integral.
+func TestIntegerParamMessages(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	for _, tc := range []struct{ extra, param, want string }{
+		{`,"max_tokens":99999999999999999999999`, "max_tokens", "max_tokens must be between 0 and"},
+		{`,"max_tokens":1e400`, "max_tokens", "max_tokens must be between 0 and"},
+		{`,"seed":18446744073709551615`, "seed", "seed must be between"},
+		{`,"max_tokens":5.5`, "max_tokens", "max_tokens must be an integer, got 5.5"},
+		{`,"n":"2"`, "n", "n must be an integer, got a string"},
+	} {
+		rec := do(t, s.Handler(), "POST", cp, comp(tc.extra))
+		e := errorObject(t, rec.Body.Bytes())
+		if rec.Code != 400 || e["param"] != tc.param || !strings.HasPrefix(e["message"].(string), tc.want) {
+			t.Errorf("%s: %d %v, want 400 param %s and a message starting %q", tc.extra, rec.Code, e, tc.param, tc.want)
+		}
+	}
+}
