@@ -108,7 +108,9 @@ func (s *Server) requireKey(c *gin.Context) {
 		return
 	}
 	auth := c.GetHeader("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
+	// The scheme name is case-insensitive (RFC 9110 section 11.1): "bearer KEY" is fine.
+	scheme, token, ok := strings.Cut(strings.TrimSpace(auth), " ")
+	ok = ok && strings.EqualFold(scheme, "Bearer")
 	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), []byte(s.cfg.APIKey)) != 1 {
 		c.Header("WWW-Authenticate", `Bearer realm="conveyor"`)
 		msg := "missing API key: send Authorization: Bearer <key>"

@@ -182,3 +182,19 @@ func TestHeadOnGetRoutes(t *testing.T) {
 		t.Fatalf("HEAD /v1/completions: %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
 	}
 }
+
+// TestAuthSchemeIsCaseInsensitive accepts the bearer scheme in any case (RFC 9110) and
+// still refuses other schemes and a wrong key.
+func TestAuthSchemeIsCaseInsensitive(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), func(c *Config) { c.APIKey = "sekret" })
+	for _, auth := range []string{"Bearer sekret", "bearer sekret", "BEARER sekret", "Bearer  sekret "} {
+		if rec := do(t, s.Handler(), "GET", "/v1/models", "", "Authorization", auth); rec.Code != 200 {
+			t.Errorf("%q: %d", auth, rec.Code)
+		}
+	}
+	for _, auth := range []string{"Basic sekret", "bearer wrong", "Bearersekret", "sekret"} {
+		if rec := do(t, s.Handler(), "GET", "/v1/models", "", "Authorization", auth); rec.Code != 401 {
+			t.Errorf("%q: %d, want 401", auth, rec.Code)
+		}
+	}
+}
