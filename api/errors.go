@@ -18,6 +18,7 @@ var (
 	errModelNotFound    = errors.New("model not found")
 	errUnauthorized     = errors.New("unauthorized")
 	errBodyTooLarge     = errors.New("request body too large")
+	errContentEncoding  = errors.New("unsupported content encoding")
 	errUnsupported      = errors.New("unsupported parameter")
 	errNotReady         = errors.New("server not ready")
 )
@@ -40,6 +41,7 @@ var statusTable = []statusEntry{
 	{errNotFound, http.StatusNotFound, "invalid_request_error", "not_found"},
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed"},
 	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"},
+	{errContentEncoding, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_content_encoding"},
 	{engine.ErrOverloaded, http.StatusTooManyRequests, "rate_limit_error", "overloaded"},
 	{engine.ErrClosed, http.StatusServiceUnavailable, "server_error", "unavailable"},
 	{errNotReady, http.StatusServiceUnavailable, "server_error", "unavailable"},

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // fields holds a request body's top-level members, each decoded lazily by the typed
@@ -25,9 +26,13 @@ type fields struct {
 func (f *fields) pname(name string) string { return f.prefix + name }
 
 // readBody reads the request body (bounded by the body-limit middleware) and splits it
-// into top-level members. It fails with a 400 for anything but a JSON object, and with
-// a 413 when the body is over the limit.
+// into top-level members. It fails with a 400 for anything but a JSON object, with a 413
+// when the body is over the limit and with a 415 for a compressed body.
 func readBody(r *http.Request) (*fields, error) {
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		// RFC 9110 section 8.4.1: a server refuses an encoding it does not decode with 415.
+		return nil, errorf(errContentEncoding, "Content-Encoding %q is not supported; send the JSON body uncompressed", enc)
+	}
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError

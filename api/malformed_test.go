@@ -238,3 +238,18 @@ func TestIntegerParamMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestCompressedBodyIs415 refuses a body with a Content-Encoding instead of reading the
+// compressed bytes as (invalid) JSON.
+func TestCompressedBodyIs415(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	for _, path := range []string{cp, chp, "/tokenize"} {
+		rec := do(t, s.Handler(), "POST", path, "\x1f\x8b\x08\x00", "Content-Encoding", "gzip")
+		if rec.Code != 415 || errorObject(t, rec.Body.Bytes())["code"] != "unsupported_content_encoding" {
+			t.Errorf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	if rec := do(t, s.Handler(), "POST", cp, comp(`,"max_tokens":1`), "Content-Encoding", "identity"); rec.Code != 200 {
+		t.Errorf("identity: %d %s", rec.Code, rec.Body)
+	}
+}
