@@ -53,8 +53,8 @@
 // Every error body is {"error":{"message","type","param","code"}}. statusTable maps
 // errors (errors.Is) to a status: engine.ErrInvalidRequest and engine.ErrPromptTooLong
 // 400, a bad API key 401, an unknown model or route 404, a wrong method 405, a body over
-// Config.MaxBodyBytes 413, a body with a Content-Encoding 415, engine.ErrOverloaded 429, engine.ErrModel 500 (the server
-// keeps serving), engine.ErrClosed and "still loading" 503.
+// Config.MaxBodyBytes 413, a body with a Content-Encoding 415, engine.ErrOverloaded 429,
+// engine.ErrModel 500 (the server keeps serving), engine.ErrClosed and "still loading" 503.
 //
 // # Shutdown
 //
