@@ -267,6 +267,24 @@ func (t *Tokenizer) NewStream(skipSpecial bool) *Stream {
 	return &Stream{t: t, skipSpecial: skipSpecial}
 }
 
+// NewStreamAfter starts incremental detokenization of a continuation of prompt (a
+// completion): everything Add and Flush return is what Decode(prompt + continuation)
+// adds to Decode(prompt). It differs from NewStream for decoders that strip the leading
+// space of a text (SentencePiece "▁" models such as Llama 2): the continuation's first
+// token keeps its space ("Once upon a" + "▁time" continues with " time"), unless prompt
+// decodes to nothing.
+func (t *Tokenizer) NewStreamAfter(prompt []int32, skipSpecial bool) *Stream {
+	s := t.NewStream(skipSpecial)
+	var buf []byte
+	for _, id := range prompt {
+		if buf = t.appendPiece(buf[:0], id, skipSpecial, true); len(buf) > 0 {
+			s.produced = true
+			break
+		}
+	}
+	return s
+}
+
 // Add appends one token and returns the text it completes: all bytes up to the last complete
 // UTF-8 character. The bytes of a character split across tokens (byte-level BPE bytes or
 // <0xNN> byte-fallback tokens) are held back until its last byte arrives; bytes that can

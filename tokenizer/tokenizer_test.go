@@ -597,3 +597,32 @@ func TestEncodeConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestStreamAfterKeepsTheSpaceAfterAPrompt checks that a completion's text is what
+// decoding prompt and completion together adds to the prompt's text, also for decoders
+// that strip the leading space of a text: "Hello" + "▁world" continues with " world".
+func TestStreamAfterKeepsTheSpaceAfterAPrompt(t *testing.T) {
+	for name, src := range map[string]string{"llama2-metaspace": llama2Metaspace(), "llama2-legacy": llama2Legacy()} {
+		tk := writeFixture(t, src, "")
+		ids, err := tk.Encode("Hello world  你好", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k <= len(ids); k++ {
+			prompt, rest := ids[:k], ids[k:]
+			s := tk.NewStreamAfter(prompt, true)
+			var got strings.Builder
+			for _, id := range rest {
+				got.WriteString(s.Add(id))
+			}
+			got.WriteString(s.Flush())
+			full, head := tk.Decode(ids, true), tk.Decode(prompt, true)
+			if !strings.HasPrefix(full, head) {
+				continue // the prompt ends inside a character
+			}
+			if want := strings.TrimPrefix(full, head); got.String() != want {
+				t.Errorf("%s: after %v: continuation %q, want %q (full %q)", name, prompt, got.String(), want, full)
+			}
+		}
+	}
+}
