@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 func TestSeedIndependentOfBatch(t *testing.T) {
@@ -193,5 +196,56 @@ func TestStopStringEndToEnd(t *testing.T) {
 	}
 	if streamed.String() != text[:cut] || last.FinishReason != FinishStop {
 		t.Fatalf("streamed %q (%s), want %q (stop)", streamed.String(), last.FinishReason, text[:cut])
+	}
+}
+
+// metaspaceTokenizer is a Llama-2-style SentencePiece tokenizer whose decoder strips the
+// leading space of a text: <unk>, <s>, </s>, then "▁w3" ... "▁w96", one per id of the fake
+// model's vocabulary.
+func metaspaceTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	vocab := map[string]int{"<unk>": 0, "<s>": 1, "</s>": 2}
+	for i := 3; i < fakeVocab; i++ {
+		vocab[fmt.Sprintf("▁w%d", i)] = i
+	}
+	v, _ := json.Marshal(vocab)
+	src := `{"version": "1.0",
+	"added_tokens": [{"id": 0, "content": "<unk>", "special": true}, {"id": 1, "content": "<s>", "special": true}, {"id": 2, "content": "</s>", "special": true}],
+	"normalizer": null,
+	"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+	"post_processor": null,
+	"decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+	"model": {"type": "BPE", "unk_token": "<unk>", "vocab": ` + string(v) + `, "merges": []}}`
+	tok, err := tokenizer.FromBytes([]byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestCompletionTextContinuesThePrompt checks that a completion's text is what it adds
+// to the prompt's text: with a decoder that strips a text's leading space, the first
+// generated token "▁w5" after the prompt "w7" reads " w5", not "w5".
+func TestCompletionTextContinuesThePrompt(t *testing.T) {
+	tok := metaspaceTokenizer(t)
+	e := startEngine(t, testConfig(), newFakeModel(1024), tokenizerText{tok})
+	for _, prompt := range [][]int32{{1, 7, 9}, {7}, {1}} {
+		r := greedyRequest(fmt.Sprint(prompt), prompt, 6)
+		r.Params.IgnoreEOS = true
+		ch, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		var ids []int32
+		for ev := range ch {
+			text.WriteString(ev.Text)
+			ids = append(ids, ev.TokenIDs...)
+		}
+		head := tok.Decode(prompt, true)
+		full := tok.Decode(append(slices.Clone(prompt), ids...), true)
+		if want := strings.TrimPrefix(full, head); text.String() != want || !strings.HasPrefix(full, head) {
+			t.Errorf("prompt %v (%q): completion %q, want %q", prompt, head, text.String(), want)
+		}
 	}
 }

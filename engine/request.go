@@ -190,7 +190,7 @@ func (e *Engine) addRequest(r *request) {
 		st.sampler = newSampler(p, r.prompt, e.eos, i)
 		var stream textStream
 		if e.text != nil {
-			stream = e.text.newStream()
+			stream = e.text.newStream(r.prompt)
 		}
 		st.stop = newStopChecker(p, e.eos, stream)
 		r.seqs[i] = st
