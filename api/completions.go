@@ -215,6 +215,44 @@ func (l *completionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
 	}
 }
 
+// addGenerated appends generated tokens' logprobs, advancing acc's text offset. When tok
+// can tell a token's bytes, a token's offset is the index (in characters) of the
+// character its first byte belongs to, so the tokens holding the bytes of one multi-byte
+// character share that character's offset, the text after it is counted in characters,
+// and special tokens (left out of the text) take the offset without advancing it;
+// otherwise each token counts the characters of its display text.
+func (l *completionLogprobs) addGenerated(tls []engine.TokenLogprob, acc *seqAcc, tok Tokenizer) {
+	tb, ok := tok.(TokenByter)
+	if !ok {
+		l.add(tls, &acc.offset)
+		return
+	}
+	for _, t := range tls {
+		off := -1
+		if !tb.IsSpecial(t.ID) {
+			buf := append(acc.partial, tb.TokenBytes(t.ID)...)
+			first := len(acc.partial) // where this token's bytes start in buf
+			i := 0
+			for i < len(buf) {
+				r, size := utf8.DecodeRune(buf[i:])
+				if r == utf8.RuneError && size <= 1 && !utf8.FullRune(buf[i:]) {
+					break // the rest of this character is still to come
+				}
+				if off < 0 && i+size > first {
+					off = acc.offset
+				}
+				acc.offset++ // a character, or a byte that is none (shown as U+FFFD)
+				i += size
+			}
+			acc.partial = append(acc.partial[:0], buf[i:]...)
+		}
+		if off < 0 {
+			off = acc.offset
+		}
+		l.add([]engine.TokenLogprob{t}, &off)
+	}
+}
+
 // addPrompt appends the prompt's token logprobs with offsets into the echoed prompt
 // text. A token's offset is the index (in characters) of the character its first byte
 // belongs to, so the tokens holding the bytes of one multi-byte character (shown as
@@ -295,7 +333,8 @@ type completionResponse struct {
 type seqAcc struct {
 	text     strings.Builder
 	logprobs *completionLogprobs
-	offset   int
+	offset   int    // characters of text so far (logprobs text_offset)
+	partial  []byte // bytes of a character not yet complete (logprobs text_offset)
 	finish   engine.FinishReason
 	cum      float64
 	started  bool
@@ -352,7 +391,7 @@ func modelNotFound(name string) error {
 
 // applyEvent folds one event into a sequence's accumulator and returns the text and
 // logprobs this event adds (echo puts the prompt first on the sequence's first event).
-func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, echo, promptOnly, wantLogprobs bool) (string, *completionLogprobs) {
+func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, tok Tokenizer, echo, promptOnly, wantLogprobs bool) (string, *completionLogprobs) {
 	var text strings.Builder
 	var lp *completionLogprobs
 	if wantLogprobs {
@@ -374,7 +413,7 @@ func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, echo, promptOnly, wantL
 	if !promptOnly {
 		text.WriteString(ev.Text)
 		if lp != nil {
-			lp.add(ev.Logprobs, &acc.offset)
+			lp.addGenerated(ev.Logprobs, acc, tok)
 		}
 	}
 	acc.text.WriteString(text.String())
@@ -419,7 +458,7 @@ func (s *Server) collectCompletion(ctx context.Context, c *gin.Context, b *Backe
 				writeError(c.Writer, eventError(ev))
 				return
 			}
-			applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], req.echo, req.promptOnly, wantLP)
+			applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], b.Tokenizer, req.echo, req.promptOnly, wantLP)
 			continue
 		case gotEnd:
 		}
@@ -484,7 +523,7 @@ func (s *Server) streamCompletion(ctx context.Context, c *gin.Context, b *Backen
 				sse.fail(eventError(ev))
 				return
 			}
-			text, lp := applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], req.echo, req.promptOnly, wantLP)
+			text, lp := applyEvent(&accs[pi][ev.Index], &ev, req.prompts[pi], b.Tokenizer, req.echo, req.promptOnly, wantLP)
 			if text == "" && ev.FinishReason == "" && (lp == nil || len(lp.Tokens) == 0) {
 				continue
 			}

@@ -41,12 +41,14 @@ type Tokenizer interface {
 	EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error)
 }
 
-// TokenByter is an optional Tokenizer capability: the raw bytes of one token. The chat
-// logprobs' "bytes" field then carries a token's own bytes even when it holds only part
-// of a multi-byte character (whose TokenText is U+FFFD); without it the bytes are those of
-// TokenText.
+// TokenByter is an optional Tokenizer capability: the raw bytes of one token and whether
+// it is a special token (left out of generated text). The chat logprobs' "bytes" field
+// then carries a token's own bytes even when it holds only part of a multi-byte character
+// (whose TokenText is U+FFFD), and completion logprobs' text_offset counts characters of
+// the text; without it both follow TokenText.
 type TokenByter interface {
 	TokenBytes(id int32) []byte
+	IsSpecial(id int32) bool
 }
 
 // Backend is the loaded model the server talks to. Until Server.SetBackend is called the

@@ -490,6 +490,7 @@ func (byteTokenizer) TokenText(id int32) string {
 }
 
 func (byteTokenizer) TokenBytes(id int32) []byte { return []byte((fakeTokenizer{}).TokenText(id)) }
+func (byteTokenizer) IsSpecial(id int32) bool    { return id == fakeBOS }
 
 // TestChatLogprobBytesOfPartialCharacters checks that the "bytes" of a token holding one
 // byte of "😀" are that byte, so that a client can rebuild the character, and not the
@@ -520,5 +521,33 @@ func TestChatLogprobBytesOfPartialCharacters(t *testing.T) {
 	}
 	if string(rebuilt) != "😀" {
 		t.Fatalf("bytes rebuild %q, want 😀", rebuilt)
+	}
+}
+
+// TestGeneratedOffsetsMultibyte places generated tokens that hold parts of one character
+// at that character's offset and counts the text after it in characters.
+func TestGeneratedOffsetsMultibyte(t *testing.T) {
+	tok := byteTokenizer{}
+	var tls []engine.TokenLogprob
+	ids := []int32{}
+	for _, b := range []byte("😀a\xffé\xe6X") {
+		ids = append(ids, int32(b)+1)
+	}
+	ids = slices.Insert(ids, 5, fakeBOS) // a special token, left out of the text
+	for _, id := range ids {
+		tls = append(tls, engine.TokenLogprob{ID: id, Text: tok.TokenText(id), Logprob: -1})
+	}
+	acc := &seqAcc{}
+	l := newCompletionLogprobs()
+	l.addGenerated(tls[:2], acc, tok) // events may split a character
+	l.addGenerated(tls[2:], acc, tok)
+	// 😀 = 4 bytes at 0, a at 1, <s> at 2 without advancing, the stray byte 0xFF at 2
+	// (one U+FFFD), é = 2 bytes at 3, the lead byte 0xE6 that X shows to be alone at 4,
+	// X at 5
+	if want := []int{0, 0, 0, 0, 1, 2, 2, 3, 3, 4, 5}; !slices.Equal(l.TextOffset, want) {
+		t.Fatalf("text_offset %v, want %v", l.TextOffset, want)
+	}
+	if acc.offset != 6 {
+		t.Fatalf("offset after the text %d, want 6", acc.offset)
 	}
 }

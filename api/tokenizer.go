@@ -16,6 +16,7 @@ func (a tokAdapter) Encode(text string, addSpecial bool) ([]int32, error) {
 func (a tokAdapter) Decode(ids []int32, skipSpecial bool) string { return a.t.Decode(ids, skipSpecial) }
 func (a tokAdapter) TokenText(id int32) string                   { return a.t.TokenText(id) }
 func (a tokAdapter) TokenBytes(id int32) []byte                  { return a.t.TokenBytes(id) }
+func (a tokAdapter) IsSpecial(id int32) bool                     { return a.t.IsSpecial(id) }
 func (a tokAdapter) VocabSize() int                              { return a.t.VocabSize() }
 
 func (a tokAdapter) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
