@@ -23,10 +23,10 @@ const (
 // kv.ScatterNew receives the present tensors (new tokens at column maxPast) after it.
 // kv may be nil when every row has PastLen 0 and the new keys and values are not needed.
 //
-// A pass never spans more key positions than the context window: when maxPast+maxNew
-// exceeds MaxPositions (a row decoding near the end of the context next to another
-// row's prefill), the rows run as several passes that each fit, behind one GatherPast
-// and one ScatterNew (see forwardSplit).
+// Rows of very different shapes (a prompt chunk next to decoding sequences) would be
+// mostly padding in one pass, and one pass must never span more key positions than the
+// context window: planPasses may therefore run the rows as a few passes over groups of
+// alike rows, behind one GatherPast and one ScatterNew (see passes.go).
 //
 // Bad input is an error wrapping ErrBatch; a failed run wraps ErrRun. The returned
 // logits are valid until the next Forward.
@@ -40,8 +40,8 @@ func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	if maxPast+maxNew > r.spec.MaxPositions {
-		return r.forwardSplit(b, kv, maxPast, maxNew)
+	if groups := planPasses(b, r.cost, r.spec.MaxPositions); groups != nil {
+		return r.forwardGroups(b, kv, groups, maxPast, maxNew)
 	}
 	return r.forward(b, kv, maxPast, maxNew)
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -229,21 +230,70 @@ func TestOptimumGPT2FullContext(t *testing.T) {
 	}
 }
 
-func TestSplitRows(t *testing.T) {
+func TestPlanPassesRespectsContext(t *testing.T) {
 	seq := func(past, n int) SeqInput { return SeqInput{PastLen: past, Tokens: make([]int32, n)} }
 	b := &Batch{Seqs: []SeqInput{seq(120, 1), seq(0, 20), seq(100, 1), seq(0, 8), seq(127, 1), seq(10, 10)}}
-	got := splitRows(b, 128)
-	want := [][]int{{0, 2, 3}, {1, 5}, {4}}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("splitRows = %v, want %v", got, want)
+	// A cost model that favours one pass still splits where the context demands it.
+	got := planPasses(b, costModel{perToken: 1, perPass: 1e30}, 128)
+	if len(got) < 2 {
+		t.Fatalf("planPasses = %v: one pass would span %d positions", got, 127+20)
 	}
-	for _, g := range got {
+	checkGroups(t, b, got, 128)
+}
+
+func TestPlanPasses(t *testing.T) {
+	seq := func(past, n int) SeqInput { return SeqInput{PastLen: past, Tokens: make([]int32, n)} }
+	sp := Spec{NumLayers: 6, NumKVHeads: 4, HeadDim: 32, VocabSize: 4096, MaxPositions: 512}
+	cost := newCostModel(sp, 23<<20)
+
+	// Decoding sequences of similar lengths: one pass.
+	var decode []SeqInput
+	for i := range 48 {
+		decode = append(decode, seq(150+i, 1))
+	}
+	if got := planPasses(&Batch{Seqs: decode}, cost, 512); got != nil {
+		t.Errorf("48 decoding rows of past 150..197: planned %v, want one pass", got)
+	}
+
+	// A 384-token prompt chunk next to the decoding rows: the chunk runs on its own.
+	mixed := &Batch{Seqs: append(slices.Clone(decode[:20]), seq(0, 384))}
+	mixed.Seqs = append(mixed.Seqs, decode[20:]...)
+	got := planPasses(mixed, cost, 512)
+	checkGroups(t, mixed, got, 512)
+	if !slices.ContainsFunc(got, func(g []int) bool { return len(g) == 1 && g[0] == 20 }) {
+		t.Errorf("prompt chunk next to 48 decoding rows: planned %v, want row 20 alone", got)
+	}
+	if len(got) != 2 {
+		t.Errorf("planned %d passes, want 2 (chunk, decodes)", len(got))
+	}
+
+	// One pass of a single row.
+	if got := planPasses(&Batch{Seqs: []SeqInput{seq(0, 300)}}, cost, 512); got != nil {
+		t.Errorf("a single row: planned %v", got)
+	}
+}
+
+// checkGroups requires groups to hold every row of b exactly once, in ascending order
+// inside a group, each group spanning at most maxPositions positions.
+func checkGroups(t *testing.T, b *Batch, groups [][]int, maxPositions int) {
+	t.Helper()
+	seen := make([]int, len(b.Seqs))
+	for _, g := range groups {
+		if !slices.IsSorted(g) {
+			t.Errorf("group %v is not in row order", g)
+		}
 		past, n := 0, 0
 		for _, row := range g {
+			seen[row]++
 			past, n = max(past, b.Seqs[row].PastLen), max(n, len(b.Seqs[row].Tokens))
 		}
-		if past+n > 128 {
-			t.Fatalf("group %v spans %d positions", g, past+n)
+		if past+n > maxPositions {
+			t.Errorf("group %v spans %d positions > %d", g, past+n, maxPositions)
+		}
+	}
+	for row, k := range seen {
+		if k != 1 {
+			t.Errorf("row %d is in %d groups", row, k)
 		}
 	}
 }

@@ -139,6 +139,16 @@ type KV interface {
 	ScatterNew(k, v []DenseKV, newOffset int) error
 }
 
+// RowsKV is a KV that can also serve a subset of the batch's rows. When Forward runs a
+// batch as several passes over groups of rows (see planPasses), it gathers and scatters
+// each group's rows through Rows directly; other KVs pay for one more copy of the past.
+type RowsKV interface {
+	KV
+	// Rows returns the KV of one pass over the given rows of the batch, in that order:
+	// row i of that pass is row rows[i] of the batch. It is used before the next call.
+	Rows(rows []int) KV
+}
+
 // Output is the result of Forward.
 type Output struct {
 	// Logits[b] is row b's logits: VocabSize floats (last new position) or
@@ -168,6 +178,10 @@ type Runner struct {
 	logitsOut []float32 // logits converted from float16
 	rows      [][]float32
 	useCache  []bool
+
+	cost        costModel // estimates passes for planPasses
+	split       splitKV   // the KV of grouped passes (forwardGroups)
+	groupLogits []float32 // every row's logits of a grouped Forward
 }
 
 // decoderIO records where each decoder input and output sits in the session's name lists.
@@ -247,6 +261,7 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 		inputs:   make([]ort.Value, len(io.inNames)),
 		outputs:  make([]ort.Value, len(io.outNames)),
 		useCache: make([]bool, 1),
+		cost:     newCostModel(spec, modelWeightBytes(dir)),
 	}
 	for i := range r.kvViews {
 		r.kvViews[i] = make([]DenseKV, spec.NumLayers)

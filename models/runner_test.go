@@ -122,6 +122,27 @@ func TestBatchInvariance(t *testing.T) {
 	testBatchInvariance(t, r, logitTolerance)
 }
 
+// TestBatchInvarianceGroupedPasses runs the batch invariance schedules with every
+// Forward planned as one pass, and with rows of different shapes always in separate
+// passes, so that both paths of the planner are covered whatever it picks by default.
+func TestBatchInvarianceGroupedPasses(t *testing.T) {
+	r, _, _ := gqaModel(t)
+	saved := r.cost
+	defer func() { r.cost = saved }()
+	for _, c := range []struct {
+		name string
+		cost costModel
+	}{
+		{"one pass", costModel{perToken: 1, perPass: 1e30}},
+		{"split", costModel{perToken: 1, perAttn: 1, perKey: 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r.cost = c.cost
+			testBatchInvariance(t, r, logitTolerance)
+		})
+	}
+}
+
 // testBatchInvariance decodes four sequences alone and then batched in several
 // schedules, and requires every row to match its solo run within tol.
 func testBatchInvariance(t *testing.T, r *Runner, tol float64) {

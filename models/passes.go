@@ -1,0 +1,252 @@
+package models
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// A Forward's rows are padded to the batch's longest past (maxPast) and longest new-token
+// count (maxNew), so one ONNX Runtime pass over rows of very different shapes computes
+// mostly padding: a step that prefills a 384-token prompt chunk next to 60 decoding
+// sequences would run 61 x 384 positions through every layer instead of 384 + 60. The
+// runner therefore plans each Forward as one pass or a few passes over groups of rows
+// whose shapes are alike, choosing the grouping that minimises an estimate of the work
+// (passCost), and never lets a pass span more key positions than the context window.
+// Rows do not depend on the other rows of their pass, so the results are those of a
+// single pass. Decode-only steps of similar lengths stay one pass; the per-pass
+// overhead in the estimate keeps them from being split for small savings.
+
+// costModel estimates a pass's work in floating-point-operation equivalents.
+type costModel struct {
+	perToken float64 // per computed position: about 2 x the parameter count
+	perAttn  float64 // per (query position, key position) pair
+	perKey   float64 // per (row, key position): copying the dense past in and present out
+	perPass  float64 // per ONNX Runtime call: reading the weights, launching the kernels
+}
+
+// newCostModel derives the estimate from the model's size on disk (its weights dominate
+// it) and its key/value shape. The coefficients were fitted to decode and prefill steps
+// of the default model on a 2-core AVX2 machine; only their ratios matter.
+func newCostModel(sp Spec, weightBytes int64) costModel {
+	params := float64(max(weightBytes, 1<<20)) / 4 // float32 weights
+	kvBytes := float64(sp.KVBytesPerToken())
+	return costModel{
+		perToken: 2 * params,
+		perAttn:  float64(4 * sp.NumLayers * sp.NumKVHeads * sp.HeadDim),
+		perKey:   3 * kvBytes,
+		perPass:  6*params + 1e7,
+	}
+}
+
+// passCost estimates one pass over rows rows padded to past + news positions.
+func (c costModel) passCost(rows, past, news int) float64 {
+	keys := float64(past + news)
+	perRow := float64(news)*(c.perToken+c.perAttn*keys) + c.perKey*keys
+	return c.perPass + float64(rows)*perRow
+}
+
+// modelWeightBytes returns the size of dir's model.onnx plus its external data files.
+func modelWeightBytes(dir string) int64 {
+	var n int64
+	matches, _ := filepath.Glob(filepath.Join(dir, "model.onnx*"))
+	for _, m := range matches {
+		if st, err := os.Stat(m); err == nil && !st.IsDir() {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// planPasses groups b's rows into the passes a Forward runs. Rows are ordered by new-token
+// count, then past length, and cut into contiguous groups by dynamic programming: the
+// grouping with the least estimated cost in which every group's padded length
+// (longest past + longest new-token count) is at most maxPositions. Every row fits on
+// its own (checkBatch), so a grouping always exists. The result is nil when the whole
+// batch is best run as one pass.
+func planPasses(b *Batch, cost costModel, maxPositions int) [][]int {
+	n := len(b.Seqs)
+	if n == 1 {
+		return nil
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int {
+		sx, sy := b.Seqs[x], b.Seqs[y]
+		return cmp.Or(cmp.Compare(len(sx.Tokens), len(sy.Tokens)), cmp.Compare(sx.PastLen, sy.PastLen))
+	})
+	// best[i] is the least cost of running order[:i]; cut[i] where its last group starts.
+	best := make([]float64, n+1)
+	cut := make([]int, n+1)
+	for i := 1; i <= n; i++ {
+		best[i] = math.Inf(1)
+		past, news := 0, 0
+		for j := i - 1; j >= 0; j-- {
+			s := b.Seqs[order[j]]
+			past, news = max(past, s.PastLen), max(news, len(s.Tokens))
+			if past+news > maxPositions {
+				break // a longer group only grows
+			}
+			if c := best[j] + cost.passCost(i-j, past, news); c < best[i] {
+				best[i], cut[i] = c, j
+			}
+		}
+	}
+	if cut[n] == 0 {
+		return nil
+	}
+	var groups [][]int
+	for i := n; i > 0; i = cut[i] {
+		g := slices.Clone(order[cut[i]:i])
+		slices.Sort(g)
+		groups = append(groups, g)
+	}
+	slices.Reverse(groups)
+	return groups
+}
+
+// forwardGroups runs a batch as several passes, one per group of rows. A RowsKV serves
+// each group's rows itself. Any other KV sees one GatherPast of the whole batch
+// (Tokens = maxPast) and one ScatterNew of the whole batch's new keys and values
+// (Tokens = maxNew, newOffset 0); the groups read from and write to those tensors,
+// whose memory the runner keeps across steps.
+func (r *Runner) forwardGroups(b *Batch, kv KV, groups [][]int, maxPast, maxNew int) (*Output, error) {
+	rowsKV, direct := kv.(RowsKV)
+	var split *splitKV
+	if kv != nil && !direct {
+		split = r.splitKV(b, maxPast, maxNew)
+		if maxPast > 0 {
+			if err := kv.GatherPast(split.past[0], split.past[1]); err != nil {
+				return nil, fmt.Errorf("%w: gather past: %w", ErrRun, err)
+			}
+		}
+	}
+	need := 0
+	for _, s := range b.Seqs {
+		need += logitPositions(s) * r.spec.VocabSize
+	}
+	r.groupLogits = grow(r.groupLogits, need)
+	logits := make([][]float32, len(b.Seqs))
+	off := 0
+	for _, g := range groups {
+		sub := &Batch{Seqs: make([]SeqInput, len(g))}
+		subPast, subNew := 0, 0
+		for i, row := range g {
+			sub.Seqs[i] = b.Seqs[row]
+			subPast = max(subPast, b.Seqs[row].PastLen)
+			subNew = max(subNew, len(b.Seqs[row].Tokens))
+		}
+		var subKV KV
+		switch {
+		case direct:
+			subKV = rowsKV.Rows(g)
+		case split != nil:
+			split.rows = g
+			subKV = split
+		}
+		out, err := r.forward(sub, subKV, subPast, subNew)
+		if err != nil {
+			return nil, err
+		}
+		for i, row := range g {
+			n := len(out.Logits[i])
+			logits[row] = r.groupLogits[off : off+n : off+n]
+			copy(logits[row], out.Logits[i])
+			off += n
+		}
+	}
+	if split != nil {
+		if err := kv.ScatterNew(split.new[0], split.new[1], 0); err != nil {
+			return nil, fmt.Errorf("%w: scatter new: %w", ErrRun, err)
+		}
+	}
+	r.rows = grow(r.rows, len(logits))
+	copy(r.rows, logits)
+	return &Output{Logits: r.rows}, nil
+}
+
+// splitKV is the KV of one group's pass inside forwardGroups: it copies the group's
+// rows out of the whole batch's gathered past and its new keys and values into the
+// whole batch's new tensors.
+type splitKV struct {
+	mem  [2][2][]byte // [past, new][keys, values]: the runner's memory, reused across steps
+	past [2][]DenseKV // keys, values: [batch, kvHeads, maxPast, headDim] per layer
+	new  [2][]DenseKV // keys, values: [batch, kvHeads, maxNew, headDim] per layer
+	b    *Batch
+	rows []int // the current group's rows in b
+}
+
+// splitKV lays out the runner's grouped-pass KV for batch b.
+func (r *Runner) splitKV(b *Batch, maxPast, maxNew int) *splitKV {
+	sp := r.spec
+	s := &r.split
+	s.b, s.rows = b, nil
+	for which, tokens := range [2]int{maxPast, maxNew} {
+		views := &s.past
+		if which == 1 {
+			views = &s.new
+		}
+		layerBytes := len(b.Seqs) * sp.NumKVHeads * tokens * sp.HeadDim * sp.KVDType.Size()
+		for kind := range 2 {
+			s.mem[which][kind] = growBytes(s.mem[which][kind], sp.NumLayers*layerBytes)
+			if len(views[kind]) != sp.NumLayers {
+				views[kind] = make([]DenseKV, sp.NumLayers)
+			}
+			for l := range views[kind] {
+				views[kind][l] = DenseKV{
+					Data:    s.mem[which][kind][l*layerBytes : (l+1)*layerBytes : (l+1)*layerBytes],
+					Batch:   len(b.Seqs),
+					KVHeads: sp.NumKVHeads,
+					Tokens:  tokens,
+					HeadDim: sp.HeadDim,
+					DType:   sp.KVDType,
+				}
+			}
+		}
+	}
+	return s
+}
+
+// GatherPast copies the group's rows' pasts (already zero beyond each row's PastLen)
+// from the whole batch's past tensors.
+func (s *splitKV) GatherPast(k, v []DenseKV) error {
+	for kind, dst := range [2][]DenseKV{k, v} {
+		for l, d := range dst {
+			src := s.past[kind][l]
+			hb := d.HeadDim * d.DType.Size()
+			for i, row := range s.rows {
+				for h := 0; h < d.KVHeads; h++ {
+					from := (row*src.KVHeads + h) * src.Tokens * hb
+					to := (i*d.KVHeads + h) * d.Tokens * hb
+					copy(d.Data[to:to+d.Tokens*hb], src.Data[from:from+d.Tokens*hb])
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ScatterNew copies the group's rows' new keys and values into the whole batch's new
+// tensors, at columns [0, len(Tokens)).
+func (s *splitKV) ScatterNew(k, v []DenseKV, newOffset int) error {
+	for kind, src := range [2][]DenseKV{k, v} {
+		for l, sv := range src {
+			dst := s.new[kind][l]
+			hb := sv.HeadDim * sv.DType.Size()
+			for i, row := range s.rows {
+				n := len(s.b.Seqs[row].Tokens) * hb
+				for h := 0; h < sv.KVHeads; h++ {
+					from := ((i*sv.KVHeads+h)*sv.Tokens + newOffset) * hb
+					to := (row*dst.KVHeads + h) * dst.Tokens * hb
+					copy(dst.Data[to:to+n], sv.Data[from:from+n])
+				}
+			}
+		}
+	}
+	return nil
+}
