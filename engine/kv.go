@@ -16,6 +16,22 @@ type pagedKV struct {
 	pastLens []int               // row b's tokens already in its blocks
 	counts   []int               // row b's new tokens
 	k, v     [][]byte            // per-layer views handed to the storage
+	sub      *pagedKV            // the KV of Rows
+}
+
+// Rows returns the KV of a pass over some of this pass's rows (models.RowsKV): when
+// the runner splits a step into passes over groups of alike rows, each gathers and
+// scatters only its own rows, straight from and into the blocks.
+func (kv *pagedKV) Rows(rows []int) models.KV {
+	if kv.sub == nil {
+		kv.sub = &pagedKV{storage: kv.storage}
+	}
+	sub := kv.sub
+	sub.reset()
+	for _, r := range rows {
+		sub.add(kv.tables[r], kv.pastLens[r], kv.counts[r])
+	}
+	return sub
 }
 
 // reset empties the row lists for the next pass.
