@@ -11,7 +11,10 @@ training_log.txt (train/validation loss; tokenizer.json and tokenizer_config.jso
 tokenizer program).
 
   /usr/bin/python3 models/train/train.py --bench 5          # time a few steps, print tokens/s
-  /usr/bin/python3 models/train/train.py --steps 2000       # the real run
+  /usr/bin/python3 models/train/train.py --steps 2485 --decay-start 1988   # the shipped model's run
+
+With --deadline UNIX_TIME instead of --decay-start, the decay phase starts when the measured pace says it just fits
+before the deadline; the log then records the --steps/--decay-start pair that reproduces the run.
 """
 
 import argparse
