@@ -59,7 +59,9 @@ func TestCompareWritesAReport(t *testing.T) {
 		t.Fatalf("ratios %+v", r)
 	}
 	dir := t.TempDir()
-	if err := WriteReport(dir, ReportMeta{Command: "conveyor bench compare", Machine: "test", Model: "fake"}, pts); err != nil {
+	meta := ReportMeta{Command: "conveyor bench compare", Machine: "test", Model: "fake",
+		Load: DefaultWorkloadConfig().String(), Notes: "Static batches wait for their longest output.\n"}
+	if err := WriteReport(dir, meta, pts); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"report.md", "throughput.png", "ttft.png", "itl.png"} {
@@ -69,7 +71,9 @@ func TestCompareWritesAReport(t *testing.T) {
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
-	for _, want := range []string{"Continuous ÷ static", "| continuous | 50 |", "| static | 100 |", "`conveyor bench compare`"} {
+	for _, want := range []string{"Continuous ÷ static", "| continuous | 50 |", "| static | 100 |", "`conveyor bench compare`",
+		"- Workload: 200 requests, lognormal prompt lengths (median 128, 8 to 384 tokens) and output lengths (median 96, 8 to 256), seed 1",
+		"## Notes\n\nStatic batches wait for their longest output.\n"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}

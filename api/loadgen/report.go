@@ -23,7 +23,11 @@ type ReportMeta struct {
 	Machine string   // e.g. "2 cores (AVX2), 24 GiB, ONNX Runtime 1.24.3 CPU"
 	Model   string   // model directory and size
 	Server  []string // server flags shared by every policy
+	Load    string   // the workload and arrivals, in words
 	Date    string
+	// Notes is Markdown appended to the report under "Notes" (for example what limits the
+	// ratios on this machine).
+	Notes string
 }
 
 var policyColors = map[string]color.Color{
@@ -84,6 +88,9 @@ func writeMarkdown(w io.Writer, meta ReportMeta, points []Point) {
 	if len(meta.Server) > 0 {
 		fmt.Fprintf(w, "- Server flags (every policy): `%s`\n", strings.Join(meta.Server, " "))
 	}
+	if meta.Load != "" {
+		fmt.Fprintf(w, "- Workload: %s\n", meta.Load)
+	}
 	fmt.Fprintf(w, "- Command: `%s`\n\n", meta.Command)
 
 	ratios := Ratios(points, "continuous", "static")
@@ -125,6 +132,9 @@ func writeMarkdown(w io.Writer, meta ReportMeta, points []Point) {
 	}
 	fmt.Fprintf(w, "\nA policy *sustains* a rate when every request completed and the completed-request\n"+
 		"throughput over the whole run, drain included, reached 80%% of the offered rate.\n")
+	if notes := strings.TrimSpace(meta.Notes); notes != "" {
+		fmt.Fprintf(w, "\n## Notes\n\n%s\n", notes)
+	}
 }
 
 // Headline states the two ratios the comparison is about: continuous ÷ static output

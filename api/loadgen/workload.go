@@ -53,6 +53,22 @@ func DefaultWorkloadConfig() WorkloadConfig {
 	}
 }
 
+// String describes the workload in words, for reports.
+func (c WorkloadConfig) String() string {
+	var lens string
+	switch c.Dist {
+	case Fixed:
+		lens = fmt.Sprintf("prompts of %d tokens, outputs of %d tokens", c.PromptTokens, c.OutputTokens)
+	case Uniform:
+		lens = fmt.Sprintf("prompt lengths uniform in [%d, %d] tokens, output lengths uniform in [%d, %d]",
+			c.MinPromptTokens, c.MaxPromptTokens, c.MinOutputTokens, c.MaxOutputTokens)
+	default:
+		lens = fmt.Sprintf("%s prompt lengths (median %d, %d to %d tokens) and output lengths (median %d, %d to %d)",
+			c.Dist, c.PromptTokens, c.MinPromptTokens, c.MaxPromptTokens, c.OutputTokens, c.MinOutputTokens, c.MaxOutputTokens)
+	}
+	return fmt.Sprintf("%d requests, %s, seed %d", c.NumRequests, lens, c.Seed)
+}
+
 // Validate reports the first inconsistent field.
 func (c WorkloadConfig) Validate() error {
 	switch {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api/loadgen"
+	"github.com/conveyor-llm/conveyor/models"
 )
 
 // runBenchCompare starts `conveyor serve` once per scheduling policy on 127.0.0.1 and
@@ -37,6 +38,7 @@ func runBenchCompare(args []string) error {
 	delay := fs.Duration("max-batch-delay", 100*time.Millisecond, "static policy: longest wait for a full batch (TorchServe maxBatchDelay)")
 	maxSeqs := fs.Int("max-num-seqs", 64, "continuous policy: sequences per step at most")
 	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
+	notes := fs.String("notes", "", "Markdown file whose text the report ends with (under \"Notes\")")
 	workload := workloadFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -64,6 +66,12 @@ func runBenchCompare(args []string) error {
 	for _, p := range policies {
 		if p != "continuous" && p != "static" && p != "sequential" {
 			return fmt.Errorf("--policies: unknown policy %q (continuous, static, sequential)", p)
+		}
+	}
+	var noteText []byte
+	if *notes != "" {
+		if noteText, err = os.ReadFile(*notes); err != nil {
+			return fmt.Errorf("--notes: %w", err)
 		}
 	}
 	exe, err := os.Executable()
@@ -98,10 +106,12 @@ func runBenchCompare(args []string) error {
 	}
 	meta := loadgen.ReportMeta{
 		Command: "conveyor bench compare " + strings.Join(args, " "),
-		Machine: fmt.Sprintf("%d cores (%s/%s), ONNX Runtime 1.24.3 CPU", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH),
-		Model:   *model,
+		Machine: machineDescription(),
+		Model:   modelDescription(*model),
 		Server:  serverFlags,
+		Load:    fmt.Sprintf("%s; Poisson arrivals (gamma burstiness %g); streaming, ignore_eos", wc, *burst),
 		Date:    time.Now().UTC().Format("2006-01-02"),
+		Notes:   string(noteText),
 	}
 	if err := loadgen.WriteReport(*out, meta, points); err != nil {
 		return err
@@ -167,4 +177,34 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// machineDescription names the cores, the CPU model (from /proc/cpuinfo where there is
+// one) and the ONNX Runtime build the servers run on.
+func machineDescription() string {
+	cpu := runtime.GOOS + "/" + runtime.GOARCH
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v) + ", " + cpu
+				break
+			}
+		}
+	}
+	ortVersion := "(not loaded)"
+	if models.InitORT("") == nil {
+		ortVersion = models.ORTVersion()
+	}
+	return fmt.Sprintf("%d cores (%s), ONNX Runtime %s CPU", runtime.NumCPU(), cpu, ortVersion)
+}
+
+// modelDescription is the model directory with its architecture and size from
+// config.json, when it has one.
+func modelDescription(dir string) string {
+	cfg, err := models.LoadConfig(dir)
+	if err != nil {
+		return dir
+	}
+	return fmt.Sprintf("%s (%s, %.1fM parameters, %d layers, hidden %d, vocabulary %d)",
+		dir, cfg.ModelType, float64(cfg.NumParams())/1e6, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize)
 }
