@@ -58,4 +58,23 @@ type Backend struct {
 	Tokenizer Tokenizer
 	// MaxModelLen is the model's context length in tokens (prompt + completion).
 	MaxModelLen int
+	// Defaults replace the OpenAI defaults of the sampling fields a request leaves out.
+	Defaults SamplingDefaults
+}
+
+// SamplingDefaults are a model's own defaults for sampling fields a request leaves out,
+// as vLLM takes them from generation_config.json (its --generation-config auto). A nil
+// field keeps the OpenAI default (temperature 1, top_p 1, no top_k, min_p 0, no
+// repetition penalty). Values outside a field's accepted range are ignored.
+type SamplingDefaults struct {
+	Temperature, TopP, MinP, RepetitionPenalty *float64
+	TopK                                       *int
+}
+
+// orDefault returns *p when p is set and within [lo, hi], def otherwise.
+func orDefault(p *float64, def, lo, hi float64) float64 {
+	if p == nil || *p < lo || *p > hi || *p != *p {
+		return def
+	}
+	return *p
 }

@@ -551,3 +551,39 @@ func TestGeneratedOffsetsMultibyte(t *testing.T) {
 		t.Fatalf("offset after the text %d, want 6", acc.offset)
 	}
 }
+
+// TestSamplingDefaultsFromModel checks Backend.Defaults (conveyor serve
+// --generation-config auto): they fill the fields a request leaves out, a request's own
+// values win, and a default outside a field's range is ignored.
+func TestSamplingDefaultsFromModel(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
+	topK := 40
+	eng := newFakeEngine()
+	s := newTestServer(t, nil, nil)
+	s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen, Defaults: SamplingDefaults{
+		Temperature: f(0.8), TopP: f(0.95), TopK: &topK, RepetitionPenalty: f(7), MinP: f(0.05),
+	}})
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		body := `{"model":"test-model","prompt":"hi"}`
+		if path == "/v1/chat/completions" {
+			body = `{"model":"test-model","messages":[{"role":"user","content":"hi"}]}`
+		}
+		if rec := do(t, s.Handler(), "POST", path, body); rec.Code != 200 {
+			t.Fatalf("%s: status %d: %s", path, rec.Code, rec.Body)
+		}
+		p := eng.lastRequest().Params
+		if p.Temperature != 0.8 || p.TopP != 0.95 || p.TopK != 40 || p.MinP != 0.05 {
+			t.Errorf("%s: model defaults not applied: %+v", path, p)
+		}
+		if p.RepetitionPenalty != 1 {
+			t.Errorf("%s: out-of-range default repetition_penalty 7 was applied: %v", path, p.RepetitionPenalty)
+		}
+	}
+	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"hi","temperature":0,"top_p":1,"top_k":-1}`)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if p := eng.lastRequest().Params; p.Temperature != 0 || p.TopP != 1 || p.TopK != 0 {
+		t.Errorf("request values did not override the model defaults: %+v", p)
+	}
+}

@@ -46,8 +46,9 @@ func parseCommon(f *fields, b *Backend, maxTokensNames ...string) common {
 			p.MaxTokens = int(f.int(name, 16, 0, maxLen))
 		}
 	}
-	p.Temperature = float32(f.float("temperature", 1, 0, 2))
-	p.TopP = float32(f.float("top_p", 1, 0, 1))
+	d := b.Defaults
+	p.Temperature = float32(f.float("temperature", orDefault(d.Temperature, 1, 0, 2), 0, 2))
+	p.TopP = float32(f.float("top_p", orDefault(d.TopP, 1, 0, 1), 0, 1))
 	if p.TopP == 0 {
 		p.TopP = 1e-6 // only the most likely token survives
 	}
@@ -71,13 +72,17 @@ func parseCommon(f *fields, b *Backend, maxTokensNames ...string) common {
 	f.string("user")
 
 	// Extensions (vLLM names).
-	topK := f.int("top_k", 0, -1, int64(b.vocab()))
+	defTopK := int64(0)
+	if d.TopK != nil && *d.TopK > 0 && *d.TopK <= b.vocab() {
+		defTopK = int64(*d.TopK)
+	}
+	topK := f.int("top_k", defTopK, -1, int64(b.vocab()))
 	if topK < 0 {
 		topK = 0
 	}
 	p.TopK = int(topK)
-	p.MinP = float32(f.float("min_p", 0, 0, 1))
-	p.RepetitionPenalty = float32(f.float("repetition_penalty", 1, 0, 2))
+	p.MinP = float32(f.float("min_p", orDefault(d.MinP, 0, 0, 1), 0, 1))
+	p.RepetitionPenalty = float32(f.float("repetition_penalty", orDefault(d.RepetitionPenalty, 1, 1e-6, 2), 0, 2))
 	if f.err == nil && p.RepetitionPenalty == 0 {
 		f.fail(invalidParam("repetition_penalty", "repetition_penalty must be greater than 0"))
 	}

@@ -52,6 +52,7 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	maxConnections  int
 	logFormat       string
+	genConfig       string
 }
 
 // envPrefix is prepended to a flag's name in upper snake case to give its environment
@@ -142,6 +143,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
 	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.StringVar(&o.genConfig, "generation-config", "none", "sampling defaults for fields a request leaves out: none (OpenAI's: temperature 1, top_p 1) or auto (the model's generation_config.json, as vLLM)")
 }
 
 // parseServeFlags parses args over the environment: every flag can also be set as
@@ -206,6 +208,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --shutdown-timeout %v must be >= 0", o.shutdownTimeout)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("serve: --log-format %q must be text or json", o.logFormat)
+	case o.genConfig != "auto" && o.genConfig != "none":
+		return fmt.Errorf("serve: --generation-config %q must be auto or none", o.genConfig)
 	}
 	if _, err := o.engineConfig(nil); err != nil {
 		return err
@@ -335,7 +339,12 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	eng.Start(engCtx)
-	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	defaults, err := o.samplingDefaults(log)
+	if err != nil {
+		drain()
+		return fmt.Errorf("serve: %w", err)
+	}
+	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults})
 	addr := ln.Addr().String()
 	log.Info("ready", "addr", addr, "model", acfg.ModelName, "load_seconds", time.Since(start).Seconds(),
 		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler)
@@ -371,4 +380,36 @@ func printBanner(w io.Writer, addr, model string, withKey bool) {
 	fmt.Fprintf(w, "Conveyor is serving %q at %s (chat page: %s/)\n", model, url, url)
 	fmt.Fprintf(w, "Try:\n  curl -N %s/v1/completions -H 'Content-Type: application/json'%s \\\n", url, auth)
 	fmt.Fprintf(w, "    -d '{\"model\": %q, \"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"stream\": true}'\n", model)
+}
+
+// samplingDefaults reads the model's generation_config.json with --generation-config
+// auto: its temperature, top_p, top_k and repetition_penalty become the defaults of
+// requests that leave them out, as vLLM's --generation-config auto does. The default,
+// none, keeps OpenAI's defaults, which clients assume.
+func (o *serveOptions) samplingDefaults(log *slog.Logger) (api.SamplingDefaults, error) {
+	var d api.SamplingDefaults
+	if o.genConfig == "none" {
+		return d, nil
+	}
+	g, err := models.LoadGenerationConfig(o.modelDir)
+	if err != nil {
+		return d, err
+	}
+	d = api.SamplingDefaults{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, RepetitionPenalty: g.RepetitionPenalty}
+	var set []any
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"temperature", g.Temperature}, {"top_p", g.TopP}, {"repetition_penalty", g.RepetitionPenalty}} {
+		if f.v != nil {
+			set = append(set, f.name, *f.v)
+		}
+	}
+	if g.TopK != nil {
+		set = append(set, "top_k", *g.TopK)
+	}
+	if len(set) > 0 {
+		log.Info("sampling defaults from generation_config.json", set...)
+	}
+	return d, nil
 }

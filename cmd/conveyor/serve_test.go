@@ -58,6 +58,7 @@ func TestServeFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"--scheduler", "fifo"}, nil, "fifo"},
 		{[]string{"--max-num-seqs", "0"}, nil, "MaxNumSeqs"},
 		{[]string{"--log-format", "xml"}, nil, "log-format"},
+		{[]string{"--generation-config", "model"}, nil, "generation-config"},
 		{[]string{"--nope"}, nil, "nope"},
 		{[]string{"extra"}, nil, "extra"},
 		{nil, map[string]string{"CONVEYOR_THREADS": "many"}, "CONVEYOR_THREADS"},
