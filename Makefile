@@ -49,8 +49,10 @@ run: build ort model
 	$(BIN) serve --model $(DEFAULT_ONNX) --served-model-name default --host $(HOST) --port $(PORT)
 
 # Continuous vs static vs sequential batching on the default model; writes docs/benchmarks/.
+# The rates run from light load to past every policy's saturation (about 10 minutes).
+BENCH_FLAGS ?= --num-requests 120 --rates 4,8,12,16,24,32,48 --notes docs/benchmarks/notes.md
 bench: build ort model
-	$(BIN) bench compare --model $(DEFAULT_ONNX) --out docs/benchmarks
+	$(BIN) bench compare --model $(DEFAULT_ONNX) --out docs/benchmarks $(BENCH_FLAGS)
 
 vet:
 	$(GO) vet ./...
