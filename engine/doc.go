@@ -41,9 +41,11 @@
 //     with held-back text);
 //  7. scheduler.Update commits the computed tokens to the pool (registering full blocks
 //     for prefix caching), appends the sampled tokens and frees finished sequences;
-//  8. send each sequence's event on its request's channel, which is buffered for every
-//     event the request can produce, so a slow reader never stalls the loop; publish
-//     Stats and call Config.OnStep.
+//  8. send each sequence's event on its request's channel without blocking: the buffer
+//     holds 64 events plus a slot for each sequence's final one, and a reader that falls
+//     behind gets a sequence's later events merged into one, so a slow reader never
+//     stalls the loop and memory does not grow with max_tokens; publish Stats and call
+//     Config.OnStep.
 //
 // A failed forward pass ends every request in that batch with FinishError (Err wraps
 // ErrModel) and the loop goes on. A sequence preempted under KV pressure is recomputed

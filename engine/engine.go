@@ -204,8 +204,9 @@ func (e *Engine) NumKVBlocks() int { return e.numBlocks }
 func (e *Engine) EOSTokenIDs() []int32 { return append([]int32(nil), e.eos...) }
 
 // Submit validates req and queues it. The returned channel receives the request's events
-// and is closed after the last one (which carries Usage); it is buffered for every event
-// the request can produce, so the engine never waits for a slow reader. When ctx is done
+// and is closed after the last one (which carries Usage). The engine never waits for a
+// slow reader: when the channel's buffer is full, a sequence's events are merged into one
+// (token ids, text and logprobs concatenated) until there is room again. When ctx is done
 // the request is aborted (its last event has FinishAbort) and its KV blocks are free by
 // the next step.
 //
@@ -230,12 +231,13 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 		arrival: time.Now(),
 		bestOf:  p.BestOf > p.N,
 	}
-	// Room for every event: one per generated token plus a final one per sequence
-	// (proportional to the tokens requested, like the KV cache they will take), or just
-	// the N results of a best_of request, which are sent at the end.
-	capacity := p.N*(p.MaxTokens+1) + 1
+	// A bounded buffer: up to eventBuffer events in flight plus a reserved slot for each
+	// sequence's final event. A reader that falls behind gets its sequences' later
+	// events merged (see send), so memory does not grow with max_tokens × n.
+	r.reserve = p.N + 1
+	capacity := min(p.N*(p.MaxTokens+1)+1, eventBuffer+r.reserve)
 	if p.BestOf > p.N {
-		capacity = p.N + 1
+		capacity = p.N + 1 // the N results, sent at the end
 	}
 	r.ch = make(chan Event, capacity)
 

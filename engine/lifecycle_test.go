@@ -294,7 +294,7 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 	if want := fakeGreedyIgnoreEOS(slow.Prompt, 200); !slices.Equal(ev.TokenIDs, want) || ev.FinishReason != FinishLength {
 		t.Fatalf("slow reader got %d tokens (%s), want %d", len(ev.TokenIDs), ev.FinishReason, len(want))
 	}
-	if res.events != 200 || len(ev.Logprobs) != 200 {
+	if res.events > 200 || len(ev.Logprobs) != 200 { // events merge once the buffer is full
 		t.Fatalf("%d events with %d logprobs for 200 tokens", res.events, len(ev.Logprobs))
 	}
 	tm := ev.Timings
@@ -317,5 +317,66 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 	}
 	if st.KVTotalBlocks != 512 || st.KVFreeBlocks != 512 || st.BlockSizeTokens != 16 {
 		t.Fatalf("KV stats %+v, want 512 free 16-token blocks", st)
+	}
+}
+
+// TestSlowReaderEventsMerged checks the bounded event buffer: a reader that reads
+// nothing until its request has finished still gets every token, text and logprob of
+// every sequence, in order, in fewer events than a prompt reader, from a channel whose
+// buffer does not grow with max_tokens × n.
+func TestSlowReaderEventsMerged(t *testing.T) {
+	e := startEngine(t, testConfig(), newFakeModel(1024), fakeText{})
+	request := func(id string) *Request {
+		seed := int64(7)
+		p := DefaultSamplingParams()
+		p.Temperature = 1
+		p.Seed = &seed
+		p.N = 3
+		p.MaxTokens = 300
+		p.IgnoreEOS = true
+		p.Logprobs = 1
+		return &Request{ID: id, Prompt: testPrompt(5, 20), Params: p}
+	}
+	eager, err := e.Submit(context.Background(), request("eager"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := collect(eager)
+
+	before := e.Stats().GenerationTokens
+	slow, err := e.Submit(context.Background(), request("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(slow); c > eventBuffer+3+1 {
+		t.Fatalf("event channel holds %d events for n=3, max_tokens=300", c)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for e.Stats().GenerationTokens < before+900 {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request did not finish")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := collect(slow)
+	if got.events >= want.events {
+		t.Errorf("slow reader got %d events, prompt reader %d: nothing was merged", got.events, want.events)
+	}
+	for i := range 3 {
+		g, w := got.seqs[i], want.seqs[i]
+		if g == nil || w == nil {
+			t.Fatalf("sequence %d missing", i)
+		}
+		if !slices.Equal(g.TokenIDs, w.TokenIDs) || g.Text != w.Text || len(g.Logprobs) != len(w.Logprobs) ||
+			g.FinishReason != w.FinishReason || len(g.TokenIDs) != 300 {
+			t.Errorf("sequence %d: slow reader got %d tokens (%q...), finish %q; prompt reader %d tokens, finish %q",
+				i, len(g.TokenIDs), g.Text[:min(20, len(g.Text))], g.FinishReason, len(w.TokenIDs), w.FinishReason)
+		}
+	}
+	if got.usage == nil || got.usage.CompletionTokens != 900 {
+		t.Errorf("usage %+v, want 900 completion tokens", got.usage)
+	}
+	if d := e.Stats().DroppedEvents; d != 0 {
+		t.Errorf("%d events dropped", d)
 	}
 }

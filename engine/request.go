@@ -35,7 +35,13 @@ type request struct {
 	seqs     []*seqState
 	live     int            // sequences not finished
 	promptLP []TokenLogprob // prompt logprobs so far; nil unless requested
+	pending  []*Event       // per sequence: events merged while the channel was full
+	reserve  int            // channel slots kept free for the final events still to come
 }
+
+// eventBuffer is how many non-final events a request's channel holds before a slow
+// reader's events are merged.
+const eventBuffer = 64
 
 // seqState is the engine's state of one sequence of a request.
 type seqState struct {
@@ -335,11 +341,35 @@ func (e *Engine) usage(r *request) *Usage {
 	return u
 }
 
-// send delivers ev without blocking: the channel has room for every event of the
-// request, so a full channel is a bug, counted rather than allowed to stall the engine.
+// send delivers ev without blocking. Events of a sequence stay in order: one that finds
+// an earlier event of its sequence waiting is merged behind it. A non-final event that
+// would take a slot reserved for final events waits, merged with the sequence's later
+// events, until the sequence's next event finds room; a final event always has its
+// reserved slot. A full channel is therefore a bug, counted rather than allowed to stall
+// the engine.
 func (e *Engine) send(r *request, ev Event) {
+	if i := ev.Index; i < len(r.pending) && r.pending[i] != nil {
+		acc := r.pending[i]
+		r.pending[i] = nil
+		mergeEvent(acc, ev)
+		acc.Usage = ev.Usage
+		ev = *acc
+	}
+	final := ev.FinishReason != ""
+	if !final && cap(r.ch)-len(r.ch) <= r.reserve {
+		if r.pending == nil {
+			r.pending = make([]*Event, max(r.params.N, r.params.BestOf))
+		}
+		if ev.Index >= 0 && ev.Index < len(r.pending) {
+			r.pending[ev.Index] = &ev
+			return
+		}
+	}
 	select {
 	case r.ch <- ev:
+		if final {
+			r.reserve--
+		}
 	default:
 		e.counts.droppedEvents++
 	}
