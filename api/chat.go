@@ -258,7 +258,7 @@ func (s *Server) handleChat(c *gin.Context) {
 	ctx := c.Request.Context()
 	id := newID("chatcmpl-")
 	c.Set(completionIDKey, id)
-	jobs, err := s.submitAll(ctx, b, id, [][]int32{req.prompt}, req.params)
+	jobs, err := s.submitAll(ctx, b, id, [][]int32{req.prompt}, req.params, "messages")
 	if err != nil {
 		writeError(c.Writer, err)
 		return

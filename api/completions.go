@@ -370,7 +370,7 @@ func (s *Server) handleCompletions(c *gin.Context) {
 	for i, p := range req.prompts {
 		tokens[i] = p.tokens
 	}
-	jobs, err := s.submitAll(ctx, b, id, tokens, req.params)
+	jobs, err := s.submitAll(ctx, b, id, tokens, req.params, "prompt")
 	if err != nil {
 		writeError(c.Writer, err)
 		return

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -23,8 +24,9 @@ type job struct {
 }
 
 // submitAll submits one engine request per prompt, all with params. If one is refused, the
-// ones already accepted are aborted and the refusal is returned (nothing was written yet).
-func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, prompts [][]int32, params engine.SamplingParams) ([]*job, error) {
+// ones already accepted are aborted and the refusal is returned (nothing was written yet);
+// a prompt the engine finds too long is reported against promptParam.
+func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, prompts [][]int32, params engine.SamplingParams, promptParam string) ([]*job, error) {
 	jobs := make([]*job, 0, len(prompts))
 	for i, p := range prompts {
 		id := baseID
@@ -35,6 +37,10 @@ func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, promp
 		ch, err := b.Engine.Submit(ctx, req)
 		if err != nil {
 			abortJobs(b, jobs)
+			var pe *paramError
+			if errors.Is(err, engine.ErrPromptTooLong) && !errors.As(err, &pe) {
+				err = &paramError{param: promptParam, kind: err, msg: err.Error()}
+			}
 			return nil, err
 		}
 		jobs = append(jobs, &job{id: id, prompt: p, nSeqs: params.N, events: ch, lastTok: make([]time.Time, params.N), metrics: s.metrics})

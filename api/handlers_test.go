@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -293,11 +294,12 @@ func TestCompletionEngineErrors(t *testing.T) {
 		err    error
 		status int
 		code   string
+		param  any
 	}{
-		{"overloaded", engine.ErrOverloaded, 429, "overloaded"},
-		{"too long", engine.ErrPromptTooLong, 400, "context_length_exceeded"},
-		{"closed", engine.ErrClosed, 503, "unavailable"},
-		{"invalid", engine.ErrInvalidRequest, 400, "invalid_value"},
+		{"overloaded", engine.ErrOverloaded, 429, "overloaded", nil},
+		{"too long", fmt.Errorf("%w: the prompt needs 40 KV blocks, the cache has 32", engine.ErrPromptTooLong), 400, "context_length_exceeded", "prompt"},
+		{"closed", engine.ErrClosed, 503, "unavailable", nil},
+		{"invalid", engine.ErrInvalidRequest, 400, "invalid_value", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -312,6 +314,9 @@ func TestCompletionEngineErrors(t *testing.T) {
 				e := errorObject(t, rec.Body.Bytes())
 				if e["code"] != tc.code {
 					t.Errorf("code %v, want %s", e["code"], tc.code)
+				}
+				if e["param"] != tc.param {
+					t.Errorf("param %v, want %v", e["param"], tc.param)
 				}
 				if tc.status == 429 && rec.Header().Get("Retry-After") == "" {
 					t.Error("429 without Retry-After")
