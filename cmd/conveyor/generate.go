@@ -37,7 +37,7 @@ type generateOptions struct {
 func runGenerate(args []string) error {
 	var o generateOptions
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	fs.StringVar(&o.modelDir, "model", "", "model directory (model.onnx, config.json, tokenizer.json)")
+	fs.StringVar(&o.modelDir, "model", "", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face Llama checkpoint (built to ONNX once, cached)")
 	fs.StringVar(&o.prompt, "prompt", "", "text to continue")
 	fs.IntVar(&o.maxTokens, "max-tokens", 64, "tokens to generate at most")
 	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
@@ -78,11 +78,18 @@ func runGenerate(args []string) error {
 // out and a summary line to info. It returns the generated token ids (an eos token
 // included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
-	tok, err := tokenizer.Load(o.modelDir)
+	dir, built, err := models.Prepare(o.modelDir)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	r, err := models.OpenRunner(o.modelDir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
+	if built {
+		fmt.Fprintf(info, "built the ONNX graph of %s in %s\n", o.modelDir, dir)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	r, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

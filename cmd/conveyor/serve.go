@@ -122,7 +122,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	ec := engine.DefaultConfig()
 	ac := api.DefaultConfig()
 	o.kvCacheBytes = byteSize(ec.KVCacheBytes)
-	fs.StringVar(&o.modelDir, "model", "models/default", "model directory (model.onnx, config.json, tokenizer.json)")
+	fs.StringVar(&o.modelDir, "model", "models/default", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face Llama checkpoint (built to ONNX once, cached)")
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
 	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on")
 	fs.StringVar(&o.servedName, "served-model-name", "", "model id clients send in \"model\" (default: the model directory's base name)")
@@ -320,12 +320,20 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 
 	log.Info("loading model", "dir", o.modelDir)
 	start := time.Now()
-	tok, err := tokenizer.Load(o.modelDir)
+	dir, built, err := models.Prepare(o.modelDir)
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
 	}
-	runner, err := models.OpenRunner(o.modelDir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
+	if built {
+		log.Info("built the checkpoint's ONNX graph", "dir", dir, "seconds", time.Since(start).Seconds())
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		drain()
+		return fmt.Errorf("serve: %w", err)
+	}
+	runner, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
@@ -339,7 +347,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	defer stopEngine()
 	eng.Start(engCtx)
-	defaults, err := o.samplingDefaults(log)
+	defaults, err := o.samplingDefaults(log, dir)
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
@@ -386,12 +394,12 @@ func printBanner(w io.Writer, addr, model string, withKey bool) {
 // auto: its temperature, top_p, top_k and repetition_penalty become the defaults of
 // requests that leave them out, as vLLM's --generation-config auto does. The default,
 // none, keeps OpenAI's defaults, which clients assume.
-func (o *serveOptions) samplingDefaults(log *slog.Logger) (api.SamplingDefaults, error) {
+func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string) (api.SamplingDefaults, error) {
 	var d api.SamplingDefaults
 	if o.genConfig == "none" {
 		return d, nil
 	}
-	g, err := models.LoadGenerationConfig(o.modelDir)
+	g, err := models.LoadGenerationConfig(dir)
 	if err != nil {
 		return d, err
 	}

@@ -1,0 +1,68 @@
+package models
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestPrepare(t *testing.T) {
+	t.Setenv(CacheDirEnv, t.TempDir())
+
+	// A directory with model.onnx is used as it is.
+	if out, built, err := Prepare(gpt2OptimumDir); err != nil || out != gpt2OptimumDir || built {
+		t.Fatalf("Prepare(ONNX dir) = %q, %v, %v", out, built, err)
+	}
+
+	// A checkpoint is built once, then reused.
+	hf := t.TempDir()
+	cfg := tinyConfig(32, 2, 4, 2, 64, 128, true)
+	writeConfig(t, cfg, hf)
+	if err := WriteSafetensors(filepath.Join(hf, "model.safetensors"), RandomWeights(cfg, 1), Float32); err != nil {
+		t.Fatal(err)
+	}
+	out, built, err := Prepare(hf)
+	if err != nil || !built {
+		t.Fatalf("Prepare(checkpoint) = %q, %v, %v; want a build", out, built, err)
+	}
+	for _, name := range []string{"model.onnx", "config.json"} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Errorf("built directory lacks %s", name)
+		}
+	}
+	openTestRunner(t, out)
+	again, built, err := Prepare(hf)
+	if err != nil || again != out || built {
+		t.Fatalf("second Prepare = %q, %v, %v; want %q reused", again, built, err, out)
+	}
+
+	// A changed checkpoint is a new build.
+	cfg.RMSNormEps = 1e-6
+	writeConfig(t, cfg, hf)
+	if other, built, err := Prepare(hf); err != nil || other == out || !built {
+		t.Fatalf("Prepare after a config change = %q, %v, %v; want a new build", other, built, err)
+	}
+
+	// Neither ONNX nor a checkpoint.
+	if _, _, err := Prepare(t.TempDir()); !errors.Is(err, ErrModelDir) {
+		t.Fatalf("Prepare(empty dir): %v, want ErrModelDir", err)
+	}
+	noWeights := t.TempDir()
+	writeConfig(t, cfg, noWeights)
+	if _, _, err := Prepare(noWeights); !errors.Is(err, ErrModelDir) {
+		t.Fatalf("Prepare(config without weights): %v, want ErrModelDir", err)
+	}
+}
+
+func writeConfig(t *testing.T, cfg *Config, dir string) {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
