@@ -114,7 +114,7 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"--model", dir, "--temperature", "-1"}, "--temperature"},
 		{[]string{"--model", dir, "--threads", "-2"}, "--threads"},
 		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", filepath.Join(t.TempDir(), "missing.so")}, "make ort"},
-		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "tokenizer"},
+		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "neither model.onnx nor config.json"},
 	} {
 		err := runGenerate(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
