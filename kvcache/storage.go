@@ -275,16 +275,19 @@ func (s *Storage) gatherRow(l, b int) {
 // another rowBytes apart, and zeroes the rest of each head's row.
 func (s *Storage) gatherHeads(dst, arena []byte, table []BlockID, past, rowBytes int) {
 	pastBytes := past * s.tokBytes
-	for h := range s.cfg.KVHeads {
-		d := dst[h*rowBytes : (h+1)*rowBytes]
-		off := 0
-		for i := 0; off < pastBytes; i++ {
-			n := min(s.headBytes, pastBytes-off)
-			so := int(table[i])*s.blkBytes + h*s.headBytes
-			copy(d[off:off+n], arena[so:so+n])
-			off += n
+	// Block by block, every head of a block in turn: the block's bytes are read in order
+	// (one run of KVHeads*headBytes), which keeps the reads sequential within a page.
+	for i, off := 0, 0; off < pastBytes; i++ {
+		n := min(s.headBytes, pastBytes-off)
+		so := int(table[i]) * s.blkBytes
+		for h := range s.cfg.KVHeads {
+			d := h*rowBytes + off
+			copy(dst[d:d+n], arena[so+h*s.headBytes:so+h*s.headBytes+n])
 		}
-		clear(d[pastBytes:])
+		off += n
+	}
+	for h := range s.cfg.KVHeads {
+		clear(dst[h*rowBytes+pastBytes : (h+1)*rowBytes])
 	}
 }
 
