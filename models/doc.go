@@ -22,6 +22,17 @@
 // each row's past into the dense past_key_values tensors before the pass and takes the
 // new keys and values out of present afterwards.
 //
+// The interface pads every row to the batch's longest past and longest new-token
+// count, so a Forward is planned (planPasses in passes.go) from an estimate of each
+// pass's work: one ONNX Runtime pass when the rows are alike, or a few passes over
+// groups of alike rows when one pass would be mostly padding (a prompt chunk next to
+// decoding sequences) or would span more positions than the context window. A KV that
+// implements RowsKV serves each group's rows directly; any other KV is gathered and
+// scattered once for the whole batch.
+//
+// Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
+// graph once into a cache directory.
+//
 // # Building
 //
 // BuildLlamaONNX writes that interface for a Llama-family model (Llama, Mistral:
