@@ -61,6 +61,9 @@ func modelWeightBytes(dir string) int64 {
 	return n
 }
 
+// maxCandidates bounds the cut points planPasses considers (see there).
+const maxCandidates = 32
+
 // planPasses groups b's rows into the passes a Forward runs. Rows are ordered by new-token
 // count, then past length, and cut into contiguous groups by dynamic programming: the
 // grouping with the least estimated cost in which every group's padded length
@@ -72,6 +75,18 @@ func planPasses(b *Batch, cost costModel, maxPositions int) [][]int {
 	if n == 1 {
 		return nil
 	}
+	// Any grouping into two or more passes costs at least every row's unpadded work plus
+	// two passes' overhead; when one pass costs no more than that, it is the best plan and
+	// the search below (quadratic in the rows) is skipped. Alike rows, as in most decode
+	// steps, end here.
+	maxPast, maxNew, unpadded := 0, 0, 0.0
+	for _, s := range b.Seqs {
+		maxPast, maxNew = max(maxPast, s.PastLen), max(maxNew, len(s.Tokens))
+		unpadded += cost.passCost(1, s.PastLen, len(s.Tokens)) - cost.perPass
+	}
+	if maxPast+maxNew <= maxPositions && cost.passCost(n, maxPast, maxNew) <= unpadded+2*cost.perPass {
+		return nil
+	}
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i
@@ -80,29 +95,45 @@ func planPasses(b *Batch, cost costModel, maxPositions int) [][]int {
 		sx, sy := b.Seqs[x], b.Seqs[y]
 		return cmp.Or(cmp.Compare(len(sx.Tokens), len(sy.Tokens)), cmp.Compare(sx.PastLen, sy.PastLen))
 	})
-	// best[i] is the least cost of running order[:i]; cut[i] where its last group starts.
-	best := make([]float64, n+1)
-	cut := make([]int, n+1)
-	for i := 1; i <= n; i++ {
-		best[i] = math.Inf(1)
+	// Groups start and end only at candidate cuts: where the new-token count changes and
+	// every step rows in between, which keeps the search at O(candidates x rows) for big
+	// batches. Rows between two adjacent candidates share a new-token count and are sorted
+	// by past length, so each such run fits the context on its own (its last row does).
+	step := max(1, (n+maxCandidates-1)/maxCandidates)
+	cands := []int{0}
+	for p := 1; p < n; p++ {
+		if p%step == 0 || len(b.Seqs[order[p-1]].Tokens) != len(b.Seqs[order[p]].Tokens) {
+			cands = append(cands, p)
+		}
+	}
+	cands = append(cands, n)
+	// best[k] is the least cost of running order[:cands[k]]; cut[k] the candidate where
+	// its last group starts.
+	best := make([]float64, len(cands))
+	cut := make([]int, len(cands))
+	for k := 1; k < len(cands); k++ {
+		best[k] = math.Inf(1)
 		past, news := 0, 0
-		for j := i - 1; j >= 0; j-- {
-			s := b.Seqs[order[j]]
-			past, news = max(past, s.PastLen), max(news, len(s.Tokens))
+		for m := k - 1; m >= 0; m-- {
+			for _, row := range order[cands[m]:cands[m+1]] {
+				s := b.Seqs[row]
+				past, news = max(past, s.PastLen), max(news, len(s.Tokens))
+			}
 			if past+news > maxPositions {
 				break // a longer group only grows
 			}
-			if c := best[j] + cost.passCost(i-j, past, news); c < best[i] {
-				best[i], cut[i] = c, j
+			if c := best[m] + cost.passCost(cands[k]-cands[m], past, news); c < best[k] {
+				best[k], cut[k] = c, m
 			}
 		}
 	}
-	if cut[n] == 0 {
+	last := len(cands) - 1
+	if cut[last] == 0 {
 		return nil
 	}
 	var groups [][]int
-	for i := n; i > 0; i = cut[i] {
-		g := slices.Clone(order[cut[i]:i])
+	for k := last; k > 0; k = cut[k] {
+		g := slices.Clone(order[cands[cut[k]]:cands[k]])
 		slices.Sort(g)
 		groups = append(groups, g)
 	}
