@@ -185,14 +185,21 @@ func remapTrained(model bpe.BPE, specials []string) (map[string]int, [][2]string
 	return vocab, merges, nil
 }
 
-type trainedAddedToken struct {
-	ID         int    `json:"id"`
+// AddedToken is an added (special) token as Hugging Face files write it: an entry of
+// tokenizer_config.json's added_tokens_decoder, or with its id an entry of
+// tokenizer.json's added_tokens.
+type AddedToken struct {
 	Content    string `json:"content"`
 	SingleWord bool   `json:"single_word"`
 	LStrip     bool   `json:"lstrip"`
 	RStrip     bool   `json:"rstrip"`
 	Normalized bool   `json:"normalized"`
 	Special    bool   `json:"special"`
+}
+
+type trainedAddedToken struct {
+	ID int `json:"id"`
+	AddedToken
 }
 
 type byteLevelJSON struct {
@@ -210,7 +217,7 @@ type templatePiece map[string]map[string]any
 func byteLevelDocument(vocab map[string]int, merges [][2]string, cfg TrainConfig) map[string]any {
 	added := make([]trainedAddedToken, len(cfg.Specials))
 	for i, s := range cfg.Specials {
-		added[i] = trainedAddedToken{ID: i, Content: s, Special: true}
+		added[i] = trainedAddedToken{ID: i, AddedToken: AddedToken{Content: s, Special: true}}
 	}
 	mergeStrings := make([]string, len(merges))
 	for i, m := range merges {

@@ -126,17 +126,10 @@ func encodeCorpus(outDir, corpusDir string, vocabSize int) error {
 
 // tokenizerConfig is tokenizer_config.json: special tokens, bos handling and the chat template.
 func tokenizerConfig() map[string]any {
-	type decoderEntry struct { // transformers builds AddedToken(**entry): no id field
-		Content    string `json:"content"`
-		SingleWord bool   `json:"single_word"`
-		LStrip     bool   `json:"lstrip"`
-		RStrip     bool   `json:"rstrip"`
-		Normalized bool   `json:"normalized"`
-		Special    bool   `json:"special"`
-	}
-	decoder := make(map[string]decoderEntry, len(specials))
+	// transformers builds AddedToken(**entry) from these entries: no id field.
+	decoder := make(map[string]tokenizer.AddedToken, len(specials))
 	for i, s := range specials {
-		decoder[fmt.Sprint(i)] = decoderEntry{Content: s, Special: true}
+		decoder[fmt.Sprint(i)] = tokenizer.AddedToken{Content: s, Special: true}
 	}
 	return map[string]any{
 		"tokenizer_class":              "PreTrainedTokenizerFast",
