@@ -162,13 +162,15 @@ func (r *Runner) forwardGroups(b *Batch, kv KV, groups [][]int, maxPast, maxNew 
 		need += logitPositions(s) * r.spec.VocabSize
 	}
 	r.groupLogits = grow(r.groupLogits, need)
-	logits := make([][]float32, len(b.Seqs))
+	r.groupRows = grow(r.groupRows, len(b.Seqs)) // forward reuses r.rows for each group
+	logits := r.groupRows
+	sub := &r.groupBatch
 	off := 0
 	for _, g := range groups {
-		sub := &Batch{Seqs: make([]SeqInput, len(g))}
+		sub.Seqs = sub.Seqs[:0]
 		subPast, subNew := 0, 0
-		for i, row := range g {
-			sub.Seqs[i] = b.Seqs[row]
+		for _, row := range g {
+			sub.Seqs = append(sub.Seqs, b.Seqs[row])
 			subPast = max(subPast, b.Seqs[row].PastLen)
 			subNew = max(subNew, len(b.Seqs[row].Tokens))
 		}
@@ -196,9 +198,7 @@ func (r *Runner) forwardGroups(b *Batch, kv KV, groups [][]int, maxPast, maxNew 
 			return nil, fmt.Errorf("%w: scatter new: %w", ErrRun, err)
 		}
 	}
-	r.rows = grow(r.rows, len(logits))
-	copy(r.rows, logits)
-	return &Output{Logits: r.rows}, nil
+	return &Output{Logits: logits}, nil
 }
 
 // splitKV is the KV of one group's pass inside forwardGroups: it copies the group's

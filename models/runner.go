@@ -179,9 +179,11 @@ type Runner struct {
 	rows      [][]float32
 	useCache  []bool
 
-	cost        costModel // estimates passes for planPasses
-	split       splitKV   // the KV of grouped passes (forwardGroups)
-	groupLogits []float32 // every row's logits of a grouped Forward
+	cost        costModel   // estimates passes for planPasses
+	split       splitKV     // the KV of grouped passes (forwardGroups)
+	groupLogits []float32   // every row's logits of a grouped Forward
+	groupRows   [][]float32 // views into groupLogits, one per row
+	groupBatch  Batch       // the rows of one group's pass
 }
 
 // decoderIO records where each decoder input and output sits in the session's name lists.
