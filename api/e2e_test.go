@@ -16,12 +16,14 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/conveyor-llm/conveyor/engine"
-	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/tokenizer"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/r3labs/sse/v2"
+
+	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 // The end-to-end tests run the real engine on the tiny test model (random weights,
@@ -73,7 +75,7 @@ func tinyModel(t *testing.T) string {
 			return
 		}
 		cfg := filepath.Join("..", "models", "testdata", "tiny-llama", "config.json")
-		_, tinyErr = models.BuildRandom(cfg, tinyDir, 7)
+		_, tinyErr = build.BuildRandom(cfg, tinyDir, 7)
 	})
 	if tinyErr != nil {
 		t.Fatalf("building the tiny test model: %v", tinyErr)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 // benchModelConfig is a small random Llama (~5M parameters): big enough that a step
@@ -38,7 +39,7 @@ func benchModel(b *testing.B) *models.Runner {
 			return
 		}
 		benchDir = filepath.Join(filepath.Dir(dir), "bench-model")
-		_, benchErr = models.BuildRandom(cfgPath, benchDir, 7)
+		_, benchErr = build.BuildRandom(cfgPath, benchDir, 7)
 	})
 	if benchErr != nil {
 		b.Fatal(benchErr)

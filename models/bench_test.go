@@ -9,18 +9,20 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 // benchModels are the random models the decode benchmarks run on.
 var benchModels = []struct {
 	name string
-	cfg  *Config
+	cfg  *build.Config
 }{
 	{"5M", tinyConfigCtx(256, 4, 4, 2, 768, 4096, 1024)},
 	{"50M", tinyConfigCtx(512, 8, 8, 4, 1536, 8192, 1024)},
 }
 
-func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *Config {
+func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *build.Config {
 	c := tinyConfig(hidden, layers, heads, kvHeads, inter, vocab, true)
 	c.MaxPositionEmbeddings = ctx
 	return c
@@ -28,7 +30,7 @@ func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *Confi
 
 // benchModelDir builds (once per config, cached under os.TempDir()) a random model and
 // returns its directory; it skips the benchmark when the model cannot be built.
-func benchModelDir(b *testing.B, cfg *Config) string {
+func benchModelDir(b *testing.B, cfg *build.Config) string {
 	b.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -49,7 +51,7 @@ func benchModelDir(b *testing.B, cfg *Config) string {
 		}
 	}
 	defer os.RemoveAll(tmp)
-	if err := BuildLlamaONNX(cfg, RandomWeights(cfg, 1), tmp); err != nil {
+	if err := build.BuildLlamaONNX(cfg, build.RandomWeights(cfg, 1), tmp); err != nil {
 		b.Skipf("cannot build the benchmark model: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "config.json"), raw, 0o644); err != nil {

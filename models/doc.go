@@ -1,8 +1,7 @@
-// Package models loads, builds and runs decoder-only language models.
-//
-// It has two halves that meet in a model directory: model.onnx (plus
-// model.onnx.data for models over ~2 GB), config.json, and optionally
-// generation_config.json, tokenizer.json and tokenizer_config.json.
+// Package models runs decoder-only language models: the runtime half of Conveyor's
+// model code. It loads a model directory (model.onnx, plus model.onnx.data for models
+// over ~2 GB, config.json, and optionally generation_config.json, tokenizer.json and
+// tokenizer_config.json) into ONNX Runtime and runs forward passes for the engine.
 //
 // # Running
 //
@@ -30,32 +29,13 @@
 // implements RowsKV serves each group's rows directly; any other KV is gathered and
 // scattered once for the whole batch.
 //
-// Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
-// graph once into a cache directory.
-//
-// # Building
-//
-// BuildLlamaONNX writes that interface for a Llama-family model (Llama, Mistral:
-// RMSNorm, rotate-half rotary embeddings, grouped-query attention, SwiGLU MLP, tied or
-// separate output embeddings) straight from Go: onnx.go encodes the ONNX protobuf
-// messages with protowire, streaming weights to disk without a second in-memory copy,
-// and builder.go lays out the graph with standard ai.onnx opset 17 operators only.
-// Hugging Face linear weights ([out, in]) are stored transposed; q, k and v are one
-// fused MatMul (with 1/sqrt(head_dim) folded into q), as are gate and up. The mask
-// bias and the rotary cos/sin tables are computed once per pass and shared by every
-// layer; grouped-query attention regroups the queries ([B, kv_heads, group*seq, d])
-// instead of repeating keys and values. A key column k is visible to query j iff
-// attention_mask[b,k] == 1 and k <= past + j, so padding may sit anywhere; a query
-// whose keys are all hidden gets a uniform (finite) softmax, never NaN.
-//
-// Weights come from a checkpoint (LoadSafetensorsDir reads single or sharded
-// safetensors in F32, F16 or BF16, validating every header) or from RandomWeights,
-// which gives deterministic seeded weights for tests. BuildFromHF and BuildRandom
-// produce complete model directories; `conveyor build-model` is their command line.
+// Graphs come from the builder, package models/build (architectures, the ONNX writer,
+// safetensors), which shares no code with the runtime: the model directory is their
+// only contract, described by package models/modeldir.
 //
 // Example:
 //
-//	if _, err := models.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
+//	if _, err := build.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
 //		return err
 //	}
 //	r, err := models.OpenRunner(dir, models.DefaultRunnerOptions())

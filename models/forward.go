@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -260,7 +261,7 @@ func (r *Runner) collectLogits(b *Batch, maxNew int) (*Output, error) {
 			lo, hi := logitRange(s, i, seqOut, vocab)
 			dst := r.logitsOut[off : off+hi-lo : off+hi-lo]
 			for j, h := range half[lo:hi] {
-				dst[j] = halfToFloat32(h)
+				dst[j] = kvcache.Float16ToFloat32(h)
 			}
 			r.rows[i] = dst
 			off += hi - lo

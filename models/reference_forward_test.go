@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 // refModel is a plain-Go Llama forward pass in float64 with naive loops, written from
@@ -12,15 +14,15 @@ import (
 // causal softmax attention, SwiGLU MLP, tied or untied lm_head. It recomputes the whole
 // sequence every call and keeps no cache.
 type refModel struct {
-	cfg                          *Config
-	w                            Weights
+	cfg                          *build.Config
+	w                            build.Weights
 	hidden, heads, kvHeads, hdim int
 	eps, theta                   float64
 	inter, vocab                 int
 	embed, lmHead                []float32
 }
 
-func newRefModel(tb testing.TB, cfg *Config, w Weights) *refModel {
+func newRefModel(tb testing.TB, cfg *build.Config, w build.Weights) *refModel {
 	tb.Helper()
 	m := &refModel{
 		cfg: cfg, w: w,

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -537,19 +538,19 @@ func readModelMeta(dir string) (modelMeta, error) {
 	if hidden := num("hidden_size", "n_embd"); m.headDim == 0 && heads > 0 {
 		m.headDim = hidden / heads
 	}
-	var bos, eos TokenIDs
+	var bos, eos modeldir.TokenIDs
 	if json.Unmarshal(cfg["bos_token_id"], &bos) == nil && len(bos) > 0 && bos[0] >= 0 {
 		m.bos = bos[0]
 	}
 	_ = json.Unmarshal(cfg["eos_token_id"], &eos)
-	gen, err := LoadGenerationConfig(dir)
+	gen, err := modeldir.LoadGenerationConfig(dir)
 	if err != nil {
 		return m, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
 	if m.bos < 0 && gen.BOSTokenID != nil && *gen.BOSTokenID >= 0 {
 		m.bos = *gen.BOSTokenID
 	}
-	m.eos = EOSTokenIDs(&Config{EOSTokenID: eos}, gen)
+	m.eos = modeldir.MergeEOS(eos, gen)
 	return m, nil
 }
 

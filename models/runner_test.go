@@ -8,13 +8,15 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 // logitTolerance is the largest accepted logit difference relative to the logits' scale.
 const logitTolerance = 1e-4
 
 // gqaModel builds a small grouped-query model shared by the runner tests.
-func gqaModel(t *testing.T) (*Runner, *Config, Weights) {
+func gqaModel(t *testing.T) (*Runner, *build.Config, build.Weights) {
 	t.Helper()
 	cfg := tinyConfig(64, 2, 4, 2, 96, 211, false)
 	dir := t.TempDir()
@@ -225,7 +227,7 @@ func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
 func TestFloat16KV(t *testing.T) {
 	cfg := tinyConfig(64, 2, 4, 2, 96, 150, false)
 	dir := t.TempDir()
-	w := buildModelVariant(t, cfg, 9, dir, modelVariant{float16KV: true})
+	w := buildModelVariant(t, cfg, 9, dir, modelVariant{Float16KV: true})
 	r := openTestRunner(t, dir)
 	if got := r.Spec().KVDType; got != Float16 {
 		t.Fatalf("KVDType = %s, want float16", got)
@@ -249,9 +251,9 @@ func TestLogitsVariants(t *testing.T) {
 	cfg := tinyConfig(32, 2, 4, 2, 64, 90, true)
 	prompts := [][]int32{randTokens(31, 5, cfg.VocabSize), randTokens(32, 5, cfg.VocabSize)}
 	for name, v := range map[string]modelVariant{
-		"float16 logits":     {float16Logits: true},
-		"last logits only":   {lastLogits: true},
-		"float16 everything": {float16KV: true, float16Logits: true, lastLogits: true},
+		"float16 logits":     {Float16Logits: true},
+		"last logits only":   {LastLogitsOnly: true},
+		"float16 everything": {Float16KV: true, Float16Logits: true, LastLogitsOnly: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -259,7 +261,7 @@ func TestLogitsVariants(t *testing.T) {
 			r := openTestRunner(t, dir)
 			ref := newRefModel(t, cfg, w)
 			tol := 1e-2 // float16 rounding
-			if !v.float16KV && !v.float16Logits {
+			if !v.Float16KV && !v.Float16Logits {
 				tol = logitTolerance
 			}
 			kv := newDenseKV(r.Spec(), 2)
@@ -285,10 +287,10 @@ func TestLogitsVariants(t *testing.T) {
 				{Seqs: []SeqInput{{Tokens: []int32{1, 2}, AllLogits: true}}},
 			} {
 				_, err := r.Forward(b, nil)
-				if v.lastLogits && !errors.Is(err, ErrBatch) {
+				if v.LastLogitsOnly && !errors.Is(err, ErrBatch) {
 					t.Errorf("last-logits model: err = %v, want ErrBatch", err)
 				}
-				if !v.lastLogits && err != nil {
+				if !v.LastLogitsOnly && err != nil {
 					t.Errorf("full-logits model: %v", err)
 				}
 			}

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 // testORTLib returns the ONNX Runtime library for tests: $CONVEYOR_ORT_LIB, else
@@ -41,8 +44,8 @@ func testORTLib(tb testing.TB) string {
 }
 
 // tinyConfig returns a small Llama config for tests.
-func tinyConfig(hidden, layers, heads, kvHeads, inter, vocab int, tied bool) *Config {
-	return &Config{
+func tinyConfig(hidden, layers, heads, kvHeads, inter, vocab int, tied bool) *build.Config {
+	return &build.Config{
 		Architectures:         []string{"LlamaForCausalLM"},
 		ModelType:             "llama",
 		VocabSize:             vocab,
@@ -55,15 +58,15 @@ func tinyConfig(hidden, layers, heads, kvHeads, inter, vocab int, tied bool) *Co
 		RopeTheta:             10000,
 		MaxPositionEmbeddings: 256,
 		TieWordEmbeddings:     tied,
-		EOSTokenID:            TokenIDs{2},
+		EOSTokenID:            modeldir.TokenIDs{2},
 	}
 }
 
 // buildTestModel writes a random-weight model for cfg into dir and returns its weights.
-func buildTestModel(tb testing.TB, cfg *Config, seed int64, dir string) Weights {
+func buildTestModel(tb testing.TB, cfg *build.Config, seed int64, dir string) build.Weights {
 	tb.Helper()
-	w := RandomWeights(cfg, seed)
-	if err := BuildLlamaONNX(cfg, w, dir); err != nil {
+	w := build.RandomWeights(cfg, seed)
+	if err := build.BuildLlamaONNX(cfg, w, dir); err != nil {
 		tb.Fatalf("BuildLlamaONNX: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
@@ -203,76 +206,13 @@ func (d *denseKV) ScatterNew(k, v []DenseKV, newOffset int) error {
 }
 
 // modelVariant changes the Llama graph's interface the way other exporters do.
-type modelVariant struct {
-	float16KV     bool // past/present in float16 (cast to and from float32 inside)
-	float16Logits bool // logits in float16
-	lastLogits    bool // logits only for the last position: [batch, 1, vocab]
-}
+type modelVariant = build.Variant
 
 // buildModelVariant writes the Llama graph for cfg with the interface changes of v.
-func buildModelVariant(tb testing.TB, cfg *Config, seed int64, dir string, v modelVariant) Weights {
+func buildModelVariant(tb testing.TB, cfg *build.Config, seed int64, dir string, v modelVariant) build.Weights {
 	tb.Helper()
-	w := RandomWeights(cfg, seed)
-	m, err := llamaGraph(cfg, w)
-	if err != nil {
-		tb.Fatalf("llamaGraph: %v", err)
-	}
-	g := m.Graph
-	rename := func(from, to string) {
-		for _, n := range g.Nodes {
-			for i := range n.Inputs {
-				if n.Inputs[i] == from {
-					n.Inputs[i] = to
-				}
-			}
-			for i := range n.Outputs {
-				if n.Outputs[i] == from {
-					n.Outputs[i] = to
-				}
-			}
-		}
-	}
-	node := func(op string, in, out string, attrs ...onnxAttr) *onnxNode {
-		return &onnxNode{Name: op + "_" + out, OpType: op, Inputs: []string{in}, Outputs: []string{out}, Attrs: attrs}
-	}
-	var pre, post []*onnxNode
-	for i, in := range g.Inputs {
-		if _, _, ok := parseKVName(in.Name, "past_key_values."); ok && v.float16KV {
-			g.Inputs[i].ElemType = onnxFloat16
-			rename(in.Name, in.Name+"_f32")
-			pre = append(pre, node("Cast", in.Name, in.Name+"_f32", attrI("to", int64(onnxFloat))))
-		}
-	}
-	for i, out := range g.Outputs {
-		if _, _, ok := parseKVName(out.Name, "present."); ok && v.float16KV {
-			g.Outputs[i].ElemType = onnxFloat16
-			rename(out.Name, out.Name+"_f32")
-			post = append(post, node("Cast", out.Name+"_f32", out.Name, attrI("to", int64(onnxFloat16))))
-		}
-		if out.Name != "logits" {
-			continue
-		}
-		cur := "logits_full"
-		rename("logits", cur)
-		if v.lastLogits {
-			g.Outputs[i].Dims[1] = onnxDim{Value: 1}
-			idx := "logits_last_index"
-			g.Initializers = append(g.Initializers, &onnxTensor{Name: idx, Dims: []int64{1}, DataType: onnxInt64,
-				Raw: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}) // [-1]
-			n := node("Gather", cur, "logits_last", attrI("axis", 1))
-			n.Inputs = append(n.Inputs, idx)
-			post = append(post, n)
-			cur = "logits_last"
-		}
-		if v.float16Logits {
-			g.Outputs[i].ElemType = onnxFloat16
-			post = append(post, node("Cast", cur, "logits_f16", attrI("to", int64(onnxFloat16))))
-			cur = "logits_f16"
-		}
-		post = append(post, node("Identity", cur, "logits"))
-	}
-	g.Nodes = append(append(pre, g.Nodes...), post...)
-	if _, err := writeONNXModel(m, dir, "model.onnx", writeOptions{}); err != nil {
+	w := build.RandomWeights(cfg, seed)
+	if err := build.BuildLlamaVariant(cfg, w, dir, v); err != nil {
 		tb.Fatal(err)
 	}
 	raw, err := json.Marshal(cfg)
@@ -285,7 +225,6 @@ func buildModelVariant(tb testing.TB, cfg *Config, seed int64, dir string, v mod
 	return w
 }
 
-// randTokens returns n pseudo-random token ids below vocab.
 func randTokens(seed uint64, n, vocab int) []int32 {
 	out := make([]int32, n)
 	x := seed*0x9E3779B97F4A7C15 + 1

@@ -20,6 +20,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/api/loadgen"
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 // runBenchCompare starts `conveyor serve` once per scheduling policy on 127.0.0.1 and
@@ -201,7 +202,7 @@ func machineDescription() string {
 // modelDescription is the model directory with its architecture and size from
 // config.json, when it has one.
 func modelDescription(dir string) string {
-	cfg, err := models.LoadConfig(dir)
+	cfg, err := build.LoadConfig(dir)
 	if err != nil {
 		return dir
 	}

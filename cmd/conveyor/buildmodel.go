@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 func init() {
@@ -48,12 +48,12 @@ func runBuildModel(args []string) error {
 		return errors.New("build-model: --config only goes with --random (--from reads HF_DIR/config.json)")
 	}
 	start := time.Now()
-	var res *models.BuildResult
+	var res *build.BuildResult
 	var err error
 	if *random {
-		res, err = models.BuildRandom(*configPath, *out, *seed)
+		res, err = build.BuildRandom(*configPath, *out, *seed)
 	} else {
-		res, err = models.BuildFromHF(*from, *out)
+		res, err = build.BuildFromHF(*from, *out)
 	}
 	if err != nil {
 		return err

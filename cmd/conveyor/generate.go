@@ -12,6 +12,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -78,7 +79,7 @@ func runGenerate(args []string) error {
 // out and a summary line to info. It returns the generated token ids (an eos token
 // included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
-	dir, built, err := models.Prepare(o.modelDir)
+	dir, built, err := build.Prepare(o.modelDir)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

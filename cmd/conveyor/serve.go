@@ -18,6 +18,8 @@ import (
 	"github.com/conveyor-llm/conveyor/api"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -320,7 +322,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 
 	log.Info("loading model", "dir", o.modelDir)
 	start := time.Now()
-	dir, built, err := models.Prepare(o.modelDir)
+	dir, built, err := build.Prepare(o.modelDir)
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
@@ -399,7 +401,7 @@ func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string) (api.Sampl
 	if o.genConfig == "none" {
 		return d, nil
 	}
-	g, err := models.LoadGenerationConfig(dir)
+	g, err := modeldir.LoadGenerationConfig(dir)
 	if err != nil {
 		return d, err
 	}

@@ -1,4 +1,4 @@
-package models
+package build
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 func writeTestFile(t *testing.T, dir, name, content string) {
@@ -98,7 +100,7 @@ func TestConfigValidate(t *testing.T) {
 		{"negative kv heads", func(c *Config) { c.NumKeyValueHeads = -1 }, "num_key_value_heads"},
 		{"odd head dim", func(c *Config) { c.HeadDim = 15 }, "odd"},
 		{"bos outside vocab", func(c *Config) { c.BOSTokenID = &bos }, "bos_token_id"},
-		{"eos outside vocab", func(c *Config) { c.EOSTokenID = TokenIDs{2, -1} }, "eos_token_id"},
+		{"eos outside vocab", func(c *Config) { c.EOSTokenID = modeldir.TokenIDs{2, -1} }, "eos_token_id"},
 		{"other architecture", func(c *Config) { c.ModelType = "gpt2" }, "model_type"},
 	} {
 		c := base()
@@ -116,32 +118,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestLoadGenerationConfig(t *testing.T) {
-	dir := t.TempDir()
-	g, err := LoadGenerationConfig(dir)
-	if err != nil || g == nil || g.EOSTokenID != nil || g.Temperature != nil {
-		t.Fatalf("missing file: want zero value, got %+v, %v", g, err)
-	}
-	writeTestFile(t, dir, "generation_config.json", `{"bos_token_id": 1, "eos_token_id": [2, 5], "temperature": 0.6, "top_p": 0.9, "do_sample": true}`)
-	g, err = LoadGenerationConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual([]int32(g.EOSTokenID), []int32{2, 5}) || *g.BOSTokenID != 1 || *g.Temperature != 0.6 || *g.TopP != 0.9 || !*g.DoSample {
-		t.Fatalf("parsed %+v", g)
-	}
-	c := &Config{EOSTokenID: TokenIDs{5, 3}}
-	if got := EOSTokenIDs(c, g); !reflect.DeepEqual(got, []int32{5, 3, 2}) {
-		t.Errorf("EOSTokenIDs = %v, want [5 3 2]", got)
-	}
-	writeTestFile(t, dir, "generation_config.json", `{"eos_token_id": }`)
-	if _, err := LoadGenerationConfig(dir); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "generation_config.json") {
-		t.Errorf("malformed: want ErrBadConfig naming the file, got %v", err)
-	}
-}
-
 func TestTinyLlamaFixture(t *testing.T) {
-	c, err := LoadConfig(filepath.Join("testdata", "tiny-llama"))
+	c, err := LoadConfig(filepath.Join("..", "testdata", "tiny-llama"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +161,6 @@ func FuzzConfigJSON(f *testing.F) {
 				t.Fatalf("accepted an unusable config: %+v", c)
 			}
 		}
-		LoadGenerationConfig(dir)
+		_, _ = modeldir.LoadGenerationConfig(dir)
 	})
 }

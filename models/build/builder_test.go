@@ -1,4 +1,4 @@
-package models
+package build
 
 import (
 	"bytes"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
+
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -15,7 +18,7 @@ import (
 // .ort/libonnxruntime.so.1 next to go.mod. A missing library fails the test.
 func builderTestInitORT(t testing.TB) {
 	t.Helper()
-	lib := os.Getenv(ORTLibEnv)
+	lib := os.Getenv(models.ORTLibEnv)
 	if lib == "" {
 		dir, err := os.Getwd()
 		if err != nil {
@@ -34,10 +37,10 @@ func builderTestInitORT(t testing.TB) {
 		}
 	}
 	if _, err := os.Stat(lib); err != nil {
-		t.Fatalf("ONNX Runtime library %s is missing: run `make ort` (or set %s)", lib, ORTLibEnv)
+		t.Fatalf("ONNX Runtime library %s is missing: run `make ort` (or set %s)", lib, models.ORTLibEnv)
 	}
-	if err := InitORT(lib); err != nil {
-		t.Fatalf("InitORT(%s): %v", lib, err)
+	if err := models.InitORT(lib); err != nil {
+		t.Fatalf("models.InitORT(%s): %v", lib, err)
 	}
 }
 
@@ -111,7 +114,7 @@ func tinyTestConfig() *Config {
 		ModelType: "llama", VocabSize: 128, HiddenSize: 64, IntermediateSize: 128,
 		NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2,
 		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositionEmbeddings: 256,
-		TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: TokenIDs{2},
+		TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: modeldir.TokenIDs{2},
 	}
 }
 
@@ -421,7 +424,7 @@ func TestBuildFromHFAndRandomDirs(t *testing.T) {
 
 	// BuildRandom with the fixture copies the tokenizer files next to the config.
 	rnd := t.TempDir()
-	res, err = BuildRandom(filepath.Join("testdata", "tiny-llama", "config.json"), rnd, 1)
+	res, err = BuildRandom(filepath.Join("..", "testdata", "tiny-llama", "config.json"), rnd, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +444,7 @@ func BenchmarkBuildRandomModel(b *testing.B) {
 	bos := int32(1)
 	cfg := &Config{ModelType: "llama", VocabSize: 8192, HiddenSize: 512, IntermediateSize: 1536,
 		NumHiddenLayers: 8, NumAttentionHeads: 8, NumKeyValueHeads: 4, RMSNormEps: 1e-5,
-		MaxPositionEmbeddings: 2048, TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: TokenIDs{2}}
+		MaxPositionEmbeddings: 2048, TieWordEmbeddings: true, BOSTokenID: &bos, EOSTokenID: modeldir.TokenIDs{2}}
 	dir := b.TempDir()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

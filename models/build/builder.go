@@ -1,4 +1,4 @@
-package models
+package build
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 // ErrBadWeights marks a checkpoint whose tensors are missing or do not match config.json.
-var ErrBadWeights = errors.New("models: weights do not match the config")
+var ErrBadWeights = errors.New("build: weights do not match the config")
 
 // Names of the decoder interface's inputs and outputs (Hugging Face Optimum).
 const (

@@ -1,11 +1,10 @@
-package models
+package build
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,34 +12,7 @@ import (
 
 // ErrBadConfig marks a config.json or generation_config.json that cannot be parsed or
 // describes an impossible model.
-var ErrBadConfig = errors.New("models: bad model config")
-
-// TokenIDs is a list of token ids that JSON may spell as a single integer, a list of
-// integers or null (as Hugging Face does for eos_token_id).
-type TokenIDs []int32
-
-// UnmarshalJSON accepts an integer, a list of integers or null.
-func (t *TokenIDs) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if bytes.Equal(b, []byte("null")) {
-		*t = nil
-		return nil
-	}
-	if len(b) > 0 && b[0] == '[' {
-		var ids []int32
-		if err := json.Unmarshal(b, &ids); err != nil {
-			return fmt.Errorf("token id list: %w", err)
-		}
-		*t = ids
-		return nil
-	}
-	var id int32
-	if err := json.Unmarshal(b, &id); err != nil {
-		return fmt.Errorf("token id must be an integer or a list of integers, got %s", truncateForError(b))
-	}
-	*t = TokenIDs{id}
-	return nil
-}
+var ErrBadConfig = errors.New("build: bad model config")
 
 // Config is a model's config.json: the Hugging Face Llama-family fields Conveyor uses.
 type Config struct {
@@ -60,8 +32,8 @@ type Config struct {
 	// BOSTokenID is the beginning-of-sequence token, nil when the model has none.
 	BOSTokenID *int32 `json:"bos_token_id"`
 	// EOSTokenID lists the end-of-sequence tokens (JSON: an integer or a list).
-	EOSTokenID TokenIDs `json:"eos_token_id"`
-	TorchDType string   `json:"torch_dtype"`
+	EOSTokenID modeldir.TokenIDs `json:"eos_token_id"`
+	TorchDType string            `json:"torch_dtype"`
 	// HiddenAct is the MLP activation; Llama uses "silu".
 	HiddenAct string `json:"hidden_act"`
 	// RopeScaling is kept raw: the graph builder rejects any scaling it does not implement.
@@ -217,57 +189,6 @@ func LoadConfigFile(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &c, nil
-}
-
-// GenerationConfig is a model's optional generation_config.json: special tokens and
-// the sampling defaults its authors recommend. Zero values mean "not given".
-type GenerationConfig struct {
-	BOSTokenID        *int32   `json:"bos_token_id"`
-	EOSTokenID        TokenIDs `json:"eos_token_id"`
-	PadTokenID        *int32   `json:"pad_token_id"`
-	DoSample          *bool    `json:"do_sample"`
-	Temperature       *float64 `json:"temperature"`
-	TopP              *float64 `json:"top_p"`
-	TopK              *int     `json:"top_k"`
-	RepetitionPenalty *float64 `json:"repetition_penalty"`
-	MaxNewTokens      *int     `json:"max_new_tokens"`
-	MaxLength         *int     `json:"max_length"`
-}
-
-// LoadGenerationConfig reads dir/generation_config.json. A missing file is not an
-// error: it returns a zero GenerationConfig.
-func LoadGenerationConfig(dir string) (*GenerationConfig, error) {
-	path := filepath.Join(dir, "generation_config.json")
-	var g GenerationConfig
-	if err := readJSONFile(path, &g); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return &GenerationConfig{}, nil
-		}
-		return nil, err
-	}
-	return &g, nil
-}
-
-// EOSTokenIDs merges the end-of-sequence ids of config.json and generation_config.json
-// (g may be nil), in order, without duplicates.
-func EOSTokenIDs(c *Config, g *GenerationConfig) []int32 {
-	var out []int32
-	seen := map[int32]bool{}
-	add := func(ids []int32) {
-		for _, id := range ids {
-			if !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	if c != nil {
-		add(c.EOSTokenID)
-	}
-	if g != nil {
-		add(g.EOSTokenID)
-	}
-	return out
 }
 
 // readJSONFile decodes path into v. Errors name the file; a missing file's error wraps

@@ -1,4 +1,4 @@
-package models
+package build
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 
 // ErrBadSafetensors marks a safetensors file or index that is malformed or uses a
 // feature Conveyor does not read.
-var ErrBadSafetensors = errors.New("models: bad safetensors")
+var ErrBadSafetensors = errors.New("build: bad safetensors")
 
 // Tensor is a named float32 tensor in row-major order.
 type Tensor struct {

@@ -1,8 +1,9 @@
-package models
+package build
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,12 +15,16 @@ import (
 // ONNX graphs it builds (default: the user's cache directory, then conveyor/models).
 const CacheDirEnv = "CONVEYOR_CACHE_DIR"
 
+// ErrNotCheckpoint means a directory Prepare was given holds neither a built model
+// (model.onnx) nor a Hugging Face checkpoint (config.json and *.safetensors).
+var ErrNotCheckpoint = errors.New("build: neither a model nor a checkpoint directory")
+
 // Prepare returns a directory OpenRunner can load for dir. A directory with a
 // model.onnx is returned as it is. A Hugging Face checkpoint (config.json and
 // *.safetensors, no model.onnx) is built with BuildFromHF once into a cache directory
 // keyed by the checkpoint's files (names, sizes, modification times and config.json's
 // content), and later calls reuse it; built reports whether this call built it. Any
-// other directory is an error wrapping ErrModelDir.
+// other directory is an error wrapping ErrNotCheckpoint.
 func Prepare(dir string) (out string, built bool, err error) {
 	if st, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil && !st.IsDir() {
 		return dir, false, nil
@@ -64,7 +69,7 @@ func Prepare(dir string) (out string, built bool, err error) {
 func checkpointKey(dir string) (string, error) {
 	cfg, err := os.Open(filepath.Join(dir, "config.json"))
 	if err != nil {
-		return "", fmt.Errorf("%w: %s has neither model.onnx nor config.json", ErrModelDir, dir)
+		return "", fmt.Errorf("%w: %s has neither model.onnx nor config.json", ErrNotCheckpoint, dir)
 	}
 	defer cfg.Close()
 	h := sha256.New()
@@ -73,7 +78,7 @@ func checkpointKey(dir string) (string, error) {
 	}
 	weights, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 	if len(weights) == 0 {
-		return "", fmt.Errorf("%w: %s has neither model.onnx nor *.safetensors weights", ErrModelDir, dir)
+		return "", fmt.Errorf("%w: %s has neither model.onnx nor *.safetensors weights", ErrNotCheckpoint, dir)
 	}
 	files := append(weights, filepath.Join(dir, "model.safetensors.index.json"))
 	for _, name := range modelDirSideFiles {
@@ -97,7 +102,7 @@ func cacheRoot() (string, error) {
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("%w: no cache directory for built models (set %s): %w", ErrModelDir, CacheDirEnv, err)
+		return "", fmt.Errorf("%w: no cache directory for built models (set %s): %w", ErrNotCheckpoint, CacheDirEnv, err)
 	}
 	return filepath.Join(d, "conveyor", "models"), nil
 }

@@ -1,4 +1,4 @@
-package models
+package build
 
 import (
 	"encoding/json"
@@ -6,19 +6,24 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/models"
 )
+
+// gpt2Dir is an ONNX model directory exported by Optimum.
+var gpt2Dir = filepath.Join("..", "testdata", "gpt2-optimum")
 
 func TestPrepare(t *testing.T) {
 	t.Setenv(CacheDirEnv, t.TempDir())
 
 	// A directory with model.onnx is used as it is.
-	if out, built, err := Prepare(gpt2OptimumDir); err != nil || out != gpt2OptimumDir || built {
+	if out, built, err := Prepare(gpt2Dir); err != nil || out != gpt2Dir || built {
 		t.Fatalf("Prepare(ONNX dir) = %q, %v, %v", out, built, err)
 	}
 
 	// A checkpoint is built once, then reused.
 	hf := t.TempDir()
-	cfg := tinyConfig(32, 2, 4, 2, 64, 128, true)
+	cfg := tinyTestConfig()
 	writeConfig(t, cfg, hf)
 	if err := WriteSafetensors(filepath.Join(hf, "model.safetensors"), RandomWeights(cfg, 1), Float32); err != nil {
 		t.Fatal(err)
@@ -32,7 +37,12 @@ func TestPrepare(t *testing.T) {
 			t.Errorf("built directory lacks %s", name)
 		}
 	}
-	openTestRunner(t, out)
+	builderTestInitORT(t)
+	r, err := models.OpenRunner(out, models.RunnerOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatalf("OpenRunner(built): %v", err)
+	}
+	_ = r.Close()
 	again, built, err := Prepare(hf)
 	if err != nil || again != out || built {
 		t.Fatalf("second Prepare = %q, %v, %v; want %q reused", again, built, err, out)
@@ -46,13 +56,13 @@ func TestPrepare(t *testing.T) {
 	}
 
 	// Neither ONNX nor a checkpoint.
-	if _, _, err := Prepare(t.TempDir()); !errors.Is(err, ErrModelDir) {
-		t.Fatalf("Prepare(empty dir): %v, want ErrModelDir", err)
+	if _, _, err := Prepare(t.TempDir()); !errors.Is(err, ErrNotCheckpoint) {
+		t.Fatalf("Prepare(empty dir): %v, want ErrNotCheckpoint", err)
 	}
 	noWeights := t.TempDir()
 	writeConfig(t, cfg, noWeights)
-	if _, _, err := Prepare(noWeights); !errors.Is(err, ErrModelDir) {
-		t.Fatalf("Prepare(config without weights): %v, want ErrModelDir", err)
+	if _, _, err := Prepare(noWeights); !errors.Is(err, ErrNotCheckpoint) {
+		t.Fatalf("Prepare(config without weights): %v, want ErrNotCheckpoint", err)
 	}
 }
 

@@ -1,0 +1,32 @@
+// Package build writes Conveyor model directories: the graph-builder half of
+// Conveyor's model code (the runtime is package models).
+//
+// BuildLlamaONNX writes the Hugging Face Optimum decoder interface (see package models) for a Llama-family model (Llama, Mistral:
+// RMSNorm, rotate-half rotary embeddings, grouped-query attention, SwiGLU MLP, tied or
+// separate output embeddings) straight from Go: onnx.go encodes the ONNX protobuf
+// messages with protowire, streaming weights to disk without a second in-memory copy,
+// and builder.go lays out the graph with standard ai.onnx opset 17 operators only.
+// Hugging Face linear weights ([out, in]) are stored transposed; q, k and v are one
+// fused MatMul (with 1/sqrt(head_dim) folded into q), as are gate and up. The mask
+// bias and the rotary cos/sin tables are computed once per pass and shared by every
+// layer; grouped-query attention regroups the queries ([B, kv_heads, group*seq, d])
+// instead of repeating keys and values. A key column k is visible to query j iff
+// attention_mask[b,k] == 1 and k <= past + j, so padding may sit anywhere; a query
+// whose keys are all hidden gets a uniform (finite) softmax, never NaN.
+//
+// Weights come from a checkpoint (LoadSafetensorsDir reads single or sharded
+// safetensors in F32, F16 or BF16, validating every header) or from RandomWeights,
+// which gives deterministic seeded weights for tests. BuildFromHF and BuildRandom
+// produce complete model directories; `conveyor build-model` is their command line.
+//
+// Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
+// graph once into a cache directory.
+//
+// Example:
+//
+//	res, err := build.BuildFromHF("checkpoints/llama", "build/llama")
+//	if err != nil {
+//		return err
+//	}
+//	fmt.Println(res.Params, "parameters written to", res.Files[0])
+package build
