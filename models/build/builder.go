@@ -86,9 +86,8 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	if err := checkLlamaWeights(cfg, w); err != nil {
 		return nil, err
 	}
-	H, D, NH, KV, I, V := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.kvHeads), int64(d.inter), int64(d.vocab)
+	H, D, NH, KV, V := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.kvHeads), int64(d.vocab)
 	group := NH / KV
-	eps := float32(cfg.Eps())
 
 	b := newGraphBuilder("llama")
 	batch, seq, past, total := symDim("batch_size"), symDim("sequence_length"), symDim("past_sequence_length"), symDim("total_sequence_length")
@@ -113,11 +112,9 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	// rotate_half is folded into sin so that rotate_half(x)*sin = swap(x)*sinSigned.
 	invFreq := make([]float32, D)
 	sign := make([]float32, D)
-	for j := int64(0); j < D/2; j++ {
-		exp := float32(2*j) / float32(D)
-		f := float32(1 / math.Pow(cfg.Theta(), float64(exp)))
-		invFreq[j], invFreq[j+D/2] = f, f
-		sign[j], sign[j+D/2] = -1, 1
+	for j, f := range ropeInvFreq(cfg, d.headDim) {
+		invFreq[j], invFreq[j+d.headDim/2] = f, f
+		sign[j], sign[j+d.headDim/2] = -1, 1
 	}
 	posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
 	posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
@@ -143,19 +140,11 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		bias = b.op("Tile", []string{bias, b.ints(1, 1, group, 1)})
 	}
 
-	scale := float32(1 / math.Sqrt(float64(D)))
 	for i := 0; i < d.layers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
 		b.prefix = fmt.Sprintf("l%d_", i)
 
 		// Attention block.
-		h := rmsNorm(b, x, b.weight(p+"input_layernorm.weight", []int64{H}, w[p+"input_layernorm.weight"].Data), eps)
-		wqkv := transposedWeight(b, p+"self_attn.qkv_proj.weight_t", H, (NH+2*KV)*D, []projection{
-			{w[p+"self_attn.q_proj.weight"].Data, scale},
-			{w[p+"self_attn.k_proj.weight"].Data, 1},
-			{w[p+"self_attn.v_proj.weight"].Data, 1},
-		})
-		qkv := b.op("MatMul", []string{h, wqkv})
+		qkv := attentionInput(b, cfg, w, d, i, x)
 		qkv = b.op("Reshape", []string{qkv, b.ints(0, 0, NH+2*KV, D)})
 		qkAndV := b.opN("Split", 2, []string{qkv, b.ints(NH+KV, KV)}, attrI("axis", 2))
 		qk, v := qkAndV[0], qkAndV[1]
@@ -181,35 +170,18 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		}
 		att = b.op("Transpose", []string{att}, toHeads) // [B,S,NH,D]
 		att = b.op("Reshape", []string{att, b.ints(0, 0, NH*D)})
-		wo := transposedWeight(b, p+"self_attn.o_proj.weight_t", NH*D, H, []projection{{w[p+"self_attn.o_proj.weight"].Data, 1}})
-		att = b.op("MatMul", []string{att, wo})
-		x = b.op("Add", []string{x, att})
-
-		// MLP block.
-		h = rmsNorm(b, x, b.weight(p+"post_attention_layernorm.weight", []int64{H}, w[p+"post_attention_layernorm.weight"].Data), eps)
-		wgu := transposedWeight(b, p+"mlp.gate_up_proj.weight_t", H, 2*I, []projection{
-			{w[p+"mlp.gate_proj.weight"].Data, 1},
-			{w[p+"mlp.up_proj.weight"].Data, 1},
-		})
-		gu := b.op("MatMul", []string{h, wgu})
-		gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", 2))
-		act := b.op("Mul", []string{gateUp[0], b.op("Sigmoid", []string{gateUp[0]})})
-		act = b.op("Mul", []string{act, gateUp[1]})
-		wd := transposedWeight(b, p+"mlp.down_proj.weight_t", I, H, []projection{{w[p+"mlp.down_proj.weight"].Data, 1}})
-		down := b.op("MatMul", []string{act, wd})
-		x = b.op("Add", []string{x, down})
+		x = attentionOutputAndMLP(b, cfg, w, d, i, x, att)
 	}
 	b.prefix = "final_"
-	x = rmsNorm(b, x, b.weight("model.norm.weight", []int64{H}, w["model.norm.weight"].Data), eps)
-	if lm, ok := w["lm_head.weight"]; ok && !cfg.TieWordEmbeddings {
-		lmT := transposedWeight(b, "lm_head.weight_t", H, V, []projection{{lm.Data, 1}})
-		b.opTo(LogitsName, "MatMul", []string{x, lmT})
-	} else {
+	x = finalNorm(b, cfg, w, d, x)
+	if tiedHead(cfg, w) {
 		// Tied embeddings: Gemm with transB reads the embedding table as is.
 		outShape := b.op("Concat", []string{b.op("Shape", []string{ids}), b.ints(V)}, attrI("axis", 0))
 		flat := b.op("Reshape", []string{x, b.ints(-1, H)})
 		logits := b.op("Gemm", []string{flat, embed}, attrI("transB", 1))
 		b.opTo(LogitsName, "Reshape", []string{logits, outShape})
+	} else {
+		b.opTo(LogitsName, "MatMul", []string{x, untiedHead(b, w, d)})
 	}
 	return &onnxModel{
 		IRVersion:    onnxIRVersion,
@@ -227,6 +199,71 @@ func rmsNorm(b *graphBuilder, x, weight string, eps float32) string {
 	mean := b.op("ReduceMean", []string{sq}, attrIntList("axes", -1), attrI("keepdims", 1))
 	std := b.op("Sqrt", []string{b.op("Add", []string{mean, b.constFloat32(nil, eps)})})
 	return b.op("Mul", []string{b.op("Div", []string{x, std}), weight})
+}
+
+// attentionInput appends layer i's input RMSNorm and fused q|k|v projection on the
+// residual stream x [..., H] and returns qkv [..., (heads+2*kvHeads)*headDim], the
+// queries pre-scaled by 1/sqrt(headDim). The dense graph and the paged segments share
+// it, so both compute (and store) the same weights.
+func attentionInput(b *graphBuilder, cfg *Config, w Weights, d llamaDims, i int, x string) string {
+	p := fmt.Sprintf("model.layers.%d.", i)
+	H, D, NH, KV := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.kvHeads)
+	h := rmsNorm(b, x, b.weight(p+"input_layernorm.weight", []int64{H}, w[p+"input_layernorm.weight"].Data), float32(cfg.Eps()))
+	scale := float32(1 / math.Sqrt(float64(D)))
+	wqkv := transposedWeight(b, p+"self_attn.qkv_proj.weight_t", H, (NH+2*KV)*D, []projection{
+		{w[p+"self_attn.q_proj.weight"].Data, scale},
+		{w[p+"self_attn.k_proj.weight"].Data, 1},
+		{w[p+"self_attn.v_proj.weight"].Data, 1},
+	})
+	return b.op("MatMul", []string{h, wqkv})
+}
+
+// attentionOutputAndMLP appends layer i's output projection of the attention result
+// att [..., heads*headDim], the residual add, and the MLP block with its residual add;
+// it returns the new residual stream.
+func attentionOutputAndMLP(b *graphBuilder, cfg *Config, w Weights, d llamaDims, i int, x, att string) string {
+	p := fmt.Sprintf("model.layers.%d.", i)
+	H, D, NH, I := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.inter)
+	wo := transposedWeight(b, p+"self_attn.o_proj.weight_t", NH*D, H, []projection{{w[p+"self_attn.o_proj.weight"].Data, 1}})
+	x = b.op("Add", []string{x, b.op("MatMul", []string{att, wo})})
+
+	h := rmsNorm(b, x, b.weight(p+"post_attention_layernorm.weight", []int64{H}, w[p+"post_attention_layernorm.weight"].Data), float32(cfg.Eps()))
+	wgu := transposedWeight(b, p+"mlp.gate_up_proj.weight_t", H, 2*I, []projection{
+		{w[p+"mlp.gate_proj.weight"].Data, 1},
+		{w[p+"mlp.up_proj.weight"].Data, 1},
+	})
+	gu := b.op("MatMul", []string{h, wgu})
+	gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", -1))
+	act := b.op("Mul", []string{gateUp[0], b.op("Sigmoid", []string{gateUp[0]})})
+	act = b.op("Mul", []string{act, gateUp[1]})
+	wd := transposedWeight(b, p+"mlp.down_proj.weight_t", I, H, []projection{{w[p+"mlp.down_proj.weight"].Data, 1}})
+	return b.op("Add", []string{x, b.op("MatMul", []string{act, wd})})
+}
+
+// finalNorm appends the model's last RMSNorm.
+func finalNorm(b *graphBuilder, cfg *Config, w Weights, d llamaDims, x string) string {
+	return rmsNorm(b, x, b.weight("model.norm.weight", []int64{int64(d.hidden)}, w["model.norm.weight"].Data), float32(cfg.Eps()))
+}
+
+// tiedHead reports whether the output projection is the embedding table.
+func tiedHead(cfg *Config, w Weights) bool {
+	_, ok := w["lm_head.weight"]
+	return !ok || cfg.TieWordEmbeddings
+}
+
+// untiedHead adds lm_head.weight transposed ([hidden, vocab]).
+func untiedHead(b *graphBuilder, w Weights, d llamaDims) string {
+	return transposedWeight(b, "lm_head.weight_t", int64(d.hidden), int64(d.vocab), []projection{{w["lm_head.weight"].Data, 1}})
+}
+
+// ropeInvFreq returns the rotary inverse frequencies 1/theta^(2j/headDim), j < headDim/2.
+func ropeInvFreq(cfg *Config, headDim int) []float32 {
+	f := make([]float32, headDim/2)
+	for j := range f {
+		exp := float32(2*j) / float32(headDim) // as Hugging Face: arange(0, d, 2).float() / d
+		f[j] = float32(1 / math.Pow(cfg.Theta(), float64(exp)))
+	}
+	return f
 }
 
 // projection is one Hugging Face linear weight [out, in] and a factor applied to it.
