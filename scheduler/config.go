@@ -89,6 +89,14 @@ type Config struct {
 	// the token budget. When false, a prompt is admitted only when all of it fits the step's
 	// remaining budget, and MaxNumBatchedTokens must be >= MaxModelLen.
 	EnableChunkedPrefill bool
+	// TargetStepTime bounds a step's duration while sequences are decoding (Continuous
+	// only): prompt chunks are sized from a cost model learned online from measured steps
+	// (ObserveStep) so that the step's predicted time stays within the target, and every
+	// decoding stream's inter-token latency with it. 0 means auto: twice the predicted time
+	// of the step's decode rows alone, at least MinAutoStepTime. A negative value turns the
+	// bound off. With nothing decoding, prompts are prefilled as fast as the token budget
+	// allows whatever the target.
+	TargetStepTime time.Duration
 	// EnablePrefixCaching looks up each admitted sequence's prefix in the pool's prefix cache
 	// so cached tokens are not recomputed. The pool must be built with prefix caching too.
 	EnablePrefixCaching bool
@@ -110,6 +118,14 @@ func DefaultConfig() Config {
 		EnablePrefixCaching:  true,
 	}
 }
+
+// MinAutoStepTime is the smallest step-time target the auto setting picks, so that tiny
+// models still prefill in chunks large enough to keep the matrix kernels efficient.
+const MinAutoStepTime = 20 * time.Millisecond
+
+// minPrefillChunkTokens is the prompt work every step may do whatever the target, so
+// that prompts always progress.
+const minPrefillChunkTokens = 16
 
 // Validate reports whether the configuration can build a scheduler.
 func (c Config) Validate() error {

@@ -95,6 +95,10 @@ type Scheduler struct {
 	now      time.Time
 	finished []*Sequence
 
+	cost      StepCost  // learned step durations
+	limit     stepLimit // this step's prefill bound
+	lastShape StepShape // shape of the latest plan, for ObserveStep
+
 	stats Stats
 }
 

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"time"
 )
 
 // Schedule plans the next forward pass. Running sequences come first, in admission order:
@@ -28,11 +29,16 @@ func (s *Scheduler) Schedule() *Plan {
 	p.step = s.step
 	s.now = s.clock.Now()
 
+	s.planStepLimit()
 	budget := s.scheduleRunning(s.cfg.MaxNumBatchedTokens)
 	if len(p.Preempted) == 0 && budget > 0 {
 		budget = s.admit(budget)
 	}
 	p.NumBatchedTokens = s.cfg.MaxNumBatchedTokens - budget
+	s.lastShape = StepShape{}
+	for _, it := range p.Items {
+		s.lastShape.add(it.StartPos, it.NumNewTokens)
+	}
 
 	s.stats.LastStepSeqs = len(p.Items)
 	s.stats.LastStepTokens = p.NumBatchedTokens
@@ -72,6 +78,9 @@ func (s *Scheduler) scheduleRunning(budget int) int {
 			s.forkChildren(q)
 		}
 		n := min(q.wantTokens(), budget)
+		if n > 1 {
+			n = s.prefillTokens(q.numComputed, n)
+		}
 		if n <= 0 {
 			continue
 		}
@@ -243,6 +252,14 @@ func (s *Scheduler) admit(budget int) int {
 			break
 		}
 		n = min(n, budget)
+		if n > 1 && s.cfg.EnableChunkedPrefill {
+			n = s.prefillTokens(cached, n)
+		}
+		if n <= 0 {
+			s.pool.Free(q.ID)
+			q.numComputed = 0
+			break
+		}
 
 		// Children fork before the parent grows, so they share only the computed prefix.
 		if forkNow && cached > 0 {
@@ -384,4 +401,54 @@ func (s *Scheduler) endRunning(q *Sequence, reason FinishReason) {
 	s.detachChildren(q, 0)
 	s.finishSeq(q, reason)
 	s.finished = append(s.finished, q)
+}
+
+// stepLimit bounds one step's prompt work while sequences decode (Config.TargetStepTime).
+type stepLimit struct {
+	active    bool
+	remaining time.Duration // predicted time left for prompt chunks
+	floor     int           // prompt tokens allowed whatever the time (progress)
+}
+
+// ObserveStep records how long the forward pass of the latest plan took; the cost model
+// that sizes prompt chunks learns from it.
+func (s *Scheduler) ObserveStep(d time.Duration) {
+	s.cost.Observe(s.lastShape, d)
+}
+
+// planStepLimit sets this step's prompt-work bound: with sequences decoding and a learned
+// cost model, prompt chunks may add what the target leaves after the decode rows.
+func (s *Scheduler) planStepLimit() {
+	s.limit = stepLimit{}
+	if s.cfg.Policy != Continuous || s.cfg.TargetStepTime < 0 || !s.cost.Ready() {
+		return
+	}
+	var decode StepShape
+	for _, q := range s.running {
+		if q.wantTokens() == 1 {
+			decode.add(q.numComputed, 1)
+		}
+	}
+	if decode.Rows == 0 {
+		return // nothing decoding: prompts run at full efficiency
+	}
+	base := s.cost.Predict(decode)
+	target := s.cfg.TargetStepTime
+	if target == 0 {
+		target = max(2*base, MinAutoStepTime)
+	}
+	s.limit = stepLimit{active: true, remaining: target - base, floor: minPrefillChunkTokens}
+}
+
+// prefillTokens returns how many of n prompt tokens after past this step may compute
+// under the step limit, and charges them to it.
+func (s *Scheduler) prefillTokens(past, n int) int {
+	l := &s.limit
+	if !l.active {
+		return n
+	}
+	fit := max(s.cost.maxTokens(past, n, l.remaining), min(n, l.floor))
+	l.remaining -= s.cost.marginal(past, fit)
+	l.floor = max(l.floor-fit, 0)
+	return fit
 }
