@@ -52,6 +52,11 @@ type Config struct {
 	MaxQueue int
 	// EnablePrefixCaching reuses the KV blocks of identical prompt prefixes.
 	EnablePrefixCaching bool
+	// TargetStepTime bounds each step's duration while sequences decode: prompt chunks
+	// are sized from step times measured online (scheduler.Config.TargetStepTime). 0 =
+	// auto (twice the decode rows' own time, at least scheduler.MinAutoStepTime); a
+	// negative value turns the bound off.
+	TargetStepTime time.Duration
 	// StorageParallelism is the number of goroutines the KV gather/scatter may use;
 	// 0 = GOMAXPROCS.
 	StorageParallelism int

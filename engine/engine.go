@@ -143,6 +143,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		MaxQueue:             cfg.MaxQueue + cfg.MaxNumSeqs + 1,
 		EnableChunkedPrefill: true,
 		EnablePrefixCaching:  cfg.EnablePrefixCaching,
+		TargetStepTime:       cfg.TargetStepTime,
 	}
 	if scfg.Policy != PolicyStatic {
 		scfg.MaxBatchSize = 0

@@ -17,6 +17,7 @@ type pagedKV struct {
 	counts   []int               // row b's new tokens
 	k, v     [][]byte            // per-layer views handed to the storage
 	sub      *pagedKV            // the KV of Rows
+	ids      [][]int32           // row b's block table as the attention kernel reads it
 }
 
 // Rows returns the KV of a pass over some of this pass's rows (models.RowsKV): when
@@ -32,6 +33,30 @@ func (kv *pagedKV) Rows(rows []int) models.KV {
 		sub.add(kv.tables[r], kv.pastLens[r], kv.counts[r])
 	}
 	return sub
+}
+
+// BlockTable returns row b's block ids (models.PagedKV: the paged attention path reads
+// and writes the blocks in place, no gather or scatter).
+func (kv *pagedKV) BlockTable(b int) []int32 {
+	for len(kv.ids) <= b {
+		kv.ids = append(kv.ids, nil)
+	}
+	t := kv.tables[b]
+	ids := kv.ids[b][:0]
+	for _, id := range t {
+		ids = append(ids, int32(id))
+	}
+	kv.ids[b] = ids
+	return ids
+}
+
+// Arena returns layer l's key and value arenas.
+func (kv *pagedKV) Arena(l int) (k, v []byte) { return kv.storage.LayerK(l), kv.storage.LayerV(l) }
+
+// Blocks returns the arenas' block count and block size in tokens.
+func (kv *pagedKV) Blocks() (numBlocks, blockSizeTokens int) {
+	c := kv.storage.Config()
+	return c.NumBlocks, c.BlockSizeTokens
 }
 
 // reset empties the row lists for the next pass.

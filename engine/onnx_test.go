@@ -79,9 +79,9 @@ func removeTinyModel() {
 	}
 }
 
-// countingModel counts forward passes and fed tokens of a real runner.
+// countingModel counts forward passes and fed tokens of a real model.
 type countingModel struct {
-	*models.Runner
+	models.Model
 	mu     sync.Mutex
 	calls  int
 	tokens int
@@ -94,22 +94,28 @@ func (m *countingModel) Forward(b *models.Batch, kv models.KV) (*models.Output, 
 		m.tokens += len(s.Tokens)
 	}
 	m.mu.Unlock()
-	return m.Runner.Forward(b, kv)
+	return m.Model.Forward(b, kv)
 }
 
-func openTiny(tb testing.TB) (*countingModel, *tokenizer.Tokenizer) {
+// attentionPaths are the attention paths the real-model tests run on.
+var attentionPaths = []string{models.AttentionPaged, models.AttentionDense}
+
+func openTiny(tb testing.TB, attention string) (*countingModel, *tokenizer.Tokenizer) {
 	tb.Helper()
 	dir := tinyModelDir(tb)
-	r, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: ortLib(tb), IntraOpThreads: 1})
+	r, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(tb), IntraOpThreads: 1, Attention: attention})
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if r.Attention() != attention {
+		tb.Fatalf("opened with %s attention, want %s", r.Attention(), attention)
 	}
 	tb.Cleanup(func() { r.Close() })
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &countingModel{Runner: r}, tok
+	return &countingModel{Model: r}, tok
 }
 
 func tinyConfig() Config {
@@ -141,7 +147,13 @@ func tinyRequests(tb testing.TB, tok *tokenizer.Tokenizer, n int) []*Request {
 }
 
 func TestONNXConcurrentMatchesAlone(t *testing.T) {
-	m, tok := openTiny(t)
+	for _, attention := range attentionPaths {
+		t.Run(attention, func(t *testing.T) { testONNXConcurrentMatchesAlone(t, attention) })
+	}
+}
+
+func testONNXConcurrentMatchesAlone(t *testing.T, attention string) {
+	m, tok := openTiny(t, attention)
 	reqs := tinyRequests(t, tok, 64)
 
 	cfg := tinyConfig()
@@ -198,7 +210,13 @@ func TestONNXConcurrentMatchesAlone(t *testing.T) {
 }
 
 func TestONNXPrefixCachingAndPreemption(t *testing.T) {
-	m, tok := openTiny(t)
+	for _, attention := range attentionPaths {
+		t.Run(attention, func(t *testing.T) { testONNXPrefixCachingAndPreemption(t, attention) })
+	}
+}
+
+func testONNXPrefixCachingAndPreemption(t *testing.T, attention string) {
+	m, tok := openTiny(t, attention)
 	prefix := tinyRequests(t, tok, 40)[39].Prompt // ~200 tokens
 	for len(prefix) < 200 {
 		prefix = append(prefix, prefix[1:]...)
@@ -266,6 +284,28 @@ func TestONNXPrefixCachingAndPreemption(t *testing.T) {
 		alone, _ := run(tinyConfig(), r)
 		if !slices.Equal(squeezed[i].seqs[0].TokenIDs, alone[0].seqs[0].TokenIDs) {
 			t.Fatalf("request %s: under preemption %v, alone %v", r.ID, squeezed[i].seqs[0].TokenIDs, alone[0].seqs[0].TokenIDs)
+		}
+	}
+}
+
+// TestONNXPathsAgree serves the same requests on the paged and the dense attention
+// paths: the greedy outputs match token for token.
+func TestONNXPathsAgree(t *testing.T) {
+	var outs [][]result
+	for _, attention := range attentionPaths {
+		m, tok := openTiny(t, attention)
+		e, err := New(tinyConfig(), m, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Start(context.Background())
+		outs = append(outs, runAll(t, e, tinyRequests(t, tok, 48)))
+		shutdown(t, e)
+	}
+	for i := range outs[0] {
+		paged, dense := outs[0][i].seqs[0], outs[1][i].seqs[0]
+		if !slices.Equal(paged.TokenIDs, dense.TokenIDs) {
+			t.Fatalf("request %d: paged %v, dense %v", i, paged.TokenIDs, dense.TokenIDs)
 		}
 	}
 }

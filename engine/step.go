@@ -54,7 +54,9 @@ func (e *Engine) step(plan *scheduler.Plan) {
 
 	var out *models.Output
 	if err == nil {
+		fwdStart := time.Now()
 		out, err = e.model.Forward(&e.batch, &e.kv)
+		e.sched.ObserveStep(time.Since(fwdStart))
 		if err == nil && (out == nil || len(out.Logits) != len(items)) {
 			err = fmt.Errorf("forward returned %d logit rows for %d sequences", lenLogits(out), len(items))
 		}

@@ -65,14 +65,15 @@ func loadReferenceLogits(t *testing.T, dir string) *referenceLogits {
 	return &ref
 }
 
-// buildDefaultModel converts the checkpoint in dir with build.BuildFromHF and opens it.
-func buildDefaultModel(t *testing.T, dir string) *Runner {
+// buildDefaultModel converts the checkpoint in dir with build.BuildFromHF and opens it
+// on both attention paths.
+func buildDefaultModel(t *testing.T, dir string) map[string]Model {
 	t.Helper()
 	out := t.TempDir()
 	if _, err := build.BuildFromHF(dir, out); err != nil {
 		t.Fatalf("build.BuildFromHF(%s): %v", dir, err)
 	}
-	return openTestRunner(t, out)
+	return map[string]Model{AttentionPaged: openTestModel(t, out, AttentionPaged), AttentionDense: openTestModel(t, out, AttentionDense)}
 }
 
 // checkPosition compares one position's full logits row with the reference for position pos of p.
@@ -115,12 +116,17 @@ func logSumExp(xs []float32) float64 {
 	return m + math.Log(s)
 }
 
-// crosscheckModelDir runs all prompts of dir's fixture through the model built from dir: once as one padded batch
-// of whole prompts, and once for the longest prompt as a prefill of its first half followed by one token per pass
-// through the KV cache.
+// crosscheckModelDir runs all prompts of dir's fixture through the model built from dir, on the paged and the
+// dense attention path: once as one batch of whole prompts, and once for the longest prompt as a prefill of its
+// first half followed by one token per pass through the KV cache (paged blocks placed at random).
 func crosscheckModelDir(t *testing.T, dir string) {
 	ref := loadReferenceLogits(t, dir)
-	r := buildDefaultModel(t, dir)
+	for attention, r := range buildDefaultModel(t, dir) {
+		t.Run(attention, func(t *testing.T) { crosscheckModel(t, ref, r) })
+	}
+}
+
+func crosscheckModel(t *testing.T, ref *referenceLogits, r Model) {
 	spec := r.Spec()
 	if spec.VocabSize != ref.VocabSize {
 		t.Fatalf("model vocabulary %d, fixture %d", spec.VocabSize, ref.VocabSize)
@@ -128,7 +134,7 @@ func crosscheckModelDir(t *testing.T, dir string) {
 	V := spec.VocabSize
 
 	t.Run("batch", func(t *testing.T) {
-		kv := newDenseKV(spec, len(ref.Prompts))
+		kv := newPagedTestKV(spec, len(ref.Prompts), 64, 16, 3)
 		seqs := make([]int, len(ref.Prompts))
 		tokens := make([][]int32, len(ref.Prompts))
 		for i, p := range ref.Prompts {
@@ -156,7 +162,7 @@ func crosscheckModelDir(t *testing.T, dir string) {
 				p = &ref.Prompts[i]
 			}
 		}
-		kv := newDenseKV(spec, 1)
+		kv := newPagedTestKV(spec, 1, 16, 16, 4)
 		half := len(p.IDs) / 2
 		out, err := r.Forward(kv.batch([]int{0}, [][]int32{p.IDs[:half]}, false), kv)
 		if err != nil {

@@ -29,6 +29,23 @@
 // implements RowsKV serves each group's rows directly; any other KV is gathered and
 // scattered once for the whole batch.
 //
+// # Attention paths
+//
+// Open picks the path (RunnerOptions.Attention, `conveyor serve --attention`):
+//
+//   - paged (the default when the model directory has a paged/ layout, which every
+//     graph Conveyor builds has): PagedRunner runs one ONNX Runtime segment per layer
+//     (the previous layer's output projection and MLP, then this layer's norm and
+//     q|k|v projection) over the step's tokens packed row after row, with the native
+//     kernel of package models/attention between segments. The kernel reads every
+//     row's past from the KV blocks in place and writes the new keys and values into
+//     their blocks (the KV must implement PagedKV), so no step copies the past and a
+//     prompt chunk next to decoding rows costs only its own tokens.
+//   - dense: Runner, the Optimum interface above, for any ONNX decoder.
+//
+// Both read and write the same block layout, so a cache filled by one path is read by
+// the other (the tests switch paths between steps).
+//
 // Graphs come from the builder, package models/build (architectures, the ONNX writer,
 // safetensors), which shares no code with the runtime: the model directory is their
 // only contract, described by package models/modeldir.

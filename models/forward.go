@@ -37,9 +37,17 @@ func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
 	if r.session == nil {
 		return nil, fmt.Errorf("%w: runner is closed", ErrRun)
 	}
-	maxPast, maxNew, err := r.checkBatch(b, kv)
+	maxPast, maxNew, err := checkBatch(b, kv, r.spec)
 	if err != nil {
 		return nil, err
+	}
+	if r.io.logitsLastOnly {
+		for i, s := range b.Seqs {
+			if len(s.Tokens) != maxNew || (s.AllLogits && maxNew > 1) {
+				return nil, fmt.Errorf("%w: row %d: this model returns only the last position's logits, so rows "+
+					"must have equal token counts and cannot ask for all logits", ErrBatch, i)
+			}
+		}
 	}
 	if groups := planPasses(b, r.cost, r.spec.MaxPositions); groups != nil {
 		return r.forwardGroups(b, kv, groups, maxPast, maxNew)
@@ -74,12 +82,13 @@ func (r *Runner) forward(b *Batch, kv KV, maxPast, maxNew int) (*Output, error) 
 	return r.collectLogits(b, maxNew)
 }
 
-// checkBatch validates the batch and returns the longest past and new-token counts.
-func (r *Runner) checkBatch(b *Batch, kv KV) (maxPast, maxNew int, err error) {
+// checkBatch validates the batch for a model of spec and returns the longest past and
+// new-token counts.
+func checkBatch(b *Batch, kv KV, spec Spec) (maxPast, maxNew int, err error) {
 	if b == nil || len(b.Seqs) == 0 {
 		return 0, 0, fmt.Errorf("%w: empty batch", ErrBatch)
 	}
-	vocab := int32(r.spec.VocabSize)
+	vocab := int32(spec.VocabSize)
 	for i, s := range b.Seqs {
 		n := len(s.Tokens)
 		switch {
@@ -87,9 +96,9 @@ func (r *Runner) checkBatch(b *Batch, kv KV) (maxPast, maxNew int, err error) {
 			return 0, 0, fmt.Errorf("%w: row %d has no tokens", ErrBatch, i)
 		case s.PastLen < 0:
 			return 0, 0, fmt.Errorf("%w: row %d has negative past length %d", ErrBatch, i, s.PastLen)
-		case s.PastLen > r.spec.MaxPositions-n:
+		case s.PastLen > spec.MaxPositions-n:
 			return 0, 0, fmt.Errorf("%w: row %d: %d past + %d new tokens exceed the context of %d tokens",
-				ErrBatch, i, s.PastLen, n, r.spec.MaxPositions)
+				ErrBatch, i, s.PastLen, n, spec.MaxPositions)
 		case s.PastLen > 0 && kv == nil:
 			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but no KV was given", ErrBatch, i, s.PastLen)
 		}
@@ -100,14 +109,6 @@ func (r *Runner) checkBatch(b *Batch, kv KV) (maxPast, maxNew int, err error) {
 		}
 		maxPast = max(maxPast, s.PastLen)
 		maxNew = max(maxNew, n)
-	}
-	if r.io.logitsLastOnly {
-		for i, s := range b.Seqs {
-			if len(s.Tokens) != maxNew || (s.AllLogits && maxNew > 1) {
-				return 0, 0, fmt.Errorf("%w: row %d: this model returns only the last position's logits, so rows "+
-					"must have equal token counts and cannot ask for all logits", ErrBatch, i)
-			}
-		}
 	}
 	return maxPast, maxNew, nil
 }

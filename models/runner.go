@@ -84,6 +84,9 @@ type RunnerOptions struct {
 	// process needs; on a busy 2-core machine, decode steps measured 2-4x slower with
 	// spinning. Off by default.
 	SpinWait bool
+	// Attention selects the attention path for Open: AttentionPaged, AttentionDense,
+	// or "" for paged when the model has a paged layout.
+	Attention string
 }
 
 // DefaultRunnerOptions returns options that use every core and the default library path.
@@ -93,6 +96,9 @@ func DefaultRunnerOptions() RunnerOptions { return RunnerOptions{} }
 func (o RunnerOptions) Validate() error {
 	if o.IntraOpThreads < 0 {
 		return fmt.Errorf("%w: intra-op threads %d < 0", ErrModelDir, o.IntraOpThreads)
+	}
+	if o.Attention != "" && o.Attention != AttentionPaged && o.Attention != AttentionDense {
+		return fmt.Errorf("%w: attention %q: want %s or %s", ErrModelDir, o.Attention, AttentionPaged, AttentionDense)
 	}
 	return nil
 }
@@ -228,31 +234,11 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 		return nil, err
 	}
 
-	so, err := ort.NewSessionOptions()
+	so, err := newSessionOptions(opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+		return nil, err
 	}
 	defer so.Destroy()
-	threads := opts.IntraOpThreads
-	if threads == 0 {
-		threads = runtime.NumCPU()
-	}
-	spin := "0"
-	if opts.SpinWait {
-		spin = "1"
-	}
-	for _, set := range []func() error{
-		func() error { return so.SetIntraOpNumThreads(threads) },
-		func() error { return so.SetInterOpNumThreads(1) },
-		func() error { return so.SetExecutionMode(ort.ExecutionModeSequential) },
-		func() error { return so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll) },
-		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", spin) },
-		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", spin) },
-	} {
-		if err := set(); err != nil {
-			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
-		}
-	}
 	sess, err := ort.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
@@ -271,6 +257,36 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	}
 	r.empty = growBytes(nil, 8)
 	return r, nil
+}
+
+// newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
+func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+	}
+	threads := opts.IntraOpThreads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	spin := "0"
+	if opts.SpinWait {
+		spin = "1"
+	}
+	for _, set := range []func() error{
+		func() error { return so.SetIntraOpNumThreads(threads) },
+		func() error { return so.SetInterOpNumThreads(1) },
+		func() error { return so.SetExecutionMode(ort.ExecutionModeSequential) },
+		func() error { return so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll) },
+		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", spin) },
+		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", spin) },
+	} {
+		if err := set(); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+		}
+	}
+	return so, nil
 }
 
 // Spec returns what the engine needs to know about the model.

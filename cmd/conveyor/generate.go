@@ -33,6 +33,7 @@ type generateOptions struct {
 	seed        uint64
 	ortLib      string
 	threads     int
+	attention   string
 }
 
 func runGenerate(args []string) error {
@@ -45,6 +46,7 @@ func runGenerate(args []string) error {
 	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
+	fs.StringVar(&o.attention, "attention", "", "attention path: paged or dense (default paged when the model has it)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor generate --model DIR --prompt TEXT [flags]\n\nflags:")
 		fs.PrintDefaults()
@@ -66,6 +68,8 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("generate: --temperature %v must be >= 0", o.temperature)
 	case o.threads < 0:
 		return fmt.Errorf("generate: --threads %d must be >= 0", o.threads)
+	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
+		return fmt.Errorf("generate: --attention %q: want paged or dense", o.attention)
 	case !promptSet:
 		return errors.New(`generate: --prompt is required (--prompt "" starts from nothing)`)
 	}
@@ -90,7 +94,7 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	r, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
+	r, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention})
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

@@ -114,6 +114,7 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"--model", dir, "--max-tokens", "0"}, "--max-tokens"},
 		{[]string{"--model", dir, "--temperature", "-1"}, "--temperature"},
 		{[]string{"--model", dir, "--threads", "-2"}, "--threads"},
+		{[]string{"--model", dir, "--prompt", "x", "--attention", "flash"}, "--attention"},
 		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", filepath.Join(t.TempDir(), "missing.so")}, "make ort"},
 		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "neither model.onnx nor config.json"},
 	} {

@@ -34,6 +34,8 @@ func init() {
 // serveOptions are the flags of `conveyor serve`.
 type serveOptions struct {
 	modelDir        string
+	attention       string
+	targetStepTime  string
 	host            string
 	port            int
 	servedName      string
@@ -132,6 +134,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", ec.MaxNumSeqs, "sequences in one forward pass at most")
 	fs.IntVar(&o.maxBatchedToks, "max-num-batched-tokens", ec.MaxNumBatchedTokens, "tokens fed to the model in one step at most (long prompts are prefilled in chunks)")
 	fs.Var(&o.kvCacheBytes, "kv-cache-memory", "KV-cache memory budget in bytes; suffixes KiB/MiB/GiB (1024) or KB/MB/GB (1000)")
+	fs.StringVar(&o.targetStepTime, "target-step-time", "auto", "bound on a step's time while sequences decode (prompt chunks are sized from measured step times): auto (twice the decode rows' own time, at least 20ms), off, or a duration such as 50ms; --max-num-batched-tokens stays the upper bound")
 	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
 	fs.DurationVar(&o.maxBatchDelay, "max-batch-delay", ec.MaxBatchDelay, "how long a static batch waits to fill (e.g. 50ms)")
@@ -140,6 +143,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize, /detokenize (/health and /metrics stay open)")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
+	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
@@ -204,6 +208,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --port %d is not a TCP port", o.port)
 	case o.threads < 0:
 		return fmt.Errorf("serve: --threads %d must be >= 0", o.threads)
+	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
+		return fmt.Errorf("serve: --attention %q: want paged or dense", o.attention)
 	case o.maxModelLen < 0:
 		return fmt.Errorf("serve: --max-model-len %d must be >= 0", o.maxModelLen)
 	case o.shutdownTimeout < 0:
@@ -239,6 +245,18 @@ func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config
 	c.MaxQueue = o.maxQueue
 	c.MaxModelLen = o.maxModelLen
 	c.EnablePrefixCaching = !o.noPrefixCache
+	switch o.targetStepTime {
+	case "auto", "":
+		c.TargetStepTime = 0
+	case "off":
+		c.TargetStepTime = -1
+	default:
+		d, err := time.ParseDuration(o.targetStepTime)
+		if err != nil || d <= 0 {
+			return c, fmt.Errorf("serve: --target-step-time %q: want auto, off or a positive duration such as 50ms", o.targetStepTime)
+		}
+		c.TargetStepTime = d
+	}
 	c.OnStep = onStep
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("serve: %v", err)
@@ -335,7 +353,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 		drain()
 		return fmt.Errorf("serve: %w", err)
 	}
-	runner, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads})
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention})
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
@@ -357,7 +375,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults})
 	addr := ln.Addr().String()
 	log.Info("ready", "addr", addr, "model", acfg.ModelName, "load_seconds", time.Since(start).Seconds(),
-		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler)
+		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", runner.Attention())
 	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "")
 	if ready != nil {
 		ready <- addr

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 // modelDirSideFiles are copied next to model.onnx when the source has them.
@@ -21,7 +23,8 @@ type BuildResult struct {
 // BuildFromHF converts a Hugging Face Llama-family checkpoint directory (config.json
 // plus model.safetensors or sharded *.safetensors with model.safetensors.index.json)
 // into a Conveyor model directory: outDir/model.onnx (+ model.onnx.data for models
-// over ~2 GB), config.json, and generation_config.json, tokenizer.json and
+// over ~2 GB) for the dense Optimum interface, outDir/paged/ for the paged attention
+// path (BuildPaged), config.json, and generation_config.json, tokenizer.json and
 // tokenizer_config.json when hfDir has them.
 func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
 	cfg, err := LoadConfig(hfDir)
@@ -58,6 +61,10 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts w
 	if err != nil {
 		return nil, err
 	}
+	if err := BuildPaged(cfg, w, outDir); err != nil {
+		return nil, err
+	}
+	files = append(files, filepath.Join(outDir, modeldir.PagedDir))
 	res := &BuildResult{Params: cfg.NumParams(), Files: files}
 	copies := [][2]string{{configPath, filepath.Join(outDir, "config.json")}}
 	for _, name := range modelDirSideFiles {

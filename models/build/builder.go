@@ -60,6 +60,14 @@ type llamaDims struct {
 	vocab, hidden, inter, layers, heads, kvHeads, headDim int
 }
 
+func dimsOf(cfg *Config) llamaDims {
+	return llamaDims{
+		vocab: cfg.VocabSize, hidden: cfg.HiddenSize, inter: cfg.IntermediateSize,
+		layers: cfg.NumHiddenLayers, heads: cfg.NumAttentionHeads, kvHeads: cfg.KVHeads(),
+		headDim: cfg.HeadDimOrDefault(),
+	}
+}
+
 // llamaGraph builds the ONNX model for cfg and w.
 //
 // Per layer the graph does, on hidden states x [B,S,H]:
@@ -78,11 +86,7 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	if err := checkLlamaFeatures(cfg); err != nil {
 		return nil, err
 	}
-	d := llamaDims{
-		vocab: cfg.VocabSize, hidden: cfg.HiddenSize, inter: cfg.IntermediateSize,
-		layers: cfg.NumHiddenLayers, heads: cfg.NumAttentionHeads, kvHeads: cfg.KVHeads(),
-		headDim: cfg.HeadDimOrDefault(),
-	}
+	d := dimsOf(cfg)
 	if err := checkLlamaWeights(cfg, w); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,126 @@
+package build
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/conveyor-llm/conveyor/models/attention"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
+)
+
+// BuildPaged writes outDir/paged/: the model cut into one ONNX segment per layer plus
+// a head segment, the embedding table as raw float32 and the manifest that ties them
+// to the attention parameters of every layer (see modeldir.PagedManifest). The
+// runtime runs the segments in turn with the native paged-attention kernel between
+// them, which reads and writes the KV blocks in place. The segments compute exactly
+// what the dense graph computes (they are built from the same layer pieces and store
+// the same fused weights); only attention moves out of the graph.
+func BuildPaged(cfg *Config, w Weights, outDir string) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := checkLlamaFeatures(cfg); err != nil {
+		return err
+	}
+	if err := checkLlamaWeights(cfg, w); err != nil {
+		return err
+	}
+	d := dimsOf(cfg)
+	dir := filepath.Join(outDir, modeldir.PagedDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	man := &modeldir.PagedManifest{
+		Format:       modeldir.PagedFormat,
+		HiddenSize:   d.hidden,
+		VocabSize:    d.vocab,
+		MaxPositions: cfg.MaxPositionEmbeddings,
+		Embedding:    modeldir.Embedding{File: "embedding.bin", Rows: d.vocab, Cols: d.hidden},
+		Head:         "head.onnx",
+	}
+	att := attention.Params{
+		NumHeads:   d.heads,
+		NumKVHeads: d.kvHeads,
+		HeadDim:    d.headDim,
+		Scale:      1, // 1/sqrt(head_dim) is folded into the query projection
+		Rotary:     attention.Rotary{Dims: d.headDim, InvFreq: ropeInvFreq(cfg, d.headDim)},
+	}
+	for i := 0; i < d.layers; i++ {
+		name := fmt.Sprintf("layer%d.onnx", i)
+		if err := writeSegment(layerSegment(cfg, w, d, i), dir, name); err != nil {
+			return err
+		}
+		man.Layers = append(man.Layers, modeldir.PagedLayer{Segment: name, Attention: att})
+	}
+	if err := writeSegment(headSegment(cfg, w, d), dir, man.Head); err != nil {
+		return err
+	}
+	if err := writeFloat32File(filepath.Join(dir, man.Embedding.File), w["model.embed_tokens.weight"].Data); err != nil {
+		return err
+	}
+	return modeldir.WritePaged(outDir, man)
+}
+
+func writeSegment(m *onnxModel, dir, name string) error {
+	_, err := writeONNXModel(m, dir, name, writeOptions{})
+	return err
+}
+
+// layerSegment is layer i's segment: layer i-1's output projection and MLP (none for
+// layer 0), then layer i's norm and q|k|v projection.
+func layerSegment(cfg *Config, w Weights, d llamaDims, i int) *onnxModel {
+	b := newGraphBuilder(fmt.Sprintf("layer%d", i))
+	tokens := symDim("tokens")
+	x := b.input(modeldir.SegHidden, onnxFloat, tokens, fixDim(d.hidden))
+	if i > 0 {
+		att := b.input(modeldir.SegAttention, onnxFloat, tokens, fixDim(d.heads*d.headDim))
+		b.prefix = fmt.Sprintf("l%d_", i-1)
+		x = attentionOutputAndMLP(b, cfg, w, d, i-1, x, att)
+		b.opTo(modeldir.SegHiddenOut, "Identity", []string{x})
+		b.output(modeldir.SegHiddenOut, onnxFloat, tokens, fixDim(d.hidden))
+	}
+	b.prefix = fmt.Sprintf("l%d_", i)
+	qkv := attentionInput(b, cfg, w, d, i, x)
+	b.opTo(modeldir.SegQKV, "Identity", []string{qkv})
+	b.output(modeldir.SegQKV, onnxFloat, tokens, fixDim((d.heads+2*d.kvHeads)*d.headDim))
+	return segmentModel(b, "one layer of a Llama-family decoder for Conveyor's paged attention")
+}
+
+// headSegment finishes the last layer and computes the logits of the selected rows.
+func headSegment(cfg *Config, w Weights, d llamaDims) *onnxModel {
+	b := newGraphBuilder("head")
+	tokens, rows := symDim("tokens"), symDim("rows")
+	x := b.input(modeldir.SegHidden, onnxFloat, tokens, fixDim(d.hidden))
+	att := b.input(modeldir.SegAttention, onnxFloat, tokens, fixDim(d.heads*d.headDim))
+	sel := b.input(modeldir.SegLogitRows, onnxInt64, rows)
+	b.output(modeldir.SegLogits, onnxFloat, rows, fixDim(d.vocab))
+	b.prefix = fmt.Sprintf("l%d_", d.layers-1)
+	x = attentionOutputAndMLP(b, cfg, w, d, d.layers-1, x, att)
+	b.prefix = "final_"
+	x = b.op("Gather", []string{x, sel}, attrI("axis", 0)) // only the rows whose logits are wanted
+	x = finalNorm(b, cfg, w, d, x)
+	if tiedHead(cfg, w) {
+		embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, w["model.embed_tokens.weight"].Data)
+		b.opTo(modeldir.SegLogits, "Gemm", []string{x, embed}, attrI("transB", 1))
+	} else {
+		b.opTo(modeldir.SegLogits, "MatMul", []string{x, untiedHead(b, w, d)})
+	}
+	return segmentModel(b, "the head of a Llama-family decoder for Conveyor's paged attention")
+}
+
+func segmentModel(b *graphBuilder, doc string) *onnxModel {
+	return &onnxModel{
+		IRVersion:    onnxIRVersion,
+		Opsets:       []onnxOpsetID{{Domain: "", Version: onnxOpset}},
+		ProducerName: "conveyor",
+		DocString:    doc,
+		Graph:        b.g,
+	}
+}
+
+// writeFloat32File writes vs as raw little-endian float32.
+func writeFloat32File(path string, vs []float32) error {
+	return writeFileAtomic(path, func(w io.Writer) error { return writeFloat32s(w, vs) })
+}

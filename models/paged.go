@@ -1,0 +1,419 @@
+package models
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/conveyor-llm/conveyor/models/attention"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
+)
+
+// PagedKV is the KV of the paged attention path: instead of gathering each row's past
+// into dense tensors, the runner hands the cache's own arenas and the rows' block
+// tables to the attention kernel, which reads the past where it lives and writes the
+// new keys and values straight into their blocks.
+type PagedKV interface {
+	KV
+	// BlockTable returns row b's block table: entry i holds the row's positions
+	// [i*BlockSize, (i+1)*BlockSize). It must cover PastLen+len(Tokens) positions.
+	BlockTable(b int) []int32
+	// Arena returns layer l's key and value arenas, laid out
+	// [NumBlocks][NumKVHeads][BlockSize][HeadDim] in the model's KV type.
+	Arena(l int) (k, v []byte)
+	// Blocks returns the arenas' block count and tokens per block.
+	Blocks() (numBlocks, blockSizeTokens int)
+}
+
+// PagedRunner runs a model through its paged layout (modeldir.PagedManifest): one ONNX
+// Runtime segment per layer with the native attention kernel between segments. The
+// step's tokens are packed row after row (no padding), so a prompt chunk next to
+// decoding sequences costs only its own tokens, and no step copies the past.
+type PagedRunner struct {
+	mu       sync.Mutex
+	spec     Spec
+	manifest *modeldir.PagedManifest
+	layers   []pagedLayer
+	head     *ort.DynamicAdvancedSession
+	embed    []float32 // [vocab][hidden], mapped from the manifest's embedding file
+	embedMap []byte    // the mapping behind embed (nil when read into memory)
+
+	// Per-step buffers, reused.
+	hidden, hiddenOut []float32 // [T][hidden]
+	qkv               []float32 // [T][(heads+2*kvHeads)*headDim]
+	att               []float32 // [T][heads*headDim]
+	logitRows         []int64   // rows of [T] whose logits are returned
+	logits            []float32 // [R][vocab]
+	rows              [][]float32
+	seqs              []attention.Seq
+}
+
+type pagedLayer struct {
+	session *ort.DynamicAdvancedSession
+	attn    *attention.Layer
+	qkvCols int // (heads+2*kvHeads)*headDim
+	attCols int // heads*headDim
+}
+
+// OpenPaged loads dir's paged layout. A directory without one is an error wrapping
+// ErrModelDir and modeldir.ErrNoPaged.
+func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	man, err := modeldir.LoadPaged(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
+	}
+	if err := InitORT(opts.ORTLib); err != nil {
+		return nil, err
+	}
+	meta, err := readModelMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	first := man.Layers[0].Attention
+	for i, l := range man.Layers {
+		if l.Attention.NumKVHeads != first.NumKVHeads || l.Attention.HeadDim != first.HeadDim {
+			return nil, fmt.Errorf("%w: paged layer %d has %d KV heads of %d, unlike layer 0 (%d of %d): "+
+				"the KV cache needs one shape for every layer", ErrModelDir, i, l.Attention.NumKVHeads,
+				l.Attention.HeadDim, first.NumKVHeads, first.HeadDim)
+		}
+	}
+	r := &PagedRunner{
+		manifest: man,
+		spec: Spec{
+			NumLayers:    len(man.Layers),
+			NumKVHeads:   first.NumKVHeads,
+			HeadDim:      first.HeadDim,
+			VocabSize:    man.VocabSize,
+			MaxPositions: man.MaxPositions,
+			KVDType:      Float32,
+			BOSTokenID:   meta.bos,
+			EOSTokenIDs:  meta.eos,
+		},
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = r.Close()
+		}
+	}()
+	so, err := newSessionOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer so.Destroy()
+	pagedDir := filepath.Join(dir, modeldir.PagedDir)
+	open := func(name string, ins, outs []string) (*ort.DynamicAdvancedSession, error) {
+		path := filepath.Join(pagedDir, name)
+		s, err := ort.NewDynamicAdvancedSession(path, ins, outs, so)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, path, oneLine(err.Error()))
+		}
+		return s, nil
+	}
+	for i, l := range man.Layers {
+		ins, outs := []string{modeldir.SegHidden}, []string{modeldir.SegQKV}
+		if i > 0 {
+			ins = append(ins, modeldir.SegAttention)
+			outs = append(outs, modeldir.SegHiddenOut)
+		}
+		sess, err := open(l.Segment, ins, outs)
+		if err != nil {
+			return nil, err
+		}
+		attn, err := attention.NewLayer(l.Attention, man.MaxPositions)
+		if err != nil {
+			_ = sess.Destroy()
+			return nil, fmt.Errorf("%w: paged layer %d: %w", ErrModelDir, i, err)
+		}
+		p := l.Attention
+		r.layers = append(r.layers, pagedLayer{
+			session: sess,
+			attn:    attn,
+			qkvCols: (p.NumHeads + 2*p.NumKVHeads) * p.HeadDim,
+			attCols: p.NumHeads * p.HeadDim,
+		})
+	}
+	if r.head, err = open(man.Head, []string{modeldir.SegHidden, modeldir.SegAttention, modeldir.SegLogitRows},
+		[]string{modeldir.SegLogits}); err != nil {
+		return nil, err
+	}
+	if err := r.mapEmbedding(filepath.Join(pagedDir, man.Embedding.File)); err != nil {
+		return nil, err
+	}
+	ok = true
+	return r, nil
+}
+
+// mapEmbedding maps the embedding table read-only: only the rows the model reads are
+// ever paged in, and it costs no second copy next to the head's tied weights.
+func (r *PagedRunner) mapEmbedding(path string) error {
+	e := r.manifest.Embedding
+	want := int64(e.Rows) * int64(e.Cols) * 4
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: embedding: %w", ErrModelDir, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: embedding: %w", ErrModelDir, err)
+	}
+	if st.Size() != want {
+		return fmt.Errorf("%w: embedding %s has %d bytes, want %d ([%d, %d] float32)", ErrModelDir, path, st.Size(), want, e.Rows, e.Cols)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, int(want), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("%w: map embedding %s: %w", ErrModelDir, path, err)
+	}
+	r.embedMap = m
+	r.embed = unsafe.Slice((*float32)(unsafe.Pointer(&m[0])), e.Rows*e.Cols)
+	return nil
+}
+
+// Spec returns what the engine needs to know about the model.
+func (r *PagedRunner) Spec() Spec {
+	s := r.spec
+	s.EOSTokenIDs = append([]int32(nil), s.EOSTokenIDs...)
+	return s
+}
+
+// Attention returns "paged".
+func (r *PagedRunner) Attention() string { return AttentionPaged }
+
+// Close releases the sessions and the embedding mapping. It is idempotent.
+func (r *PagedRunner) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, l := range r.layers {
+		if err := l.session.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.layers = nil
+	if r.head != nil {
+		if err := r.head.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+		r.head = nil
+	}
+	if r.embedMap != nil {
+		if err := syscall.Munmap(r.embedMap); err != nil {
+			errs = append(errs, err)
+		}
+		r.embedMap, r.embed = nil, nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: close: %s", ErrRun, oneLine(err.Error()))
+	}
+	return nil
+}
+
+// Forward runs one step: every row's new tokens packed together through the layer
+// segments, attention over the paged blocks of kv (which must implement PagedKV; kv may
+// be nil only when no row has a past and the new keys and values are not kept), then the
+// head for each row's last position (or all of its positions with AllLogits).
+func (r *PagedRunner) Forward(b *Batch, kv KV) (*Output, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.head == nil {
+		return nil, fmt.Errorf("%w: runner is closed", ErrRun)
+	}
+	if _, _, err := checkBatch(b, kv, r.spec); err != nil {
+		return nil, err
+	}
+	pkv, err := r.pagedKV(b, kv)
+	if err != nil {
+		return nil, err
+	}
+	cache := func(l int) attention.Cache {
+		k, v := pkv.Arena(l)
+		n, bs := pkv.Blocks()
+		return attention.Cache{K: k, V: v, NumBlocks: n, BlockSize: bs, DType: attention.Float32}
+	}
+
+	tokens := r.embedTokens(b)
+	r.seqs = r.seqs[:0]
+	for i, s := range b.Seqs {
+		r.seqs = append(r.seqs, attention.Seq{Table: pkv.BlockTable(i), PastLen: s.PastLen, NumNew: len(s.Tokens)})
+	}
+	for l := range r.layers {
+		layer := &r.layers[l]
+		r.qkv = grow(r.qkv, tokens*layer.qkvCols)
+		in := []segmentTensor{{r.hidden, r.manifest.HiddenSize}}
+		out := []segmentTensor{{r.qkv, layer.qkvCols}}
+		if l > 0 {
+			r.hiddenOut = grow(r.hiddenOut, len(r.hidden))
+			in = append(in, segmentTensor{r.att, r.layers[l-1].attCols})
+			out = append(out, segmentTensor{r.hiddenOut, r.manifest.HiddenSize})
+		}
+		if err := runSegment(layer.session, tokens, in, out, nil); err != nil {
+			return nil, fmt.Errorf("%w: layer %d: %w", ErrRun, l, err)
+		}
+		if l > 0 {
+			r.hidden, r.hiddenOut = r.hiddenOut, r.hidden
+		}
+		r.att = grow(r.att, tokens*layer.attCols)
+		if err := layer.attn.Run(cache(l), r.seqs, r.qkv, r.att); err != nil {
+			return nil, fmt.Errorf("%w: layer %d attention: %w", ErrRun, l, err)
+		}
+	}
+	return r.runHead(b, tokens)
+}
+
+// pagedKV checks that kv can serve the paged path.
+func (r *PagedRunner) pagedKV(b *Batch, kv KV) (PagedKV, error) {
+	if kv == nil {
+		// Without a KV nothing may be read or kept: give the kernel scratch blocks.
+		return newScratchKV(r.spec, b), nil
+	}
+	pkv, ok := kv.(PagedKV)
+	if !ok {
+		return nil, fmt.Errorf("%w: the paged attention path needs a PagedKV (block tables and arenas), got %T", ErrBatch, kv)
+	}
+	return pkv, nil
+}
+
+// embedTokens fills r.hidden with every row's token embeddings, packed, and returns
+// the number of tokens.
+func (r *PagedRunner) embedTokens(b *Batch) int {
+	h := r.manifest.HiddenSize
+	tokens := 0
+	for _, s := range b.Seqs {
+		tokens += len(s.Tokens)
+	}
+	r.hidden = grow(r.hidden, tokens*h)
+	scale := r.manifest.Embedding.Scale
+	t := 0
+	for _, s := range b.Seqs {
+		for _, id := range s.Tokens {
+			dst := r.hidden[t*h : (t+1)*h]
+			copy(dst, r.embed[int(id)*h:(int(id)+1)*h])
+			if scale != 0 && scale != 1 {
+				for j := range dst {
+					dst[j] *= scale
+				}
+			}
+			t++
+		}
+	}
+	return tokens
+}
+
+// runHead computes the logits of each row's returned positions.
+func (r *PagedRunner) runHead(b *Batch, tokens int) (*Output, error) {
+	r.logitRows = r.logitRows[:0]
+	t := 0
+	for _, s := range b.Seqs {
+		n := logitPositions(s)
+		for j := len(s.Tokens) - n; j < len(s.Tokens); j++ {
+			r.logitRows = append(r.logitRows, int64(t+j))
+		}
+		t += len(s.Tokens)
+	}
+	vocab := r.spec.VocabSize
+	r.logits = grow(r.logits, len(r.logitRows)*vocab)
+	last := r.layers[len(r.layers)-1]
+	in := []segmentTensor{{r.hidden, r.manifest.HiddenSize}, {r.att, last.attCols}}
+	out := []segmentTensor{{r.logits, vocab}}
+	if err := runSegment(r.head, tokens, in, out, r.logitRows); err != nil {
+		return nil, fmt.Errorf("%w: head: %w", ErrRun, err)
+	}
+	r.rows = grow(r.rows, len(b.Seqs))
+	off := 0
+	for i, s := range b.Seqs {
+		n := logitPositions(s) * vocab
+		r.rows[i] = r.logits[off : off+n : off+n]
+		off += n
+	}
+	return &Output{Logits: r.rows}, nil
+}
+
+// segmentTensor is a [rows][cols] float32 input or output of a segment.
+type segmentTensor struct {
+	data []float32
+	cols int
+}
+
+// runSegment runs one segment over tokens rows; the head also takes the selected rows
+// (its output has len(sel) rows).
+func runSegment(s *ort.DynamicAdvancedSession, tokens int, in, out []segmentTensor, sel []int64) error {
+	vals := make([]ort.Value, 0, len(in)+1)
+	outs := make([]ort.Value, 0, len(out))
+	defer func() {
+		for _, v := range vals {
+			_ = v.Destroy()
+		}
+		for _, v := range outs {
+			_ = v.Destroy()
+		}
+	}()
+	for _, t := range in {
+		v, err := ort.NewTensor(ort.NewShape(int64(tokens), int64(t.cols)), t.data[:tokens*t.cols])
+		if err != nil {
+			return fmt.Errorf("create input tensor: %s", oneLine(err.Error()))
+		}
+		vals = append(vals, v)
+	}
+	outRows := tokens
+	if sel != nil {
+		v, err := ort.NewTensor(ort.NewShape(int64(len(sel))), sel)
+		if err != nil {
+			return fmt.Errorf("create row tensor: %s", oneLine(err.Error()))
+		}
+		vals = append(vals, v)
+		outRows = len(sel)
+	}
+	for _, t := range out {
+		v, err := ort.NewTensor(ort.NewShape(int64(outRows), int64(t.cols)), t.data[:outRows*t.cols])
+		if err != nil {
+			return fmt.Errorf("create output tensor: %s", oneLine(err.Error()))
+		}
+		outs = append(outs, v)
+	}
+	if err := s.Run(vals, outs); err != nil {
+		return fmt.Errorf("%s", oneLine(err.Error()))
+	}
+	return nil
+}
+
+// scratchKV serves a Forward without a KV (every row without past): fresh blocks that
+// are dropped after the pass.
+type scratchKV struct {
+	tables    [][]int32
+	k, v      []byte
+	numBlocks int
+}
+
+const scratchBlockSize = 16
+
+func newScratchKV(sp Spec, b *Batch) *scratchKV {
+	s := &scratchKV{}
+	for _, row := range b.Seqs {
+		n := (row.PastLen + len(row.Tokens) + scratchBlockSize - 1) / scratchBlockSize
+		t := make([]int32, n)
+		for i := range t {
+			t[i] = int32(s.numBlocks + i)
+		}
+		s.numBlocks += n
+		s.tables = append(s.tables, t)
+	}
+	size := s.numBlocks * sp.NumKVHeads * scratchBlockSize * sp.HeadDim * sp.KVDType.Size()
+	s.k, s.v = make([]byte, size), make([]byte, size)
+	return s
+}
+
+func (s *scratchKV) GatherPast(k, v []DenseKV) error                { return nil }
+func (s *scratchKV) ScatterNew(k, v []DenseKV, newOffset int) error { return nil }
+func (s *scratchKV) BlockTable(b int) []int32                       { return s.tables[b] }
+func (s *scratchKV) Arena(int) (k, v []byte)                        { return s.k, s.v }
+func (s *scratchKV) Blocks() (int, int)                             { return s.numBlocks, scratchBlockSize }

@@ -1,0 +1,216 @@
+package models
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/models/build"
+)
+
+// buildPagedTestModel writes the dense graph and the paged layout for cfg into dir.
+func buildPagedTestModel(tb testing.TB, cfg *build.Config, seed int64, dir string) build.Weights {
+	tb.Helper()
+	w := buildTestModel(tb, cfg, seed, dir)
+	if err := build.BuildPaged(cfg, w, dir); err != nil {
+		tb.Fatalf("BuildPaged: %v", err)
+	}
+	return w
+}
+
+func openTestModel(tb testing.TB, dir, attention string) Model {
+	tb.Helper()
+	m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(tb), IntraOpThreads: 2, Attention: attention})
+	if err != nil {
+		tb.Fatalf("Open(%s): %v", attention, err)
+	}
+	tb.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// pagedScenario runs a fixed sequence of steps over a paged cache with 4-token blocks
+// placed at random: a prompt prefilled in two chunks, a second sequence that shares the
+// first one's full prefix blocks, a third forked from the first by copying its partial
+// block (copy-on-write), then a step mixing a decode token, a prompt chunk with a cache
+// hit and a fresh prompt, and a decode step for all. run executes each step (so the
+// two paths can be swapped between steps); the result maps each sequence to its tokens
+// and to the logits at every position it computed.
+type scenarioResult struct {
+	tokens [3][]int32
+	logits [3][][]float32 // per position
+}
+
+func pagedScenario(t *testing.T, spec Spec, vocab int, run func(step int, b *Batch, kv *pagedTestKV) *Output) scenarioResult {
+	t.Helper()
+	kv := newPagedTestKV(spec, 3, 96, 4, 11)
+	var res scenarioResult
+	for i := range res.logits {
+		res.logits[i] = make([][]float32, 64)
+	}
+	prompt := randTokens(1, 14, vocab)
+	step := 0
+	feed := func(seqs []int, toks [][]int32) {
+		b := kv.batch(seqs, toks, true)
+		out := run(step, b, kv)
+		step++
+		for r, s := range seqs {
+			start := len(res.tokens[s])
+			res.tokens[s] = append(res.tokens[s], toks[r]...)
+			for j := range toks[r] {
+				res.logits[s][start+j] = append([]float32(nil), out.Logits[r][j*vocab:(j+1)*vocab]...) // valid until the next Forward
+			}
+		}
+	}
+	feed([]int{0}, [][]int32{prompt[:6]})
+	feed([]int{0}, [][]int32{prompt[6:]})
+	// Sequence 1 shares sequence 0's first 12 positions (3 full blocks).
+	kv.share(0, 1, 12)
+	res.tokens[1] = append(res.tokens[1], prompt[:12]...)
+	copy(res.logits[1], res.logits[0][:12])
+	// Sequence 2 is a fork of sequence 0 at 14 positions: full blocks shared, the
+	// partial block copied.
+	kv.fork(0, 2)
+	res.tokens[2] = append(res.tokens[2], prompt...)
+	copy(res.logits[2], res.logits[0][:14])
+	feed([]int{0, 1, 2}, [][]int32{{5}, randTokens(2, 5, vocab), randTokens(3, 3, vocab)})
+	feed([]int{2, 0, 1}, [][]int32{{7}, {8}, {9}})
+	return res
+}
+
+// fork makes dst a copy-on-write fork of src: src's full blocks are shared, its
+// partial last block is copied into a fresh block.
+func (p *pagedTestKV) fork(src, dst int) {
+	full := p.lens[src] / p.bs
+	p.tables[dst] = append([]int32(nil), p.tables[src][:full]...)
+	p.lens[dst] = p.lens[src]
+	if p.lens[src]%p.bs == 0 {
+		return
+	}
+	nb := p.free[0]
+	p.free = p.free[1:]
+	ob := p.tables[src][full]
+	blockBytes := len(p.k[0]) / p.numBlocks
+	for l := range p.k {
+		copy(p.k[l][int(nb)*blockBytes:(int(nb)+1)*blockBytes], p.k[l][int(ob)*blockBytes:])
+		copy(p.v[l][int(nb)*blockBytes:(int(nb)+1)*blockBytes], p.v[l][int(ob)*blockBytes:])
+	}
+	p.tables[dst] = append(p.tables[dst], nb)
+}
+
+// TestPagedMatchesReferenceAndDense runs the paged scenario on the paged path, on the
+// dense path over the same kind of paged cache, and switching paths between steps, and
+// checks every computed position against the float64 reference.
+func TestPagedMatchesReferenceAndDense(t *testing.T) {
+	cases := []struct {
+		name                                       string
+		hidden, layers, heads, kvHeads, inter, voc int
+		tied                                       bool
+	}{
+		{"mha-tied", 32, 2, 4, 4, 64, 97, true},
+		{"gqa-untied", 64, 2, 8, 2, 112, 131, false},
+		{"mqa-untied", 32, 2, 4, 1, 40, 77, false},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tinyConfig(c.hidden, c.layers, c.heads, c.kvHeads, c.inter, c.voc, c.tied)
+			cfg.RopeTheta = []float64{10000, 500000, 50}[i]
+			dir := t.TempDir()
+			w := buildPagedTestModel(t, cfg, int64(200+i), dir)
+			paged, dense := openTestModel(t, dir, AttentionPaged), openTestModel(t, dir, AttentionDense)
+			if paged.Attention() != AttentionPaged || dense.Attention() != AttentionDense {
+				t.Fatalf("Open gave %s and %s", paged.Attention(), dense.Attention())
+			}
+			ref := newRefModel(t, cfg, w)
+			spec := paged.Spec()
+			for _, mode := range []string{"paged", "dense", "mixed"} {
+				res := pagedScenario(t, spec, c.voc, func(step int, b *Batch, kv *pagedTestKV) *Output {
+					m := paged
+					if mode == "dense" || (mode == "mixed" && step%2 == 1) {
+						m = dense
+					}
+					out, err := m.Forward(b, kv)
+					if err != nil {
+						t.Fatalf("%s step %d: %v", mode, step, err)
+					}
+					return out
+				})
+				for s := range res.tokens {
+					want := ref.forward(t, res.tokens[s])
+					for p, got := range res.logits[s][:len(res.tokens[s])] {
+						if e := relErr(got, want[p]); e > logitTolerance {
+							t.Errorf("%s: sequence %d position %d differs from the reference by %.2e", mode, s, p, e)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPagedBatchInvariance checks that a row's logits do not depend on the rows next
+// to it: each sequence alone against all of them in one step.
+func TestPagedBatchInvariance(t *testing.T) {
+	cfg := tinyConfig(64, 2, 8, 2, 112, 131, false)
+	dir := t.TempDir()
+	buildPagedTestModel(t, cfg, 3, dir)
+	m := openTestModel(t, dir, AttentionPaged)
+	prompts := [][]int32{randTokens(5, 9, 131), randTokens(6, 1, 131), randTokens(7, 17, 131)}
+	together := newPagedTestKV(m.Spec(), 3, 64, 4, 1)
+	out, err := m.Forward(together.batch([]int{0, 1, 2}, prompts, false), together)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range prompts {
+		alone := newPagedTestKV(m.Spec(), 1, 64, 4, uint64(9+i))
+		o, err := m.Forward(alone.batch([]int{0}, [][]int32{p}, false), alone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := relErr32(out.Logits[i], o.Logits[0]); e > 1e-5 {
+			t.Errorf("sequence %d: batched logits differ from its logits alone by %.2e", i, e)
+		}
+	}
+}
+
+func TestPagedRejectsBadInput(t *testing.T) {
+	cfg := tinyConfig(32, 2, 4, 2, 64, 50, true)
+	dir := t.TempDir()
+	buildPagedTestModel(t, cfg, 4, dir)
+	m := openTestModel(t, dir, AttentionPaged)
+	kv := newPagedTestKV(m.Spec(), 1, 8, 4, 1)
+	b := kv.batch([]int{0}, [][]int32{{1, 2, 3, 4, 5}}, false)
+	kv.tables[0][1] = 99 // a block outside the arena
+	if _, err := m.Forward(b, kv); !errors.Is(err, ErrRun) {
+		t.Errorf("bad block table: %v, want ErrRun", err)
+	}
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{50}}}}, nil); !errors.Is(err, ErrBatch) {
+		t.Errorf("token out of the vocabulary: %v, want ErrBatch", err)
+	}
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}}, newDenseKV(m.Spec(), 1)); !errors.Is(err, ErrBatch) {
+		t.Errorf("a KV without block tables: %v, want ErrBatch", err)
+	}
+	// Without a KV, rows without past run on scratch blocks.
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}}, {Tokens: []int32{3}}}}, nil); err != nil {
+		t.Errorf("no KV, no past: %v", err)
+	}
+}
+
+func TestOpenAttentionChoice(t *testing.T) {
+	cfg := tinyConfig(32, 1, 4, 2, 64, 50, true)
+	denseOnly := t.TempDir()
+	buildTestModel(t, cfg, 1, denseOnly)
+	if m := openTestModel(t, denseOnly, ""); m.Attention() != AttentionDense {
+		t.Errorf("a model without a paged layout opened with %s attention", m.Attention())
+	}
+	_, err := Open(denseOnly, RunnerOptions{ORTLib: testORTLib(t), Attention: AttentionPaged})
+	if !errors.Is(err, ErrModelDir) {
+		t.Errorf("paged attention on a dense-only model: %v, want ErrModelDir", err)
+	}
+	both := t.TempDir()
+	buildPagedTestModel(t, cfg, 1, both)
+	if m := openTestModel(t, both, ""); m.Attention() != AttentionPaged {
+		t.Errorf("default attention on a model with a paged layout: %s", m.Attention())
+	}
+	if _, err := Open(both, RunnerOptions{ORTLib: testORTLib(t), Attention: "flash"}); !errors.Is(err, ErrModelDir) {
+		t.Errorf("unknown attention: %v", err)
+	}
+}
