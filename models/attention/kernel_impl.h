@@ -13,12 +13,16 @@ KFN static inline N(vf) N(load)(const float *p) { return *(const N(vfu) *)p; }
 KFN static inline void N(store)(float *p, N(vf) v) { *(N(vfu) *)p = v; }
 KFN static inline N(vf) N(splat)(float x) { return (N(vf)){0} + x; }
 
+// hsum adds the lanes of v as a tree (depth log2(VW), not a VW-long chain).
 KFN static inline float N(hsum)(N(vf) v) {
-	float s = 0;
-	for (int i = 0; i < VW; i++) {
-		s += v[i];
+	float t[VW];
+	memcpy(t, &v, sizeof t);
+	for (int w = VW / 2; w >= 1; w /= 2) {
+		for (int i = 0; i < w; i++) {
+			t[i] += t[i + w];
+		}
 	}
-	return s;
+	return t[0];
 }
 
 KFN static inline N(vf) N(select)(N(vi) mask, N(vf) a, N(vf) b) {
@@ -65,15 +69,64 @@ KFN static inline float N(dot)(const float *a, const float *b, int n) {
 	return s;
 }
 
-// dst += w * src over n floats.
-KFN static inline void N(axpy)(float *dst, float w, const float *src, int n) {
-	N(vf) wv = N(splat)(w);
-	int d = 0;
-	for (; d + VW <= n; d += VW) {
-		N(store)(dst + d, N(load)(dst + d) + wv * N(load)(src + d));
+// prefetch asks for the n floats at x (the next block's run): blocks sit anywhere in
+// the arena, so the hardware prefetcher cannot follow from one block to the next.
+KFN static inline void N(prefetch)(const float *x, int n) {
+	for (int i = 0; i < n; i += 16) {
+		__builtin_prefetch(x + i, 0, 3);
 	}
-	for (; d < n; d++) {
-		dst[d] += w * src[d];
+}
+
+// scores4 writes the dot products of q with the 4 consecutive key rows at k.
+KFN static inline void N(scores4)(const float *q, const float *k, int D, float *out) {
+	N(vf) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+	int d = 0;
+	for (; d + VW <= D; d += VW) {
+		N(vf) qv = N(load)(q + d);
+		s0 += qv * N(load)(k + d);
+		s1 += qv * N(load)(k + D + d);
+		s2 += qv * N(load)(k + 2 * D + d);
+		s3 += qv * N(load)(k + 3 * D + d);
+	}
+	float r0 = N(hsum)(s0), r1 = N(hsum)(s1), r2 = N(hsum)(s2), r3 = N(hsum)(s3);
+	for (; d < D; d++) {
+		r0 += q[d] * k[d];
+		r1 += q[d] * k[D + d];
+		r2 += q[d] * k[2 * D + d];
+		r3 += q[d] * k[3 * D + d];
+	}
+	out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
+}
+
+// weighted adds w[t] * v[t] over n consecutive value rows of D floats to o, keeping up
+// to 4 vectors of o in registers across the rows.
+KFN static inline void N(weighted)(float *o, const float *w, const float *v, int n, int D) {
+	int d = 0;
+	for (; d + 4 * VW <= D; d += 4 * VW) {
+		N(vf) a0 = N(load)(o + d), a1 = N(load)(o + d + VW), a2 = N(load)(o + d + 2 * VW), a3 = N(load)(o + d + 3 * VW);
+		for (int t = 0; t < n; t++) {
+			N(vf) wv = N(splat)(w[t]);
+			const float *row = v + (size_t)t * D + d;
+			a0 += wv * N(load)(row);
+			a1 += wv * N(load)(row + VW);
+			a2 += wv * N(load)(row + 2 * VW);
+			a3 += wv * N(load)(row + 3 * VW);
+		}
+		N(store)(o + d, a0), N(store)(o + d + VW, a1), N(store)(o + d + 2 * VW, a2), N(store)(o + d + 3 * VW, a3);
+	}
+	for (; d + VW <= D; d += VW) {
+		N(vf) a = N(load)(o + d);
+		for (int t = 0; t < n; t++) {
+			a += N(splat)(w[t]) * N(load)(v + (size_t)t * D + d);
+		}
+		N(store)(o + d, a);
+	}
+	for (; d < D; d++) {
+		float a = o[d];
+		for (int t = 0; t < n; t++) {
+			a += w[t] * v[(size_t)t * D + d];
+		}
+		o[d] = a;
 	}
 }
 
@@ -123,6 +176,9 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 		const int bi = t0 / bs;
 		const int t1 = (bi + 1) * bs - 1 < last ? (bi + 1) * bs - 1 : last;
 		const float *kblock = karena + ((size_t)table[bi] * p->num_kv_heads + kvh) * bs * D;
+		if (t1 < last) {
+			N(prefetch)(karena + ((size_t)table[bi + 1] * p->num_kv_heads + kvh) * bs * D, bs * D);
+		}
 		for (int r = 0; r < rows; r++) {
 			const int j = r / G, g = r % G;
 			const int qpos = pos + j;
@@ -130,12 +186,21 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 			const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
 			const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
 			float *s = scores + (size_t)r * span;
-			for (int t = a; t <= b; t++) {
-				float x = N(dot)(q, kblock + (size_t)(t % bs) * D, D) * p->scale;
-				if (p->softcap > 0) {
-					x = p->softcap * tanhf(x / p->softcap);
+			int t = a;
+			for (; t + 3 <= b; t += 4) {
+				N(scores4)(q, kblock + (size_t)(t % bs) * D, D, s + (t - lo));
+			}
+			for (; t <= b; t++) {
+				s[t - lo] = N(dot)(q, kblock + (size_t)(t % bs) * D, D);
+			}
+			if (p->scale != 1.0f || p->softcap > 0) {
+				for (t = a; t <= b; t++) {
+					float x = s[t - lo] * p->scale;
+					if (p->softcap > 0) {
+						x = p->softcap * tanhf(x / p->softcap);
+					}
+					s[t - lo] = x;
 				}
-				s[t - lo] = x;
 			}
 		}
 		t0 = t1 + 1;
@@ -152,15 +217,16 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 		const int bi = t0 / bs;
 		const int t1 = (bi + 1) * bs - 1 < last ? (bi + 1) * bs - 1 : last;
 		const float *vblock = varena + ((size_t)table[bi] * p->num_kv_heads + kvh) * bs * D;
+		if (t1 < last) {
+			N(prefetch)(varena + ((size_t)table[bi + 1] * p->num_kv_heads + kvh) * bs * D, bs * D);
+		}
 		for (int r = 0; r < rows; r++) {
 			const int qpos = pos + r / G;
 			const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
 			const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
 			const float *s = scores + (size_t)r * span;
 			float *o = acc + (size_t)r * D;
-			for (int t = a; t <= b; t++) {
-				N(axpy)(o, s[t - lo], vblock + (size_t)(t % bs) * D, D);
-			}
+			N(weighted)(o, s + (a - lo), vblock + (size_t)(a % bs) * D, b - a + 1, D);
 		}
 		t0 = t1 + 1;
 	}

@@ -1,0 +1,37 @@
+package attention
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkDecode times one layer's decode attention (one new token per sequence) for
+// the 50M benchmark model's shape: 8 query heads over 4 KV heads of 64 dims, 16-token
+// blocks placed at random, every sequence in its own blocks.
+func BenchmarkDecode(b *testing.B) {
+	p := Params{NumHeads: 8, NumKVHeads: 4, HeadDim: 64, Scale: 0.125, Rotary: llamaRotary(64, 10000)}
+	for _, past := range []int{128, 512, 2048} {
+		for _, batch := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("past%d/batch%d", past, batch), func(b *testing.B) {
+				tc := testCase{p: p, blockSize: 16}
+				for range batch {
+					tc.past = append(tc.past, past)
+					tc.new = append(tc.new, 1)
+				}
+				cache, seqs, qkv := tc.setup(1)
+				l, err := NewLayer(p, 4096)
+				if err != nil {
+					b.Fatal(err)
+				}
+				att := make([]float32, batch*p.OutCols())
+				b.SetBytes(int64(batch * (past + 1) * p.NumKVHeads * p.HeadDim * 4 * 2))
+				b.ResetTimer()
+				for range b.N {
+					if err := l.Run(cache, seqs, qkv, att); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
