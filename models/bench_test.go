@@ -19,7 +19,7 @@ var benchModels = []struct {
 	cfg  *build.Config
 }{
 	{"5M", tinyConfigCtx(256, 4, 4, 2, 768, 4096, 1024)},
-	{"50M", tinyConfigCtx(512, 8, 8, 4, 1536, 8192, 1024)},
+	{"50M", tinyConfigCtx(512, 8, 8, 4, 1536, 8192, 4096)},
 }
 
 func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *build.Config {
@@ -38,7 +38,7 @@ func benchModelDir(b *testing.B, cfg *build.Config) string {
 	}
 	sum := sha256.Sum256(raw)
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "paged", "paged.json")); err == nil {
 		return dir
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), "building-")
@@ -51,14 +51,18 @@ func benchModelDir(b *testing.B, cfg *build.Config) string {
 		}
 	}
 	defer os.RemoveAll(tmp)
-	if err := build.BuildLlamaONNX(cfg, build.RandomWeights(cfg, 1), tmp); err != nil {
+	w := build.RandomWeights(cfg, 1)
+	if err := build.BuildLlamaONNX(cfg, w, tmp); err != nil {
 		b.Skipf("cannot build the benchmark model: %v", err)
+	}
+	if err := build.BuildPaged(cfg, w, tmp); err != nil {
+		b.Skipf("cannot build the benchmark model's paged layout: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "config.json"), raw, 0o644); err != nil {
 		b.Fatal(err)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
-		if _, statErr := os.Stat(filepath.Join(dir, "model.onnx")); statErr != nil {
+		if _, statErr := os.Stat(filepath.Join(dir, "paged", "paged.json")); statErr != nil {
 			b.Fatal(err)
 		}
 	}
@@ -72,40 +76,115 @@ type staticKV struct{}
 func (staticKV) GatherPast(k, v []DenseKV) error                { return nil }
 func (staticKV) ScatterNew(k, v []DenseKV, newOffset int) error { return nil }
 
-// BenchmarkDecodeStep times one decode step (one new token per row) for batches of
-// sequences that all have the same past length.
-func BenchmarkDecodeStep(b *testing.B) {
+// BenchmarkDecodeStep times one decode step (one new token per row) on the paged
+// attention path, for batches of sequences that all have the same past length, each
+// in its own randomly placed blocks.
+func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, AttentionPaged) }
+
+// BenchmarkDecodeStepDense is BenchmarkDecodeStep on the dense Optimum path. Its KV
+// leaves the past as the runner allocated it and drops the new keys and values, so it
+// times the forward pass without the engine's gather and scatter (a lower bound of the
+// dense path's step).
+func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, AttentionDense) }
+
+func benchDecode(b *testing.B, attention string) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
-			dir := benchModelDir(b, m.cfg)
-			r, err := OpenRunner(dir, RunnerOptions{ORTLib: testORTLib(b)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.Close()
-			for _, past := range []int{128, 512} {
-				for _, batch := range []int{1, 4, 16, 64} {
+			r := openBenchModel(b, m.cfg, attention)
+			for _, past := range []int{128, 512, 2048} {
+				if past >= m.cfg.MaxPositionEmbeddings {
+					continue
+				}
+				for _, batch := range []int{1, 16, 64} {
 					b.Run(fmt.Sprintf("past%d/batch%d", past, batch), func(b *testing.B) {
-						in := &Batch{Seqs: make([]SeqInput, batch)}
-						for i := range in.Seqs {
-							in.Seqs[i] = SeqInput{Tokens: []int32{int32(i % m.cfg.VocabSize)}, PastLen: past}
+						tokens := make([][]int32, batch)
+						lens := make([]int, batch)
+						for i := range tokens {
+							tokens[i], lens[i] = []int32{int32(i % m.cfg.VocabSize)}, past
 						}
-						if _, err := r.Forward(in, staticKV{}); err != nil { // warm up, size buffers
-							b.Fatal(err)
-						}
-						b.ResetTimer()
-						start := time.Now()
-						for i := 0; i < b.N; i++ {
-							if _, err := r.Forward(in, staticKV{}); err != nil {
-								b.Fatal(err)
-							}
-						}
-						perStep := time.Since(start).Seconds() / float64(b.N)
-						b.ReportMetric(perStep*1e3, "ms/step")
-						b.ReportMetric(float64(batch)/perStep, "tokens/s")
+						in, kv := benchBatch(r.Spec(), attention, tokens, lens)
+						timeSteps(b, r, in, kv, batch)
 					})
 				}
 			}
 		})
 	}
+}
+
+// BenchmarkPrefill times one prompt of 128 to 2048 tokens with no past, on both paths.
+func BenchmarkPrefill(b *testing.B) {
+	for _, m := range benchModels {
+		b.Run(m.name, func(b *testing.B) {
+			for _, attention := range []string{AttentionPaged, AttentionDense} {
+				b.Run(attention, func(b *testing.B) {
+					r := openBenchModel(b, m.cfg, attention)
+					for _, n := range []int{128, 512, 2048} {
+						if n > m.cfg.MaxPositionEmbeddings {
+							continue
+						}
+						b.Run(fmt.Sprintf("tokens%d", n), func(b *testing.B) {
+							in, kv := benchBatch(r.Spec(), attention, [][]int32{randTokens(1, n, m.cfg.VocabSize)}, []int{0})
+							timeSteps(b, r, in, kv, n)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+func openBenchModel(b *testing.B, cfg *build.Config, attention string) Model {
+	dir := benchModelDir(b, cfg)
+	r, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Attention: attention})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// benchBatch returns a batch of the given rows and the KV the path reads: for paged,
+// a cache where every row's past sits in its own randomly placed blocks.
+func benchBatch(spec Spec, attention string, tokens [][]int32, past []int) (*Batch, KV) {
+	if attention == AttentionDense {
+		b := &Batch{}
+		for i := range tokens {
+			b.Seqs = append(b.Seqs, SeqInput{Tokens: tokens[i], PastLen: past[i]})
+		}
+		return b, staticKV{}
+	}
+	const bs = 16
+	blocks := 0
+	seqs := make([]int, len(tokens))
+	for i := range tokens {
+		blocks += (past[i]+len(tokens[i]))/bs + 1
+		seqs[i] = i
+	}
+	kv := newPagedTestKV(spec, len(tokens), blocks, bs, 1)
+	for i := range tokens {
+		kv.lens[i] = past[i]
+		for len(kv.tables[i])*bs < past[i] {
+			kv.tables[i] = append(kv.tables[i], kv.free[0])
+			kv.free = kv.free[1:]
+		}
+	}
+	return kv.batch(seqs, tokens, false), kv
+}
+
+// timeSteps runs in through r b.N times after a warm-up and reports ms/step and
+// tokens/s for tokensPerStep tokens a step.
+func timeSteps(b *testing.B, r Model, in *Batch, kv KV, tokensPerStep int) {
+	if _, err := r.Forward(in, kv); err != nil { // warm up, size buffers, touch the arenas
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, err := r.Forward(in, kv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perStep := time.Since(start).Seconds() / float64(b.N)
+	b.ReportMetric(perStep*1e3, "ms/step")
+	b.ReportMetric(float64(tokensPerStep)/perStep, "tokens/s")
 }
