@@ -37,9 +37,9 @@ func (c StorageConfig) Validate() error {
 	if c.Parallelism < 0 {
 		return fmt.Errorf("%w: Parallelism %d must be >= 0", ErrInvalid, c.Parallelism)
 	}
-	if arena, ok := mulPositive(c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim, c.DType.Size()); !ok || arena > math.MaxInt {
-		return fmt.Errorf("%w: an arena of %d blocks of %d heads x %d tokens x %d values does not fit in memory",
-			ErrInvalid, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim)
+	if all, ok := mulPositive(2, c.Layers, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim, c.DType.Size()); !ok || all > math.MaxInt {
+		return fmt.Errorf("%w: %d layers of %d blocks of %d heads x %d tokens x %d values do not fit in memory",
+			ErrInvalid, c.Layers, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim)
 	}
 	return nil
 }
@@ -91,10 +91,15 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 	}
 	s.k = make([][]byte, cfg.Layers)
 	s.v = make([][]byte, cfg.Layers)
+	arena := cfg.NumBlocks * s.blkBytes
+	mem, release := allocArena(2 * cfg.Layers * arena)
 	for l := range cfg.Layers {
-		s.k[l] = make([]byte, cfg.NumBlocks*s.blkBytes)
-		s.v[l] = make([]byte, cfg.NumBlocks*s.blkBytes)
+		s.k[l] = mem[2*l*arena : (2*l+1)*arena : (2*l+1)*arena]
+		s.v[l] = mem[(2*l+1)*arena : (2*l+2)*arena : (2*l+2)*arena]
 	}
+	// The arenas live as long as the Storage: LayerK and LayerV hand them out for one
+	// step at a time, never to be kept.
+	runtime.AddCleanup(s, func(release func()) { release() }, release)
 	return s, nil
 }
 
@@ -102,7 +107,8 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 func (s *Storage) Config() StorageConfig { return s.cfg }
 
 // LayerK returns layer l's K arena, laid out [block][kvHead][blockSizeTokens][headDim]. It is
-// the storage itself, not a copy: for attention kernels that read blocks in place.
+// the storage itself, not a copy: for attention kernels that read blocks in place. It is
+// valid while the Storage is reachable.
 func (s *Storage) LayerK(l int) []byte { return s.k[l] }
 
 // LayerV returns layer l's V arena; see LayerK.

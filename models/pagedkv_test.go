@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // pagedTestKV is a paged KV cache for tests: per-layer arenas laid out
@@ -15,6 +17,7 @@ type pagedTestKV struct {
 	spec      Spec
 	bs        int
 	numBlocks int
+	storage   *kvcache.Storage // owns k and v
 	k, v      [][]byte
 	free      []int32
 	tables    [][]int32 // per sequence
@@ -27,10 +30,21 @@ type pagedTestKV struct {
 func newPagedTestKV(spec Spec, numSeqs, numBlocks, blockSize int, seed uint64) *pagedTestKV {
 	p := &pagedTestKV{spec: spec, bs: blockSize, numBlocks: numBlocks,
 		tables: make([][]int32, numSeqs), lens: make([]int, numSeqs)}
-	size := numBlocks * spec.NumKVHeads * blockSize * spec.HeadDim * spec.KVDType.Size()
-	for range spec.NumLayers {
-		p.k = append(p.k, make([]byte, size))
-		p.v = append(p.v, make([]byte, size))
+	// The arenas are the engine's own kind (kvcache.Storage), so tests and benchmarks
+	// read memory laid out and mapped as in serving.
+	dt := kvcache.Float32
+	if spec.KVDType == Float16 {
+		dt = kvcache.Float16
+	}
+	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: numBlocks, BlockSizeTokens: blockSize,
+		Layers: spec.NumLayers, KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt, Parallelism: 1})
+	if err != nil {
+		panic(err)
+	}
+	p.storage = st
+	for l := range spec.NumLayers {
+		p.k = append(p.k, st.LayerK(l))
+		p.v = append(p.v, st.LayerV(l))
 	}
 	for i := range numBlocks {
 		p.free = append(p.free, int32(i))

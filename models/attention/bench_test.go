@@ -3,11 +3,13 @@ package attention
 import (
 	"fmt"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // BenchmarkDecode times one layer's decode attention (one new token per sequence) for
 // the 50M benchmark model's shape: 8 query heads over 4 KV heads of 64 dims, 16-token
-// blocks placed at random, every sequence in its own blocks.
+// blocks placed at random, every sequence in its own blocks, in a kvcache.Storage arena.
 func BenchmarkDecode(b *testing.B) {
 	p := Params{NumHeads: 8, NumKVHeads: 4, HeadDim: 64, Scale: 0.125, Rotary: llamaRotary(64, 10000)}
 	for _, past := range []int{128, 512, 2048} {
@@ -19,6 +21,15 @@ func BenchmarkDecode(b *testing.B) {
 					tc.new = append(tc.new, 1)
 				}
 				cache, seqs, qkv := tc.setup(1)
+				// Serve from the engine's kind of arena (kvcache.Storage maps huge pages).
+				st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: cache.NumBlocks, BlockSizeTokens: 16,
+					Layers: 1, KVHeads: p.NumKVHeads, HeadDim: p.HeadDim, DType: kvcache.Float32, Parallelism: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				copy(st.LayerK(0), cache.K)
+				copy(st.LayerV(0), cache.V)
+				cache.K, cache.V = st.LayerK(0), st.LayerV(0)
 				l, err := NewLayer(p, 4096)
 				if err != nil {
 					b.Fatal(err)

@@ -4,6 +4,10 @@
 
 #include "kernel.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 // The kernel body is written once over GCC/Clang vector extensions and compiled per
 // instruction set: kernel_impl.h is included with VW (lanes of a float vector), SFX
 // (a name suffix) and KFN (the function attributes that select the instruction set).
@@ -27,7 +31,7 @@
 
 #define VW 16
 #define SFX _avx512
-#define KFN __attribute__((target("avx512f,fma")))
+#define KFN __attribute__((target("avx512f,avx2,fma")))
 #include "kernel_impl.h"
 #undef VW
 #undef SFX

@@ -77,6 +77,30 @@ KFN static inline void N(prefetch)(const float *x, int n) {
 	}
 }
 
+// hsum4 adds the lanes of four vectors at once: with AVX2 three horizontal adds and one
+// cross-lane add give all four sums (AVX-512 first folds each vector to 8 lanes).
+KFN static inline void N(hsum4)(N(vf) a, N(vf) b, N(vf) c, N(vf) d, float *ra, float *rb, float *rc, float *rd) {
+#if VW == 8 || VW == 16
+#if VW == 16
+	__m512 a5, b5, c5, d5;
+	memcpy(&a5, &a, 64), memcpy(&b5, &b, 64), memcpy(&c5, &c, 64), memcpy(&d5, &d, 64);
+#define CV_FOLD(x) _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))
+	__m256 a8 = CV_FOLD(a5), b8 = CV_FOLD(b5), c8 = CV_FOLD(c5), d8 = CV_FOLD(d5);
+#undef CV_FOLD
+#else
+	__m256 a8, b8, c8, d8;
+	memcpy(&a8, &a, 32), memcpy(&b8, &b, 32), memcpy(&c8, &c, 32), memcpy(&d8, &d, 32);
+#endif
+	__m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8));
+	__m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+	float t[4];
+	_mm_storeu_ps(t, r);
+	*ra = t[0], *rb = t[1], *rc = t[2], *rd = t[3];
+#else
+	*ra = N(hsum)(a), *rb = N(hsum)(b), *rc = N(hsum)(c), *rd = N(hsum)(d);
+#endif
+}
+
 // scores4 writes the dot products of q with the 4 consecutive key rows at k.
 KFN static inline void N(scores4)(const float *q, const float *k, int D, float *out) {
 	N(vf) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
@@ -88,7 +112,8 @@ KFN static inline void N(scores4)(const float *q, const float *k, int D, float *
 		s2 += qv * N(load)(k + 2 * D + d);
 		s3 += qv * N(load)(k + 3 * D + d);
 	}
-	float r0 = N(hsum)(s0), r1 = N(hsum)(s1), r2 = N(hsum)(s2), r3 = N(hsum)(s3);
+	float r0, r1, r2, r3;
+	N(hsum4)(s0, s1, s2, s3, &r0, &r1, &r2, &r3);
 	for (; d < D; d++) {
 		r0 += q[d] * k[d];
 		r1 += q[d] * k[D + d];
