@@ -127,6 +127,10 @@ const MinAutoStepTime = 20 * time.Millisecond
 // that prompts always progress.
 const minPrefillChunkTokens = 16
 
+// coldPrefillChunkTokens bounds the prompt tokens of a step with decoding rows before
+// the step-cost model is ready (its first minCostObservations steps).
+const coldPrefillChunkTokens = 256
+
 // Validate reports whether the configuration can build a scheduler.
 func (c Config) Validate() error {
 	switch {

@@ -417,10 +417,13 @@ func (s *Scheduler) ObserveStep(d time.Duration) {
 }
 
 // planStepLimit sets this step's prompt-work bound: with sequences decoding and a learned
-// cost model, prompt chunks may add what the target leaves after the decode rows.
+// cost model, prompt chunks may add what the target leaves after the decode rows. Before
+// the model has seen enough steps, prompt chunks next to decoding rows are held to
+// coldPrefillChunkTokens, so a burst of arrivals at start-up does not stall the first
+// streams while the model learns.
 func (s *Scheduler) planStepLimit() {
 	s.limit = stepLimit{}
-	if s.cfg.Policy != Continuous || s.cfg.TargetStepTime < 0 || !s.cost.Ready() {
+	if s.cfg.Policy != Continuous || s.cfg.TargetStepTime < 0 {
 		return
 	}
 	var decode StepShape
@@ -431,6 +434,10 @@ func (s *Scheduler) planStepLimit() {
 	}
 	if decode.Rows == 0 {
 		return // nothing decoding: prompts run at full efficiency
+	}
+	if !s.cost.Ready() {
+		s.limit = stepLimit{active: true, floor: coldPrefillChunkTokens}
+		return
 	}
 	base := s.cost.Predict(decode)
 	target := s.cfg.TargetStepTime

@@ -186,3 +186,35 @@ func TestPrefillUnboundedWithNothingDecoding(t *testing.T) {
 		t.Errorf("with nothing decoding the prompt got %d tokens in its first step, want all 2000", prompts[0])
 	}
 }
+
+// TestColdStartBoundsPrefillWhileDecoding: before the cost model has seen enough steps,
+// a long prompt arriving next to decoding streams is still chunked.
+func TestColdStartBoundsPrefillWhileDecoding(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxNumBatchedTokens = 2048
+	cfg.MaxModelLen = 4096
+	cfg.EnablePrefixCaching = false
+	h := newHarness(t, cfg, 1024, 16, false)
+	for i := range 4 {
+		h.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 100})
+	}
+	runTimed(t, h, 2) // prompts, then a decode step: the model is not ready yet
+	if h.s.cost.Ready() {
+		t.Fatal("the cost model is ready after 2 steps; the test needs it cold")
+	}
+	h.mustAdd(req{name: "long", prompt: seqTokens(7, 1500), maxNew: 4})
+	_, decoding, prompts := runTimed(t, h, 1)
+	if !decoding[0] || prompts[0] != coldPrefillChunkTokens {
+		t.Errorf("cold step: decoding %v, %d prompt tokens; want decoding with %d", decoding[0], prompts[0], coldPrefillChunkTokens)
+	}
+	cfg.TargetStepTime = -1
+	off := newHarness(t, cfg, 1024, 16, false)
+	for i := range 4 {
+		off.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 100})
+	}
+	runTimed(t, off, 2)
+	off.mustAdd(req{name: "long", prompt: seqTokens(7, 1500), maxNew: 4})
+	if _, _, p := runTimed(t, off, 1); p[0] != 1500 {
+		t.Errorf("with the bound off the cold step computed %d prompt tokens, want 1500", p[0])
+	}
+}
