@@ -128,8 +128,9 @@ const MinAutoStepTime = 20 * time.Millisecond
 const minPrefillChunkTokens = 16
 
 // coldPrefillChunkTokens bounds the prompt tokens of a step with decoding rows before
-// the step-cost model is ready (its first minCostObservations steps).
-const coldPrefillChunkTokens = 256
+// the step-cost model is ready (its first minCostObservations steps), and is the least
+// the model's trusted range allows after.
+const coldPrefillChunkTokens = 64
 
 // Validate reports whether the configuration can build a scheduler.
 func (c Config) Validate() error {

@@ -408,6 +408,7 @@ type stepLimit struct {
 	active    bool
 	remaining time.Duration // predicted time left for prompt chunks
 	floor     int           // prompt tokens allowed whatever the time (progress)
+	tokens    int           // prompt tokens the cost model's prediction is trusted for
 }
 
 // ObserveStep records how long the forward pass of the latest plan took; the cost model
@@ -417,7 +418,8 @@ func (s *Scheduler) ObserveStep(d time.Duration) {
 }
 
 // planStepLimit sets this step's prompt-work bound: with sequences decoding and a learned
-// cost model, prompt chunks may add what the target leaves after the decode rows. Before
+// cost model, prompt chunks may add what the target leaves after the decode rows, within
+// the token count the model's prediction is trusted for (StepCost.TrustedTokens). Before
 // the model has seen enough steps, prompt chunks next to decoding rows are held to
 // coldPrefillChunkTokens, so a burst of arrivals at start-up does not stall the first
 // streams while the model learns.
@@ -436,7 +438,7 @@ func (s *Scheduler) planStepLimit() {
 		return // nothing decoding: prompts run at full efficiency
 	}
 	if !s.cost.Ready() {
-		s.limit = stepLimit{active: true, floor: coldPrefillChunkTokens}
+		s.limit = stepLimit{active: true, floor: coldPrefillChunkTokens, tokens: coldPrefillChunkTokens}
 		return
 	}
 	base := s.cost.Predict(decode)
@@ -444,7 +446,8 @@ func (s *Scheduler) planStepLimit() {
 	if target == 0 {
 		target = max(2*base, MinAutoStepTime)
 	}
-	s.limit = stepLimit{active: true, remaining: target - base, floor: minPrefillChunkTokens}
+	trusted := max(s.cost.TrustedTokens()-decode.Tokens, coldPrefillChunkTokens)
+	s.limit = stepLimit{active: true, remaining: target - base, floor: minPrefillChunkTokens, tokens: trusted}
 }
 
 // prefillTokens returns how many of n prompt tokens after past this step may compute
@@ -455,7 +458,9 @@ func (s *Scheduler) prefillTokens(past, n int) int {
 		return n
 	}
 	fit := max(s.cost.maxTokens(past, n, l.remaining), min(n, l.floor))
+	fit = min(fit, l.tokens)
 	l.remaining -= s.cost.marginal(past, fit)
 	l.floor = max(l.floor-fit, 0)
+	l.tokens -= fit
 	return fit
 }

@@ -57,6 +57,9 @@ type StepCost struct {
 	coef [numCostFeatures]float64
 	// fitted reports whether coef reflects every observation so far.
 	fitted bool
+	// maxSeenTokens is the most tokens of any observed step: predictions are trusted up to
+	// twice that (TrustedTokens), not extrapolated further.
+	maxSeenTokens int
 }
 
 func costFeatures(sh StepShape) [numCostFeatures]float64 {
@@ -78,7 +81,14 @@ func (c *StepCost) Observe(sh StepShape, d time.Duration) {
 	}
 	c.n++
 	c.fitted = false
+	c.maxSeenTokens = max(c.maxSeenTokens, sh.Tokens)
 }
+
+// TrustedTokens returns the most tokens a step may carry on the model's word: twice the
+// largest step observed. A model fitted on small steps cannot tell a step's per-token
+// cost from its fixed cost well, so prompt chunks grow by at most doubling, each step
+// measured before the next extrapolation.
+func (c *StepCost) TrustedTokens() int { return 2 * c.maxSeenTokens }
 
 // Ready reports whether the model has seen enough steps to predict.
 func (c *StepCost) Ready() bool { return c.n >= minCostObservations }

@@ -218,3 +218,32 @@ func TestColdStartBoundsPrefillWhileDecoding(t *testing.T) {
 		t.Errorf("with the bound off the cold step computed %d prompt tokens, want 1500", p[0])
 	}
 }
+
+// TestPromptChunksGrowWithinTrustedRange: a cost model that has only seen small steps
+// cannot extrapolate to a huge chunk; each step carries at most twice the largest step
+// measured so far.
+func TestPromptChunksGrowWithinTrustedRange(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxNumBatchedTokens = 4096
+	cfg.MaxModelLen = 8192
+	cfg.EnablePrefixCaching = false
+	cfg.TargetStepTime = 10 * time.Second // the time bound alone would allow everything
+	h := newHarness(t, cfg, 2048, 16, false)
+	for i := range 4 {
+		h.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 200})
+	}
+	runTimed(t, h, 12) // every step so far: at most 4 rows × 8 prompt tokens
+	h.mustAdd(req{name: "long", prompt: seqTokens(7, 3000), maxNew: 4})
+	_, _, prompts := runTimed(t, h, 8)
+	prev, total := 32, 0
+	for i, p := range prompts {
+		total += p
+		if p+4 > 2*max(prev, coldPrefillChunkTokens)+4 {
+			t.Fatalf("step %d carried %d prompt tokens after a largest step of %d tokens", i, p, prev)
+		}
+		prev = max(prev, p+4)
+	}
+	if total != 3000 {
+		t.Errorf("the prompt computed %d of 3000 tokens in 8 steps; the range should double each step", total)
+	}
+}
