@@ -54,7 +54,7 @@ type Config struct {
 	EnablePrefixCaching bool
 	// TargetStepTime bounds each step's duration while sequences decode: prompt chunks
 	// are sized from step times measured online (scheduler.Config.TargetStepTime). 0 =
-	// auto (twice the decode rows' own time, at least scheduler.MinAutoStepTime); a
+	// auto (scheduler.AutoStepTimeFactor × the decode rows' own time, at least scheduler.MinAutoStepTime); a
 	// negative value turns the bound off.
 	TargetStepTime time.Duration
 	// StorageParallelism is the number of goroutines the KV gather/scatter may use;

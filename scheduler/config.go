@@ -92,8 +92,8 @@ type Config struct {
 	// TargetStepTime bounds a step's duration while sequences are decoding (Continuous
 	// only): prompt chunks are sized from a cost model learned online from measured steps
 	// (ObserveStep) so that the step's predicted time stays within the target, and every
-	// decoding stream's inter-token latency with it. 0 means auto: twice the predicted time
-	// of the step's decode rows alone, at least MinAutoStepTime. A negative value turns the
+	// decoding stream's inter-token latency with it. 0 means auto: AutoStepTimeFactor times the
+	// predicted time of the step's decode rows alone, at least MinAutoStepTime. A negative value turns the
 	// bound off. With nothing decoding, prompts are prefilled as fast as the token budget
 	// allows whatever the target.
 	TargetStepTime time.Duration
@@ -118,6 +118,13 @@ func DefaultConfig() Config {
 		EnablePrefixCaching:  true,
 	}
 }
+
+// AutoStepTimeFactor is the auto step-time target in decode steps: a step carrying prompt
+// work may take this many times what its decode rows alone take. At 2 the prompts of a
+// closed loop of 32 streams on a 2-core machine waited seconds for their first token
+// (prompt work got half of each step); at 3 they wait a fraction of a second, and a
+// decoding stream's slowest tokens stay within about 3× its typical ones.
+const AutoStepTimeFactor = 3
 
 // MinAutoStepTime is the smallest step-time target the auto setting picks, so that tiny
 // models still prefill in chunks large enough to keep the matrix kernels efficient.

@@ -444,7 +444,7 @@ func (s *Scheduler) planStepLimit() {
 	base := s.cost.Predict(decode)
 	target := s.cfg.TargetStepTime
 	if target == 0 {
-		target = max(2*base, MinAutoStepTime)
+		target = max(AutoStepTimeFactor*base, MinAutoStepTime)
 	}
 	trusted := max(s.cost.TrustedTokens()-decode.Tokens, coldPrefillChunkTokens)
 	s.limit = stepLimit{active: true, remaining: target - base, floor: minPrefillChunkTokens, tokens: trusted}

@@ -136,7 +136,7 @@ func TestTargetStepTimeBoundsPrefillWhileDecoding(t *testing.T) {
 			decodeOnly = testStepModel.duration(sh)
 			target := tc.target
 			if target == 0 {
-				target = max(2*decodeOnly, MinAutoStepTime)
+				target = max(AutoStepTimeFactor*decodeOnly, MinAutoStepTime)
 			}
 			longest, promptSteps, total := time.Duration(0), 0, 0
 			for i, d := range durs {
