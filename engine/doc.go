@@ -31,9 +31,14 @@
 //     skipped), preempting the newest sequence when blocks run out;
 //  3. apply the plan's copy-on-write block copies to the storage;
 //  4. build a models.Batch (each sequence's new tokens and past length) and a paged KV
-//     view: GatherPast copies each row's past out of its blocks into the runner's dense
-//     past_key_values, ScatterNew writes the new keys and values back into the blocks;
-//  5. run model.Forward once for the whole batch;
+//     view of the storage. On the paged attention path (models.PagedKV) the model reads
+//     each row's block table and the arenas and attends over the blocks in place,
+//     writing the new keys and values into them; on the dense path GatherPast copies
+//     each row's past out of its blocks into the runner's past_key_values and
+//     ScatterNew writes the new keys and values back;
+//  5. run model.Forward once for the whole batch, timing it for the scheduler's step-cost
+//     model (Scheduler.ObserveStep), which sizes prompt chunks so that a step with
+//     decoding rows stays within Config.TargetStepTime;
 //  6. for every sequence that computed its last known token, sample the next token
 //     (logit bias, min_tokens, repetition/presence/frequency penalties, temperature,
 //     top_k, top_p, min_p, a per-sequence seeded random stream) and run the stop checks
@@ -53,7 +58,7 @@
 //
 // # Example
 //
-//	runner, _ := models.OpenRunner(dir, models.DefaultRunnerOptions())
+//	runner, _ := models.Open(dir, models.DefaultRunnerOptions()) // paged when the model has it
 //	tok, _ := tokenizer.Load(dir)
 //	eng, err := engine.New(engine.DefaultConfig(), runner, tok)
 //	if err != nil { ... }

@@ -5,8 +5,9 @@
 //
 // # Running
 //
-// OpenRunner loads a model directory into an ONNX Runtime session (InitORT loads the
-// shared library once per process) and Runner.Forward runs one forward pass for a
+// Open loads a model directory on one of two attention paths (see "Attention paths"
+// below); OpenRunner loads it for the dense path: one ONNX Runtime session (InitORT
+// loads the shared library once per process) whose Forward runs one forward pass for a
 // whole batch of sequences. The graph must follow the Hugging Face Optimum decoder
 // interface, so a decoder exported by Optimum serves as is:
 //
@@ -55,7 +56,7 @@
 //	if _, err := build.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
 //		return err
 //	}
-//	r, err := models.OpenRunner(dir, models.DefaultRunnerOptions())
+//	r, err := models.Open(dir, models.DefaultRunnerOptions()) // paged: BuildRandom writes paged/
 //	if err != nil {
 //		return err
 //	}
