@@ -309,3 +309,42 @@ func TestONNXPathsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestONNXPagedAbortsReturnEveryBlock cancels requests mid-generation on the paged path:
+// every block returns to the pool and the pool's invariants hold.
+func TestONNXPagedAbortsReturnEveryBlock(t *testing.T) {
+	m, tok := openTiny(t, models.AttentionPaged)
+	e, err := New(tinyConfig(), m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	reqs := tinyRequests(t, tok, 24)
+	var cancels []context.CancelFunc
+	var chans []<-chan Event
+	for _, r := range reqs {
+		r.Params.MaxTokens, r.Params.IgnoreEOS = 400, true
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := e.Submit(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancels, chans = append(cancels, cancel), append(chans, ch)
+	}
+	waitFor(t, func() bool { return e.Stats().GenerationTokens > 100 })
+	for _, c := range cancels {
+		c()
+	}
+	for i, ch := range chans {
+		if ev := collect(ch).seqs[0]; ev == nil || ev.FinishReason != FinishAbort {
+			t.Fatalf("request %d: last event %+v, want an abort", i, ev)
+		}
+	}
+	shutdown(t, e)
+	if ps := e.pool.Stats(); ps.FreeBlocks != ps.TotalBlocks || ps.UsedBlocks != 0 {
+		t.Fatalf("pool after the aborts: %+v", ps)
+	}
+	if err := e.pool.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
