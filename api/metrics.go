@@ -8,6 +8,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -57,10 +58,13 @@ func NewMetrics() *Metrics {
 		}, []string{"finished_reason"}),
 	}
 	m.reg.MustRegister(m.ttft, m.itl, m.e2e, m.queue, m.batchSize, m.stepDur, m.success, &statsCollector{m: m})
+	// The standard go_* and process_* families every Go exporter serves (heap, GC,
+	// goroutines, CPU seconds, resident memory, open file descriptors).
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// Registry returns the private registry (for tests and for adding process collectors).
+// Registry returns the private registry (for tests and for adding collectors).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Handler serves the registry in the Prometheus text format.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,22 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	if labels["block_size"] != "16" || labels["num_blocks"] != "100" {
 		t.Errorf("cache info labels %v", labels)
+	}
+	// The standard Go and process collectors.
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "go_gc_duration_seconds", "go_info"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+	if runtime.GOOS == "linux" {
+		for _, name := range []string{"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"} {
+			if _, ok := fams[name]; !ok {
+				t.Errorf("metric %s missing", name)
+			}
+		}
+		if v := value("process_resident_memory_bytes", dto.MetricType_GAUGE); v <= 0 {
+			t.Errorf("process_resident_memory_bytes = %v", v)
+		}
 	}
 	succ := fams["conveyor_request_success_total"].GetMetric()
 	if len(succ) != 1 || succ[0].GetLabel()[0].GetValue() != "length" || succ[0].GetCounter().GetValue() != 2 {
