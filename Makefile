@@ -37,9 +37,9 @@ build:
 	$(GO) build -o $(BIN) ./cmd/conveyor
 
 # The shipped checkpoint is a Hugging Face Llama directory; its ONNX graph is built here, in seconds.
-model: $(DEFAULT_ONNX)/model.onnx
+model: $(DEFAULT_ONNX)/paged/paged.json
 
-$(DEFAULT_ONNX)/model.onnx: $(wildcard $(DEFAULT_MODEL)/*.json) $(DEFAULT_MODEL)/model.safetensors | build
+$(DEFAULT_ONNX)/paged/paged.json: $(wildcard $(DEFAULT_MODEL)/*.json) $(DEFAULT_MODEL)/model.safetensors | build
 	$(BIN) build-model --from $(DEFAULT_MODEL) --out $(DEFAULT_ONNX)
 
 run: build ort model

@@ -64,6 +64,10 @@ func Prepare(dir string) (out string, built bool, err error) {
 	return out, true, nil
 }
 
+// builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
+// paged/ was written) is built anew rather than served without it.
+const builtLayout = 2
+
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.
 func checkpointKey(dir string) (string, error) {
@@ -73,6 +77,7 @@ func checkpointKey(dir string) (string, error) {
 	}
 	defer cfg.Close()
 	h := sha256.New()
+	fmt.Fprintf(h, "layout %d\x00", builtLayout)
 	if _, err := io.Copy(h, cfg); err != nil {
 		return "", fmt.Errorf("models: %w", err)
 	}
