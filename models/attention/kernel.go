@@ -19,6 +19,9 @@ const (
 // itemFields is the int32 count of one work item in the items array.
 const itemFields = C.CV_ITEM_FIELDS
 
+// ktile is the most keys the kernel transposes at once (scratch it needs per item).
+const ktile = C.CV_KTILE
+
 // bestISA is the best instruction set this CPU runs.
 var bestISA = int(C.cv_isa())
 

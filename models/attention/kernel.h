@@ -19,6 +19,10 @@ enum {
 	CV_ITEM_FIELDS
 };
 
+// Items with at least CV_TRANSPOSE_ROWS query rows compute scores against key tiles of
+// up to CV_KTILE keys transposed in scratch.
+enum { CV_TRANSPOSE_ROWS = 4, CV_KTILE = 64 };
+
 typedef struct {
 	int num_kv_heads, block_size, head_dim, group;
 	int window;     // keys at positions <= pos - window are not attended; 0 = none
@@ -32,7 +36,8 @@ int cv_isa(void);
 
 // cv_attend computes items [lo, hi): for each token and query head, softmax(q.K) V
 // over the keys it may see, read from the blocks in place, written to att. scratch
-// holds at least cv_scratch_floats(...) floats for the largest item.
+// holds rows*(span+head_dim) + head_dim*CV_KTILE + CV_KTILE floats for the largest item
+// (rows: its query rows; span: the keys it reads).
 void cv_attend(int isa, const cv_params *p, const float *karena, const float *varena,
 	const int32_t *tables, const int32_t *items, int lo, int hi,
 	const float *qkv, float *att, float *scratch);

@@ -178,6 +178,59 @@ KFN static inline float N(softmax)(float *s, int n) {
 	return 1.0f / sum;
 }
 
+// scores_tiles computes the scores of every query row of an item against the keys
+// [t0, t1] of one block as small matrix products: up to CV_KTILE keys are transposed
+// into kt ([D][KT]), and each row's scores for VW keys at a time accumulate
+// q[d] * kt[d][keys] with no horizontal sums. Used when an item has many query rows (a
+// prompt chunk), where the transposition is shared by all of them.
+KFN static void N(scores_tiles)(const cv_params *p, const float *qkv, const int32_t *it, const float *kblock,
+	int t0, int t1, int lo, int span, float *scores, float *kt) {
+	const int D = p->head_dim, G = p->group, bs = p->block_size;
+	const int kvh = it[CV_ITEM_KVHEAD], pos = it[CV_ITEM_POS], ntok = it[CV_ITEM_TOKENS], row = it[CV_ITEM_ROW];
+	float *out = kt + (size_t)D * CV_KTILE;
+	for (int u0 = t0; u0 <= t1; u0 += CV_KTILE) {
+		const int u1 = u0 + CV_KTILE - 1 < t1 ? u0 + CV_KTILE - 1 : t1;
+		const int n = u1 - u0 + 1, KT = (n + VW - 1) / VW * VW;
+		for (int i = 0; i < n; i++) {
+			const float *k = kblock + (size_t)((u0 + i) % bs) * D;
+			for (int d = 0; d < D; d++) {
+				kt[(size_t)d * KT + i] = k[d];
+			}
+		}
+		for (int i = n; i < KT; i++) {
+			for (int d = 0; d < D; d++) {
+				kt[(size_t)d * KT + i] = 0;
+			}
+		}
+		for (int r = 0; r < ntok * G; r++) {
+			const int j = r / G, g = r % G;
+			const int qpos = pos + j;
+			const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+			const int a = u0 > first ? u0 : first, b = u1 < qpos ? u1 : qpos;
+			if (a > b) {
+				continue;
+			}
+			const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
+			for (int kc = 0; kc < KT; kc += VW) {
+				N(vf) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+				const float *col = kt + kc;
+				int d = 0;
+				for (; d + 4 <= D; d += 4) {
+					s0 += N(splat)(q[d]) * N(load)(col + (size_t)d * KT);
+					s1 += N(splat)(q[d + 1]) * N(load)(col + (size_t)(d + 1) * KT);
+					s2 += N(splat)(q[d + 2]) * N(load)(col + (size_t)(d + 2) * KT);
+					s3 += N(splat)(q[d + 3]) * N(load)(col + (size_t)(d + 3) * KT);
+				}
+				for (; d < D; d++) {
+					s0 += N(splat)(q[d]) * N(load)(col + (size_t)d * KT);
+				}
+				N(store)(out + kc, (s0 + s1) + (s2 + s3));
+			}
+			memcpy(scores + (size_t)r * span + (a - lo), out + (a - u0), sizeof(float) * (size_t)(b - a + 1));
+		}
+	}
+}
+
 // attend_item computes one work item (see CV_ITEM_*). Query row r = j*group + g is
 // token j's query head kv_head*group + g; it sees keys [first(j), pos+j] where first
 // honours the sliding window. Scores for all rows are kept in scratch over the item's
@@ -196,6 +249,7 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 	const int span = last - lo + 1;
 	float *scores = scratch;                   // [rows][span]
 	float *acc = scratch + (size_t)rows * span; // [rows][D]
+	float *kt = acc + (size_t)rows * D;         // [D][CV_KTILE] keys transposed, then [CV_KTILE] scores
 	float inv[rows];
 
 	// Scores, key block by key block.
@@ -206,22 +260,32 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 		if (t1 < last) {
 			N(prefetch)(karena + ((size_t)table[bi + 1] * p->num_kv_heads + kvh) * bs * D, bs * D);
 		}
-		for (int r = 0; r < rows; r++) {
-			const int j = r / G, g = r % G;
-			const int qpos = pos + j;
-			const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
-			const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
-			const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
-			float *s = scores + (size_t)r * span;
-			int t = a;
-			for (; t + 3 <= b; t += 4) {
-				N(scores4)(q, kblock + (size_t)(t % bs) * D, D, s + (t - lo));
+		if (rows >= CV_TRANSPOSE_ROWS) {
+			N(scores_tiles)(p, qkv, it, kblock, t0, t1, lo, span, scores, kt);
+		} else {
+			for (int r = 0; r < rows; r++) {
+				const int j = r / G, g = r % G;
+				const int qpos = pos + j;
+				const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+				const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
+				const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
+				float *s = scores + (size_t)r * span;
+				int t = a;
+				for (; t + 3 <= b; t += 4) {
+					N(scores4)(q, kblock + (size_t)(t % bs) * D, D, s + (t - lo));
+				}
+				for (; t <= b; t++) {
+					s[t - lo] = N(dot)(q, kblock + (size_t)(t % bs) * D, D);
+				}
 			}
-			for (; t <= b; t++) {
-				s[t - lo] = N(dot)(q, kblock + (size_t)(t % bs) * D, D);
-			}
-			if (p->scale != 1.0f || p->softcap > 0) {
-				for (t = a; t <= b; t++) {
+		}
+		if (p->scale != 1.0f || p->softcap > 0) {
+			for (int r = 0; r < rows; r++) {
+				const int qpos = pos + r / G;
+				const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+				const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
+				float *s = scores + (size_t)r * span;
+				for (int t = a; t <= b; t++) {
 					float x = s[t - lo] * p->scale;
 					if (p->softcap > 0) {
 						x = p->softcap * tanhf(x / p->softcap);

@@ -30,7 +30,7 @@ type Seq struct {
 
 // maxItemRows bounds the query rows (tokens × group heads) of one work item: the item
 // reads each of its K and V rows once for all of them.
-const maxItemRows = 16
+const maxItemRows = 64
 
 // Layer computes one layer's attention over a paged KV cache. A Layer is not safe for
 // concurrent use; Run parallelises inside.
@@ -207,7 +207,7 @@ func (l *Layer) plan(c Cache, seqs []Seq, tokens int, k, v, qkv, att []float32) 
 			if p.SlidingWindow > 0 {
 				span = min(span, p.SlidingWindow+n-1)
 			}
-			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim))
+			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim)+p.HeadDim*ktile+ktile)
 			for h := range p.NumKVHeads {
 				a.items = append(a.items, int32(off), int32(h), int32(pos), int32(n), int32(row+j0))
 			}
