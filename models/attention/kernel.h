@@ -21,7 +21,7 @@ enum {
 
 // Items with at least CV_TRANSPOSE_ROWS query rows compute scores against key tiles of
 // up to CV_KTILE keys transposed in scratch.
-enum { CV_TRANSPOSE_ROWS = 4, CV_KTILE = 64 };
+enum { CV_TRANSPOSE_ROWS = 16, CV_KTILE = 64 };
 
 typedef struct {
 	int num_kv_heads, block_size, head_dim, group;
