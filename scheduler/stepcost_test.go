@@ -187,6 +187,18 @@ func TestPrefillUnboundedWithNothingDecoding(t *testing.T) {
 	}
 }
 
+// decodingStreams returns a harness for cfg with four short streams admitted and run
+// for steps timed steps.
+func decodingStreams(t *testing.T, cfg Config, blocks, steps int) *harness {
+	t.Helper()
+	h := newHarness(t, cfg, blocks, 16, false)
+	for i := range 4 {
+		h.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 200})
+	}
+	runTimed(t, h, steps)
+	return h
+}
+
 // TestColdStartBoundsPrefillWhileDecoding: before the cost model has seen enough steps,
 // a long prompt arriving next to decoding streams is still chunked.
 func TestColdStartBoundsPrefillWhileDecoding(t *testing.T) {
@@ -194,28 +206,21 @@ func TestColdStartBoundsPrefillWhileDecoding(t *testing.T) {
 	cfg.MaxNumBatchedTokens = 2048
 	cfg.MaxModelLen = 4096
 	cfg.EnablePrefixCaching = false
-	h := newHarness(t, cfg, 1024, 16, false)
-	for i := range 4 {
-		h.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 100})
-	}
-	runTimed(t, h, 2) // prompts, then a decode step: the model is not ready yet
-	if h.s.cost.Ready() {
-		t.Fatal("the cost model is ready after 2 steps; the test needs it cold")
-	}
-	h.mustAdd(req{name: "long", prompt: seqTokens(7, 1500), maxNew: 4})
-	_, decoding, prompts := runTimed(t, h, 1)
-	if !decoding[0] || prompts[0] != coldPrefillChunkTokens {
-		t.Errorf("cold step: decoding %v, %d prompt tokens; want decoding with %d", decoding[0], prompts[0], coldPrefillChunkTokens)
-	}
-	cfg.TargetStepTime = -1
-	off := newHarness(t, cfg, 1024, 16, false)
-	for i := range 4 {
-		off.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 100})
-	}
-	runTimed(t, off, 2)
-	off.mustAdd(req{name: "long", prompt: seqTokens(7, 1500), maxNew: 4})
-	if _, _, p := runTimed(t, off, 1); p[0] != 1500 {
-		t.Errorf("with the bound off the cold step computed %d prompt tokens, want 1500", p[0])
+	for _, target := range []time.Duration{0, -1} {
+		cfg.TargetStepTime = target
+		h := decodingStreams(t, cfg, 1024, 2) // prompts, then a decode step: the model is still cold
+		if h.s.cost.Ready() {
+			t.Fatal("the cost model is ready after 2 steps; the test needs it cold")
+		}
+		h.mustAdd(req{name: "long", prompt: seqTokens(7, 1500), maxNew: 4})
+		_, decoding, prompts := runTimed(t, h, 1)
+		want := coldPrefillChunkTokens
+		if target < 0 {
+			want = 1500 // the bound is off
+		}
+		if !decoding[0] || prompts[0] != want {
+			t.Errorf("target %v, cold step: decoding %v, %d prompt tokens; want decoding with %d", target, decoding[0], prompts[0], want)
+		}
 	}
 }
 
@@ -227,12 +232,8 @@ func TestPromptChunksGrowWithinTrustedRange(t *testing.T) {
 	cfg.MaxNumBatchedTokens = 4096
 	cfg.MaxModelLen = 8192
 	cfg.EnablePrefixCaching = false
-	cfg.TargetStepTime = 10 * time.Second // the time bound alone would allow everything
-	h := newHarness(t, cfg, 2048, 16, false)
-	for i := range 4 {
-		h.mustAdd(req{name: string(rune('a' + i)), prompt: seqTokens(i*10, 8), maxNew: 200})
-	}
-	runTimed(t, h, 12) // every step so far: at most 4 rows × 8 prompt tokens
+	cfg.TargetStepTime = 10 * time.Second  // the time bound alone would allow everything
+	h := decodingStreams(t, cfg, 2048, 12) // every step so far: at most 4 rows × 8 prompt tokens
 	h.mustAdd(req{name: "long", prompt: seqTokens(7, 3000), maxNew: 4})
 	_, _, prompts := runTimed(t, h, 8)
 	prev, total := 32, 0
