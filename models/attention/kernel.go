@@ -42,7 +42,7 @@ func isaName(isa int) string {
 type kernelArgs struct {
 	params       C.cv_params
 	isa          int
-	k, v         []float32
+	k, v         []byte
 	tables       []int32
 	items        []int32
 	qkv, att     []float32
@@ -52,15 +52,20 @@ type kernelArgs struct {
 // attend runs items [lo, hi) with scratch (at least a.scratchFloat floats).
 func (a *kernelArgs) attend(lo, hi int, scratch []float32) {
 	C.cv_attend(C.int(a.isa), &a.params,
-		(*C.float)(unsafe.Pointer(unsafe.SliceData(a.k))), (*C.float)(unsafe.Pointer(unsafe.SliceData(a.v))),
+		unsafe.Pointer(unsafe.SliceData(a.k)), unsafe.Pointer(unsafe.SliceData(a.v)),
 		(*C.int32_t)(unsafe.Pointer(unsafe.SliceData(a.tables))), (*C.int32_t)(unsafe.Pointer(unsafe.SliceData(a.items))),
 		C.int(lo), C.int(hi),
 		(*C.float)(unsafe.Pointer(unsafe.SliceData(a.qkv))), (*C.float)(unsafe.Pointer(unsafe.SliceData(a.att))),
 		(*C.float)(unsafe.Pointer(unsafe.SliceData(scratch))))
 }
 
-func (a *kernelArgs) setParams(p Params, blockSize, qkvStride, attStride int) {
+func (a *kernelArgs) setParams(p Params, dt DType, blockSize, qkvStride, attStride int) {
+	cdt := C.int(C.CV_F32)
+	if dt == Float16 {
+		cdt = C.CV_F16
+	}
 	a.params = C.cv_params{
+		dtype:        cdt,
 		num_kv_heads: C.int(p.NumKVHeads),
 		block_size:   C.int(blockSize),
 		head_dim:     C.int(p.HeadDim),

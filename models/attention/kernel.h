@@ -23,7 +23,11 @@ enum {
 // up to CV_KTILE keys transposed in scratch.
 enum { CV_TRANSPOSE_ROWS = 16, CV_KTILE = 64 };
 
+// Arena element types.
+enum { CV_F32 = 0, CV_F16 = 1 };
+
 typedef struct {
+	int dtype;      // CV_F32 or CV_F16 arenas
 	int num_kv_heads, block_size, head_dim, group;
 	int window;     // keys at positions <= pos - window are not attended; 0 = none
 	float scale;    // multiplies q.k
@@ -36,9 +40,10 @@ int cv_isa(void);
 
 // cv_attend computes items [lo, hi): for each token and query head, softmax(q.K) V
 // over the keys it may see, read from the blocks in place, written to att. scratch
-// holds rows*(span+head_dim) + head_dim*CV_KTILE + CV_KTILE floats for the largest item
+// holds rows*(span+head_dim) + head_dim*CV_KTILE + CV_KTILE + block_size*head_dim floats for
+// the largest item
 // (rows: its query rows; span: the keys it reads).
-void cv_attend(int isa, const cv_params *p, const float *karena, const float *varena,
+void cv_attend(int isa, const cv_params *p, const void *karena, const void *varena,
 	const int32_t *tables, const int32_t *items, int lo, int hi,
 	const float *qkv, float *att, float *scratch);
 

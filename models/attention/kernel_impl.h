@@ -29,6 +29,23 @@ KFN static inline N(vf) N(select)(N(vi) mask, N(vf) a, N(vf) b) {
 	return (N(vf))(((N(vi))a & mask) | ((N(vi))b & ~mask));
 }
 
+// halves converts n IEEE half-precision values to float32.
+KFN static inline void N(halves)(float *dst, const uint16_t *src, size_t n) {
+	size_t i = 0;
+#if VW == 16
+	for (; i + 16 <= n; i += 16) {
+		_mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+	}
+#elif VW == 8
+	for (; i + 8 <= n; i += 8) {
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+	}
+#endif
+	for (; i < n; i++) {
+		dst[i] = cv_half_to_float(src[i]);
+	}
+}
+
 // exp of every lane (Cephes' polynomial after range reduction by ln 2; relative error
 // ~1e-7). Inputs below -87.3 give 0.
 KFN static inline N(vf) N(vexp)(N(vf) x) {
@@ -69,12 +86,28 @@ KFN static inline float N(dot)(const float *a, const float *b, int n) {
 	return s;
 }
 
-// prefetch asks for the n floats at x (the next block's run): blocks sit anywhere in
-// the arena, so the hardware prefetcher cannot follow from one block to the next. The
-// hint is non-temporal: each K and V row is read once a step, and keeping the model's
-// weights in cache between the layer segments is worth more.
-KFN static inline void N(prefetch)(const float *x, int n) {
-	for (int i = 0; i < n; i += 16) {
+// block returns the run of block bi's keys or values for kv head kvh as float32: the
+// arena's own memory for float32 arenas; for float16 arenas the run converted into buf
+// (bs*D floats). Only the rows [from, to] of the block are converted.
+KFN static inline const float *N(block)(const cv_params *p, const char *arena, int32_t bi, int kvh,
+	int from, int to, float *buf) {
+	const size_t run = (size_t)p->block_size * p->head_dim;
+	const size_t first = ((size_t)bi * p->num_kv_heads + kvh) * run;
+	if (p->dtype == CV_F32) {
+		return (const float *)arena + first;
+	}
+	const uint16_t *h = (const uint16_t *)arena + first;
+	const size_t lo = (size_t)from * p->head_dim, hi = (size_t)(to + 1) * p->head_dim;
+	N(halves)(buf + lo, h + lo, hi - lo);
+	return buf;
+}
+
+// prefetch_block prefetches block bi's run for kv head kvh.
+KFN static inline void N(prefetch_block)(const cv_params *p, const char *arena, int32_t bi, int kvh) {
+	const size_t run = (size_t)p->block_size * p->head_dim;
+	const size_t esz = p->dtype == CV_F32 ? 4 : 2;
+	const char *x = arena + ((size_t)bi * p->num_kv_heads + kvh) * run * esz;
+	for (size_t i = 0; i < run * esz; i += 64) {
 		__builtin_prefetch(x + i, 0, 0);
 	}
 }
@@ -235,7 +268,7 @@ KFN static void N(scores_tiles)(const cv_params *p, const float *qkv, const int3
 // token j's query head kv_head*group + g; it sees keys [first(j), pos+j] where first
 // honours the sliding window. Scores for all rows are kept in scratch over the item's
 // key span, so each K and V row is read from its block once per item.
-KFN static void N(attend_item)(const cv_params *p, const float *karena, const float *varena,
+KFN static void N(attend_item)(const cv_params *p, const char *karena, const char *varena,
 	const int32_t *tables, const int32_t *it, const float *qkv, float *att, float *scratch) {
 	const int D = p->head_dim, G = p->group, bs = p->block_size;
 	const int32_t *table = tables + it[CV_ITEM_TABLE];
@@ -250,15 +283,16 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 	float *scores = scratch;                   // [rows][span]
 	float *acc = scratch + (size_t)rows * span; // [rows][D]
 	float *kt = acc + (size_t)rows * D;         // [D][CV_KTILE] keys transposed, then [CV_KTILE] scores
+	float *conv = kt + (size_t)D * CV_KTILE + CV_KTILE; // [bs][D]: a float16 block converted
 	float inv[rows];
 
 	// Scores, key block by key block.
 	for (int t0 = lo; t0 <= last;) {
 		const int bi = t0 / bs;
 		const int t1 = (bi + 1) * bs - 1 < last ? (bi + 1) * bs - 1 : last;
-		const float *kblock = karena + ((size_t)table[bi] * p->num_kv_heads + kvh) * bs * D;
+		const float *kblock = N(block)(p, karena, table[bi], kvh, t0 % bs, t1 % bs, conv);
 		if (t1 < last) {
-			N(prefetch)(karena + ((size_t)table[bi + 1] * p->num_kv_heads + kvh) * bs * D, bs * D);
+			N(prefetch_block)(p, karena, table[bi + 1], kvh);
 		}
 		if (rows >= CV_TRANSPOSE_ROWS) {
 			N(scores_tiles)(p, qkv, it, kblock, t0, t1, lo, span, scores, kt);
@@ -307,9 +341,9 @@ KFN static void N(attend_item)(const cv_params *p, const float *karena, const fl
 	for (int t0 = lo; t0 <= last;) {
 		const int bi = t0 / bs;
 		const int t1 = (bi + 1) * bs - 1 < last ? (bi + 1) * bs - 1 : last;
-		const float *vblock = varena + ((size_t)table[bi] * p->num_kv_heads + kvh) * bs * D;
+		const float *vblock = N(block)(p, varena, table[bi], kvh, t0 % bs, t1 % bs, conv);
 		if (t1 < last) {
-			N(prefetch)(varena + ((size_t)table[bi + 1] * p->num_kv_heads + kvh) * bs * D, bs * D);
+			N(prefetch_block)(p, varena, table[bi + 1], kvh);
 		}
 		for (int r = 0; r < rows; r++) {
 			const int qpos = pos + r / G;

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // Cache is one layer's paged KV: K and V arenas laid out
@@ -77,9 +79,8 @@ func (l *Layer) Run(c Cache, seqs []Seq, qkv, att []float32) error {
 	if err != nil {
 		return err
 	}
-	k, v := floats(c.K), floats(c.V)
-	l.rotateAndStore(c, seqs, qkv, k, v)
-	l.plan(c, seqs, tokens, k, v, qkv, att)
+	l.rotateAndStore(c, seqs, qkv)
+	l.plan(c, seqs, tokens, qkv, att)
 	l.runItems()
 	return nil
 }
@@ -90,13 +91,13 @@ func (l *Layer) check(c Cache, seqs []Seq, qkv, att []float32) (int, error) {
 		return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))
 	}
 	p := l.p
-	if c.DType != Float32 {
-		return 0, bad("KV arenas of type %d; this build computes with float32 arenas", c.DType)
+	if c.DType.Size() == 0 {
+		return 0, bad("KV arenas of unknown type %d", c.DType)
 	}
 	if c.NumBlocks <= 0 || c.BlockSize <= 0 {
 		return 0, bad("%d blocks of %d tokens", c.NumBlocks, c.BlockSize)
 	}
-	arena := c.NumBlocks * p.NumKVHeads * c.BlockSize * p.HeadDim * 4
+	arena := c.NumBlocks * p.NumKVHeads * c.BlockSize * p.HeadDim * c.DType.Size()
 	if len(c.K) < arena || len(c.V) < arena {
 		return 0, bad("arenas of %d and %d bytes, %d blocks need %d", len(c.K), len(c.V), c.NumBlocks, arena)
 	}
@@ -144,9 +145,21 @@ func floats(b []byte) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
+// halves views a byte arena as float16 bit patterns.
+func halves(b []byte) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2)
+}
+
 // rotateAndStore turns the new queries and keys by their positions and stores the
-// new keys and values in their blocks.
-func (l *Layer) rotateAndStore(c Cache, seqs []Seq, qkv, k, v []float32) {
+// new keys and values in their blocks, in the arenas' type.
+func (l *Layer) rotateAndStore(c Cache, seqs []Seq, qkv []float32) {
+	var k, v []float32
+	var kh, vh []uint16
+	if c.DType == Float16 {
+		kh, vh = halves(c.K), halves(c.V)
+	} else {
+		k, v = floats(c.K), floats(c.V)
+	}
 	p := l.p
 	D, cols := p.HeadDim, p.QKVCols()
 	kOff, vOff := p.NumHeads*D, (p.NumHeads+p.NumKVHeads)*D
@@ -164,6 +177,13 @@ func (l *Layer) rotateAndStore(c Cache, seqs []Seq, qkv, k, v []float32) {
 			blk := int(s.Table[pos/c.BlockSize])
 			for h := range p.NumKVHeads {
 				o := ((blk*p.NumKVHeads+h)*c.BlockSize + pos%c.BlockSize) * D
+				if kh != nil {
+					for d := range D {
+						kh[o+d] = kvcache.Float32ToFloat16(row[kOff+h*D+d])
+						vh[o+d] = kvcache.Float32ToFloat16(row[vOff+h*D+d])
+					}
+					continue
+				}
 				copy(k[o:o+D], row[kOff+h*D:kOff+(h+1)*D])
 				copy(v[o:o+D], row[vOff+h*D:vOff+(h+1)*D])
 			}
@@ -185,12 +205,12 @@ func rotate(x, cos, sin []float32) {
 
 // plan fills the kernel's arguments: the sequences' tables flattened and one work item
 // per (sequence, KV head, run of tokens).
-func (l *Layer) plan(c Cache, seqs []Seq, tokens int, k, v, qkv, att []float32) {
+func (l *Layer) plan(c Cache, seqs []Seq, tokens int, qkv, att []float32) {
 	p := l.p
 	a := &l.args
 	a.isa = l.isa
-	a.setParams(p, c.BlockSize, p.QKVCols(), p.OutCols())
-	a.k, a.v = k, v
+	a.setParams(p, c.DType, c.BlockSize, p.QKVCols(), p.OutCols())
+	a.k, a.v = c.K, c.V
 	a.qkv, a.att = qkv[:tokens*p.QKVCols()], att[:tokens*p.OutCols()]
 	a.tables, a.items = a.tables[:0], a.items[:0]
 	a.scratchFloat = 0
@@ -207,7 +227,7 @@ func (l *Layer) plan(c Cache, seqs []Seq, tokens int, k, v, qkv, att []float32) 
 			if p.SlidingWindow > 0 {
 				span = min(span, p.SlidingWindow+n-1)
 			}
-			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim)+p.HeadDim*ktile+ktile)
+			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim)+p.HeadDim*(ktile+c.BlockSize)+ktile)
 			for h := range p.NumKVHeads {
 				a.items = append(a.items, int32(off), int32(h), int32(pos), int32(n), int32(row+j0))
 			}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // testCase is one layer shape and one step of sequences over a paged cache.
@@ -146,6 +148,55 @@ func TestRunMatchesReference(t *testing.T) {
 	}
 }
 
+// toHalf returns a float16 copy of a float32 cache and the float32 values it holds.
+func toHalf(c Cache) (Cache, []float32, []float32) {
+	k, v := floats(c.K), floats(c.V)
+	hk, hv := make([]uint16, len(k)), make([]uint16, len(v))
+	rk, rv := make([]float32, len(k)), make([]float32, len(v))
+	for i := range k {
+		hk[i], hv[i] = kvcache.Float32ToFloat16(k[i]), kvcache.Float32ToFloat16(v[i])
+		rk[i], rv[i] = kvcache.Float16ToFloat32(hk[i]), kvcache.Float16ToFloat32(hv[i])
+	}
+	hb := func(h []uint16) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), len(h)*2) }
+	c.K, c.V, c.DType = hb(hk), hb(hv), Float16
+	return c, rk, rv
+}
+
+// TestRunFloat16Arenas runs every case on float16 arenas against the reference over
+// the same float16 values (new keys and values rounded as stored).
+func TestRunFloat16Arenas(t *testing.T) {
+	for _, tc := range testCases() {
+		for _, isa := range isas() {
+			t.Run(fmt.Sprintf("%s/%s", tc.name, isaName(isa)), func(t *testing.T) {
+				c32, seqs, qkv := tc.setup(7)
+				cache, refK, refV := toHalf(c32)
+				want := referenceRun(tc.p, cache, refK, refV, seqs, qkv, true)
+				l, err := NewLayer(tc.p, 4096)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.isa = isa
+				att := make([]float32, len(want))
+				if err := l.Run(cache, seqs, slices.Clone(qkv), att); err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if d := math.Abs(float64(att[i]) - want[i]); d > 1e-4*(1+math.Abs(want[i])) {
+						t.Fatalf("att[%d] = %v, reference %v (diff %.2g)", i, att[i], want[i], d)
+					}
+				}
+				got := halves(cache.K)
+				for i := range refK {
+					// One float16 step apart at most: the rotation is float32 here, float64 there.
+					if d := math.Abs(float64(kvcache.Float16ToFloat32(got[i]) - refK[i])); d > 1e-3*math.Abs(float64(refK[i]))+1e-7 {
+						t.Fatalf("key arena element %d: %v, reference %v", i, kvcache.Float16ToFloat32(got[i]), refK[i])
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestChunkedEqualsWhole checks that a prompt computed in chunks, each attending to
 // the blocks the earlier chunks wrote, gives the output of one pass over the prompt.
 func TestChunkedEqualsWhole(t *testing.T) {
@@ -192,7 +243,10 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{"short att", func(_ *Cache, _ []Seq, _, a *[]float32) { *a = (*a)[:len(*a)-1] }},
 		{"short arena", func(c *Cache, _ []Seq, _, _ *[]float32) { c.V = c.V[:len(c.V)-4] }},
 		{"more blocks than the arena", func(c *Cache, _ []Seq, _, _ *[]float32) { c.NumBlocks++ }},
-		{"float16 arena", func(c *Cache, _ []Seq, _, _ *[]float32) { c.DType = 2 }},
+		{"unknown arena type", func(c *Cache, _ []Seq, _, _ *[]float32) { c.DType = 7 }},
+		{"float16 arenas too short", func(c *Cache, _ []Seq, _, _ *[]float32) {
+			c.DType, c.K, c.V = Float16, c.K[:len(c.K)/2], c.V[:len(c.V)/2-2]
+		}},
 		{"zero block size", func(c *Cache, _ []Seq, _, _ *[]float32) { c.BlockSize = 0 }},
 	} {
 		t.Run(bad.name, func(t *testing.T) {

@@ -1,12 +1,23 @@
 package attention
 
-import "math"
+import (
+	"math"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+)
 
 // referenceRun is the plain float64 attention the kernel is checked against: it
 // reads every key and value through the block table one position at a time, with no
 // tiling, no online state and no vector code. It returns the expected output and
-// applies the same cache writes Run makes to refK, refV (float32 arenas).
-func referenceRun(p Params, c Cache, refK, refV []float32, seqs []Seq, qkvIn []float32) []float64 {
+// applies the same cache writes Run makes to refK, refV (float32 values; with half, the
+// stored keys and values are rounded to float16 as a float16 arena holds them).
+func referenceRun(p Params, c Cache, refK, refV []float32, seqs []Seq, qkvIn []float32, half ...bool) []float64 {
+	store := func(x float64) float32 {
+		if len(half) > 0 && half[0] {
+			return kvcache.Float16ToFloat32(kvcache.Float32ToFloat16(float32(x)))
+		}
+		return float32(x)
+	}
 	D := p.HeadDim
 	cols := p.QKVCols()
 	G := p.Group()
@@ -38,8 +49,8 @@ func referenceRun(p Params, c Cache, refK, refV []float32, seqs []Seq, qkvIn []f
 			for h := range p.NumKVHeads {
 				o := ((blk*p.NumKVHeads+h)*c.BlockSize + pos%c.BlockSize) * D
 				for d := range D {
-					refK[o+d] = float32(row[(p.NumHeads+h)*D+d])
-					refV[o+d] = float32(row[(p.NumHeads+p.NumKVHeads+h)*D+d])
+					refK[o+d] = store(row[(p.NumHeads+h)*D+d])
+					refV[o+d] = store(row[(p.NumHeads+p.NumKVHeads+h)*D+d])
 				}
 			}
 			t++
