@@ -348,3 +348,37 @@ func TestONNXPagedAbortsReturnEveryBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestONNXFloat16KVCache serves on a float16 KV cache: the same memory budget holds twice
+// the blocks, and requests complete (their logits are checked against the float64
+// reference in package models).
+func TestONNXFloat16KVCache(t *testing.T) {
+	dir := tinyModelDir(t)
+	var blocks []int
+	for _, dtype := range []string{"float32", "float16"} {
+		r, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1, KVCacheDType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := tokenizer.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := New(tinyConfig(), r, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Start(context.Background())
+		for i, res := range runAll(t, e, tinyRequests(t, tok, 8)) {
+			if s := res.seqs[0]; s == nil || len(s.TokenIDs) == 0 || s.FinishReason == FinishError {
+				t.Fatalf("%s request %d: %+v", dtype, i, s)
+			}
+		}
+		shutdown(t, e)
+		blocks = append(blocks, e.NumKVBlocks())
+		_ = r.Close()
+	}
+	if blocks[1] != 2*blocks[0] {
+		t.Errorf("KV blocks in the same budget: float32 %d, float16 %d; want twice", blocks[0], blocks[1])
+	}
+}

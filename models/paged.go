@@ -94,7 +94,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 			HeadDim:      first.HeadDim,
 			VocabSize:    man.VocabSize,
 			MaxPositions: man.MaxPositions,
-			KVDType:      Float32,
+			KVDType:      kvDTypeOption(opts.KVCacheDType),
 			BOSTokenID:   meta.bos,
 			EOSTokenIDs:  meta.eos,
 		},
@@ -151,6 +151,14 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 	}
 	ok = true
 	return r, nil
+}
+
+// kvDTypeOption is the paged path's KV type for RunnerOptions.KVCacheDType (validated).
+func kvDTypeOption(s string) DType {
+	if s == Float16.String() {
+		return Float16
+	}
+	return Float32
 }
 
 // mapEmbedding maps the embedding table read-only: only the rows the model reads are
@@ -235,10 +243,14 @@ func (r *PagedRunner) Forward(b *Batch, kv KV) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
+	arenaType := attention.Float32
+	if r.spec.KVDType == Float16 {
+		arenaType = attention.Float16
+	}
 	cache := func(l int) attention.Cache {
 		k, v := pkv.Arena(l)
 		n, bs := pkv.Blocks()
-		return attention.Cache{K: k, V: v, NumBlocks: n, BlockSize: bs, DType: attention.Float32}
+		return attention.Cache{K: k, V: v, NumBlocks: n, BlockSize: bs, DType: arenaType}
 	}
 
 	tokens := r.embedTokens(b)

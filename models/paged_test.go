@@ -214,3 +214,55 @@ func TestOpenAttentionChoice(t *testing.T) {
 		t.Errorf("unknown attention: %v", err)
 	}
 }
+
+// TestPagedFloat16KV runs the paged scenario with a float16 KV cache: every position stays
+// close to the float64 reference, and the cache really holds float16 (the logits differ
+// from the float32 cache's).
+func TestPagedFloat16KV(t *testing.T) {
+	cfg := tinyConfig(64, 2, 8, 2, 112, 131, false)
+	dir := t.TempDir()
+	w := buildPagedTestModel(t, cfg, 21, dir)
+	open := func(dtype string) Model {
+		m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(t), IntraOpThreads: 2, Attention: AttentionPaged, KVCacheDType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		return m
+	}
+	run := func(m Model) scenarioResult {
+		return pagedScenario(t, m.Spec(), cfg.VocabSize, func(step int, b *Batch, kv *pagedTestKV) *Output {
+			out, err := m.Forward(b, kv)
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			return out
+		})
+	}
+	half, full := open("float16"), open("")
+	if half.Spec().KVDType != Float16 || full.Spec().KVDType != Float32 {
+		t.Fatalf("KV types %v and %v", half.Spec().KVDType, full.Spec().KVDType)
+	}
+	h, f := run(half), run(full)
+	ref := newRefModel(t, cfg, w)
+	differs := false
+	for s := range h.tokens {
+		want := ref.forward(t, h.tokens[s])
+		for p, got := range h.logits[s][:len(h.tokens[s])] {
+			if e := relErr(got, want[p]); e > 2e-3 {
+				t.Errorf("sequence %d position %d: float16 KV differs from the reference by %.2e", s, p, e)
+			}
+			differs = differs || relErr32(got, f.logits[s][p]) > 0
+		}
+	}
+	if !differs {
+		t.Error("float16 and float32 caches gave identical logits: the float16 cache is not used")
+	}
+	_, err := Open(dir, RunnerOptions{ORTLib: testORTLib(t), Attention: AttentionDense, KVCacheDType: "float16"})
+	if !errors.Is(err, ErrModelDir) {
+		t.Errorf("a float16 cache on the dense path of a float32 graph: %v, want ErrModelDir", err)
+	}
+	if _, err := Open(dir, RunnerOptions{ORTLib: testORTLib(t), KVCacheDType: "int3"}); !errors.Is(err, ErrModelDir) {
+		t.Errorf("KV cache dtype int3: %v, want ErrModelDir", err)
+	}
+}

@@ -87,6 +87,10 @@ type RunnerOptions struct {
 	// Attention selects the attention path for Open: AttentionPaged, AttentionDense,
 	// or "" for paged when the model has a paged layout.
 	Attention string
+	// KVCacheDType is the KV cache's element type: "float32", "float16", or "" for the
+	// model's own (float32 on the paged path; the graph's type on the dense path, where
+	// it cannot be changed).
+	KVCacheDType string
 }
 
 // DefaultRunnerOptions returns options that use every core and the default library path.
@@ -96,6 +100,9 @@ func DefaultRunnerOptions() RunnerOptions { return RunnerOptions{} }
 func (o RunnerOptions) Validate() error {
 	if o.IntraOpThreads < 0 {
 		return fmt.Errorf("%w: intra-op threads %d < 0", ErrModelDir, o.IntraOpThreads)
+	}
+	if o.KVCacheDType != "" && o.KVCacheDType != Float32.String() && o.KVCacheDType != Float16.String() {
+		return fmt.Errorf("%w: KV cache dtype %q: want float32 or float16", ErrModelDir, o.KVCacheDType)
 	}
 	if o.Attention != "" && o.Attention != AttentionPaged && o.Attention != AttentionDense {
 		return fmt.Errorf("%w: attention %q: want %s or %s", ErrModelDir, o.Attention, AttentionPaged, AttentionDense)
@@ -232,6 +239,10 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	io, spec, err := parseDecoderIO(ins, outs, meta)
 	if err != nil {
 		return nil, err
+	}
+	if opts.KVCacheDType != "" && opts.KVCacheDType != spec.KVDType.String() {
+		return nil, fmt.Errorf("%w: %s keeps its KV cache in %s on the dense path; a %s cache needs the paged path",
+			ErrModelDir, modelPath, spec.KVDType, opts.KVCacheDType)
 	}
 
 	so, err := newSessionOptions(opts)

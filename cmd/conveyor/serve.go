@@ -35,6 +35,7 @@ func init() {
 type serveOptions struct {
 	modelDir        string
 	attention       string
+	kvCacheDType    string
 	targetStepTime  string
 	host            string
 	port            int
@@ -143,6 +144,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize, /detokenize (/health and /metrics stay open)")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
+	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", "", "KV cache element type: float32 or float16 (half the memory per token: twice the blocks in the same --kv-cache-memory; paged attention only); default the model's own (float32 on the paged path)")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
@@ -210,6 +212,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --threads %d must be >= 0", o.threads)
 	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
 		return fmt.Errorf("serve: --attention %q: want paged or dense", o.attention)
+	case o.kvCacheDType != "" && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
+		return fmt.Errorf("serve: --kv-cache-dtype %q: want float32 or float16", o.kvCacheDType)
 	case o.maxModelLen < 0:
 		return fmt.Errorf("serve: --max-model-len %d must be >= 0", o.maxModelLen)
 	case o.shutdownTimeout < 0:
@@ -353,7 +357,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 		drain()
 		return fmt.Errorf("serve: %w", err)
 	}
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention})
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention, KVCacheDType: o.kvCacheDType})
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
@@ -375,7 +379,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults})
 	addr := ln.Addr().String()
 	log.Info("ready", "addr", addr, "model", acfg.ModelName, "load_seconds", time.Since(start).Seconds(),
-		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", runner.Attention())
+		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", runner.Attention(), "kv_cache_dtype", runner.Spec().KVDType.String())
 	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "")
 	if ready != nil {
 		ready <- addr

@@ -60,6 +60,7 @@ func TestServeFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"--log-format", "xml"}, nil, "log-format"},
 		{[]string{"--generation-config", "model"}, nil, "generation-config"},
 		{[]string{"--attention", "flash"}, nil, "--attention"},
+		{[]string{"--kv-cache-dtype", "int3"}, nil, "--kv-cache-dtype"},
 		{[]string{"--target-step-time", "soon"}, nil, "--target-step-time"},
 		{[]string{"--target-step-time", "-5ms"}, nil, "--target-step-time"},
 		{[]string{"--nope"}, nil, "nope"},
