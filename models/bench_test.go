@@ -87,10 +87,13 @@ func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, AttentionPaged) }
 // dense path's step).
 func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, AttentionDense) }
 
-func benchDecode(b *testing.B, attention string) {
+// BenchmarkDecodeStepFloat16 is BenchmarkDecodeStep with a float16 KV cache.
+func BenchmarkDecodeStepFloat16(b *testing.B) { benchDecode(b, AttentionPaged, "float16") }
+
+func benchDecode(b *testing.B, attention string, kvDType ...string) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
-			r := openBenchModel(b, m.cfg, attention)
+			r := openBenchModel(b, m.cfg, attention, kvDType...)
 			for _, past := range []int{128, 512, 2048} {
 				if past >= m.cfg.MaxPositionEmbeddings {
 					continue
@@ -133,9 +136,13 @@ func BenchmarkPrefill(b *testing.B) {
 	}
 }
 
-func openBenchModel(b *testing.B, cfg *build.Config, attention string) Model {
+func openBenchModel(b *testing.B, cfg *build.Config, attention string, kvDType ...string) Model {
 	dir := benchModelDir(b, cfg)
-	r, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Attention: attention})
+	opts := RunnerOptions{ORTLib: testORTLib(b), Attention: attention}
+	if len(kvDType) > 0 {
+		opts.KVCacheDType = kvDType[0]
+	}
+	r, err := Open(dir, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
