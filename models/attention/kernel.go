@@ -47,6 +47,7 @@ type kernelArgs struct {
 	items        []int32
 	qkv, att     []float32
 	scratchFloat int // floats of scratch the largest item needs
+	work         int // query·key pairs × head dim over all items
 }
 
 // attend runs items [lo, hi) with scratch (at least a.scratchFloat floats).

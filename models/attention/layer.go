@@ -30,6 +30,11 @@ type Seq struct {
 	NumNew  int
 }
 
+// parallelMinWork is the attention work (query·key pairs × head dim) below which Run
+// computes on the calling goroutine alone: about 20 µs of arithmetic, less than waking
+// another goroutine and its thread costs.
+const parallelMinWork = 1 << 17
+
 // maxItemRows bounds the query rows (tokens × group heads) of one work item: the item
 // reads each of its K and V rows once for all of them.
 const maxItemRows = 64
@@ -213,7 +218,7 @@ func (l *Layer) plan(c Cache, seqs []Seq, tokens int, qkv, att []float32) {
 	a.k, a.v = c.K, c.V
 	a.qkv, a.att = qkv[:tokens*p.QKVCols()], att[:tokens*p.OutCols()]
 	a.tables, a.items = a.tables[:0], a.items[:0]
-	a.scratchFloat = 0
+	a.scratchFloat, a.work = 0, 0
 	per := max(1, maxItemRows/p.Group())
 	row := 0
 	for _, s := range seqs {
@@ -228,6 +233,7 @@ func (l *Layer) plan(c Cache, seqs []Seq, tokens int, qkv, att []float32) {
 				span = min(span, p.SlidingWindow+n-1)
 			}
 			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim)+p.HeadDim*(ktile+c.BlockSize)+ktile)
+			a.work += p.NumKVHeads * n * p.Group() * span * p.HeadDim
 			for h := range p.NumKVHeads {
 				a.items = append(a.items, int32(off), int32(h), int32(pos), int32(n), int32(row+j0))
 			}
@@ -242,6 +248,9 @@ func (l *Layer) runItems() {
 	a := &l.args
 	n := len(a.items) / itemFields
 	workers := min(runtime.GOMAXPROCS(0), n)
+	if a.work < parallelMinWork {
+		workers = 1 // waking another goroutine would cost more than it saves
+	}
 	for len(l.scratch) < workers {
 		l.scratch = append(l.scratch, nil)
 	}
