@@ -96,7 +96,7 @@ type e2e struct {
 func startE2E(t *testing.T, modAPI func(*Config), modEngine func(*engine.Config)) *e2e {
 	t.Helper()
 	dir := tinyModel(t)
-	runner, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1}) // the paged path, as served
 	if err != nil {
 		t.Fatal(err)
 	}

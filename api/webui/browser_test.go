@@ -404,9 +404,9 @@ func newFixture(t *testing.T, dir string) *fixture {
 			t.Fatalf("building the tiny model: %v", err)
 		}
 	}
-	runner, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1}) // the paged path, as served
 	if err != nil {
-		t.Fatalf("OpenRunner: %v", err)
+		t.Fatalf("models.Open: %v", err)
 	}
 	t.Cleanup(func() { _ = runner.Close() })
 	tok, err := tokenizer.Load(dir)
