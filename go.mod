@@ -80,3 +80,6 @@ require (
 	golang.org/x/term v0.46.0 // indirect
 	gopkg.in/cenkalti/backoff.v1 v1.1.0 // indirect
 )
+
+// gonja with inline conditionals inside expressions (third_party/gonja/FORK.md).
+replace github.com/nikolalohinski/gonja/v2 => ./third_party/gonja

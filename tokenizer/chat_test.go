@@ -220,3 +220,18 @@ func TestChatTemplateConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestChatTemplateInlineConditionals: Jinja's `A if B else C` inside parentheses, list
+// items, dict values and call arguments, as Gemma 3's template writes
+// `(first_user_prefix if loop.first else "")`. The expected string is Python jinja2's.
+func TestChatTemplateInlineConditionals(t *testing.T) {
+	tk := chatFixture(t, `{{ bos_token }}{% for m in messages %}{{ '<' + m['role'] + '>\n' + ('Note: ' if loop.first else '') + m['content'] | trim }}{{ ('!' if m['role'] == 'user') }}
+{% endfor %}{{ [1 if messages|length > 3 else 2, 3] | join(',') }} {{ {'k': 'a' if false else 'b'}['k'] }} {{ 'x,y'.split(',' if true else ';') | length }}`)
+	got, err := tk.ApplyChatTemplate(chatMessages, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "<s><system>\nNote: Be brief.\n<user>\nHi there!\n<assistant>\nHello!\n<user>\nBye!\n1,3 b 2"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}

@@ -1,0 +1,2 @@
+// Package gonja implements a Jinja2-like template engine for Go.
+package gonja
