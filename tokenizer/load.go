@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // fileJSON is tokenizer.json.
@@ -100,7 +103,16 @@ func FromBytes(tokenizerJSON, configJSONData []byte) (*Tokenizer, error) {
 	return t, nil
 }
 
-func build(data []byte) (*Tokenizer, error) {
+// parsedFile is tokenizer.json as the loader reads it.
+type parsedFile struct {
+	addedTokens                                      []addedTokenJSON
+	normalizer, preTokenizer, postProcessor, decoder json.RawMessage
+	model                                            modelSpec
+}
+
+// parseSlow reads tokenizer.json with encoding/json. It is the reference for parseFast,
+// which falls back on it for anything unusual and for the error messages.
+func parseSlow(data []byte) (*parsedFile, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, err
@@ -119,42 +131,78 @@ func build(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(f.Model, &m); err != nil {
 		return nil, fmt.Errorf("model: %v", err)
 	}
+	if m.Type != "" && m.Type != "BPE" {
+		return nil, fmt.Errorf("model: unsupported type %q (only BPE)", m.Type)
+	}
+	if len(m.Vocab) == 0 {
+		return nil, fmt.Errorf("model: empty or missing vocab")
+	}
+	merges, err := parseMerges(m.Merges)
+	if err != nil {
+		return nil, fmt.Errorf("model: %v", err)
+	}
+	// Ids are dense in real files; bound them by the number of tokens so that a stray huge
+	// id cannot allocate gigabytes.
+	limit := 2*(len(m.Vocab)+len(f.AddedTokens)) + 1024
+	vocab := make(map[string]int32, len(m.Vocab))
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return nil, fmt.Errorf("model: token %q has negative id %d", tok, id)
+		}
+		if id >= limit {
+			return nil, fmt.Errorf("token %q: id %d is too large for %d tokens (ids must be dense)", tok, id, len(m.Vocab)+len(f.AddedTokens))
+		}
+		vocab[tok] = int32(id)
+	}
+	return &parsedFile{
+		addedTokens: f.AddedTokens,
+		normalizer:  f.Normalizer, preTokenizer: f.PreTokenizer,
+		postProcessor: f.PostProcessor, decoder: f.Decoder,
+		model: modelSpec{modelJSON: m, vocab: vocab, merges: merges},
+	}, nil
+}
+
+func build(data []byte) (*Tokenizer, error) {
+	f, ok := parseFast(data)
+	if !ok {
+		var err error
+		if f, err = parseSlow(data); err != nil {
+			return nil, err
+		}
+	}
+	m := f.model
 	model, err := newBPEModel(m)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tokenizer{model: model, bos: -1}
-	if t.normalize, err = buildNormalizer(f.Normalizer); err != nil {
+	if t.normalize, err = buildNormalizer(f.normalizer); err != nil {
 		return nil, err
 	}
 	var preByteLevel bool
-	if t.preTokenize, preByteLevel, err = buildPreTokenizer(f.PreTokenizer); err != nil {
+	if t.preTokenize, preByteLevel, err = buildPreTokenizer(f.preTokenizer); err != nil {
 		return nil, err
 	}
-	dec, err := parseDecoder(f.Decoder)
+	dec, err := parseDecoder(f.decoder)
 	if err != nil {
 		return nil, err
 	}
-	if isNull(f.Decoder) && preByteLevel {
+	if isNull(f.decoder) && preByteLevel {
 		dec.byteLevel = true
 	}
-	if isNull(f.Decoder) && m.ByteFallback {
+	if isNull(f.decoder) && m.ByteFallback {
 		dec.byteFallback = true
 	}
 	t.stripLeadingSpaces = dec.strip
 
 	// Token tables: the model's vocabulary, then the added tokens (which may reuse model ids).
-	// Ids are dense in real files; bound the tables by the number of tokens so that a stray
-	// huge id cannot allocate gigabytes.
-	limit := 2*(len(m.Vocab)+len(f.AddedTokens)) + 1024
+	// The vocabulary's ids are bounded by the parser; bound the added tokens' in the same way.
+	limit := 2*(len(m.vocab)+len(f.addedTokens)) + 1024
 	size := 0
-	for tok, id := range m.Vocab {
-		if id >= limit {
-			return nil, fmt.Errorf("token %q: id %d is too large for %d tokens (ids must be dense)", tok, id, len(m.Vocab)+len(f.AddedTokens))
-		}
-		size = max(size, id+1)
+	for _, id := range m.vocab {
+		size = max(size, int(id)+1)
 	}
-	for i, at := range f.AddedTokens {
+	for i, at := range f.addedTokens {
 		if at.ID == nil || *at.ID < 0 || *at.ID >= limit {
 			return nil, fmt.Errorf("added_tokens[%d] %q: missing, negative or too large id", i, at.Content)
 		}
@@ -168,14 +216,26 @@ func build(data []byte) (*Tokenizer, error) {
 	t.special = make([]bool, size)
 	t.added = make([]bool, size)
 	t.known = make([]bool, size)
-	t.ids = make(map[string]int32, size)
-	for tok, id := range m.Vocab {
+	t.ids = maps.Clone(m.vocab)
+	var arena []byte // the pieces of the vocabulary, one after another
+	starts := make([]int, size+1)
+	for tok, id := range m.vocab {
 		t.tokens[id] = tok
 		t.known[id] = true
-		t.pieces[id] = dec.piece(tok)
-		t.ids[tok] = int32(id)
 	}
-	for _, at := range f.AddedTokens {
+	for id, tok := range t.tokens {
+		starts[id] = len(arena)
+		if t.known[id] {
+			arena = dec.appendPiece(arena, tok)
+		}
+	}
+	starts[size] = len(arena)
+	for id := range t.tokens {
+		if t.known[id] {
+			t.pieces[id] = arena[starts[id]:starts[id+1]:starts[id+1]]
+		}
+	}
+	for _, at := range f.addedTokens {
 		id := *at.ID
 		t.tokens[id] = at.Content
 		t.known[id] = true
@@ -194,7 +254,7 @@ func build(data []byte) (*Tokenizer, error) {
 		sort.SliceStable(ms, func(i, j int) bool { return len(ms[i].content) > len(ms[j].content) })
 	}
 
-	if t.prefix, t.suffix, err = parsePostProcessor(f.PostProcessor, t.ids); err != nil {
+	if t.prefix, t.suffix, err = parsePostProcessor(f.postProcessor, t.ids); err != nil {
 		return nil, err
 	}
 	for _, id := range append(append([]int32(nil), t.prefix...), t.suffix...) {
@@ -300,20 +360,28 @@ type decodeRule struct {
 	strip        int    // spaces stripped from the start of the decoded text
 }
 
-// piece returns the bytes token tok decodes to.
-func (d decodeRule) piece(tok string) []byte {
+// appendPiece appends the bytes token tok decodes to.
+func (d decodeRule) appendPiece(dst []byte, tok string) []byte {
 	if d.byteLevel {
-		return byteLevelDecode(tok)
+		return appendByteLevelDecode(dst, tok)
 	}
 	if d.byteFallback && len(tok) == 6 && strings.HasPrefix(tok, "<0x") && tok[5] == '>' {
 		if b, err := strconv.ParseUint(tok[3:5], 16, 8); err == nil {
-			return []byte{byte(b)}
+			return append(dst, byte(b))
 		}
 	}
 	if d.metaspace != "" {
-		tok = strings.ReplaceAll(tok, d.metaspace, " ")
+		for {
+			before, after, found := strings.Cut(tok, d.metaspace)
+			dst = append(dst, before...)
+			if !found {
+				return dst
+			}
+			dst = append(dst, ' ')
+			tok = after
+		}
 	}
-	return []byte(tok)
+	return append(dst, tok...)
 }
 
 // parseDecoder reads the "decoder" object. Supported: ByteLevel, Metaspace, ByteFallback,
@@ -468,4 +536,31 @@ func postToken(raw []json.RawMessage) (int32, error) {
 		return 0, fmt.Errorf("want [\"token\", id]: %v", err)
 	}
 	return id, nil
+}
+
+// byteOfRune returns the inverse of byteToRune as a table: t[r] is the byte of rune r of the
+// byte-level alphabet (all below 0x144), -1 for other runes. (byteToRune is filled by an
+// init function, after package variables are initialised, hence the sync.OnceValue.)
+var byteOfRune = sync.OnceValue(func() *[0x144]int16 {
+	var t [0x144]int16
+	for i := range t {
+		t[i] = -1
+	}
+	for b, r := range byteToRune {
+		t[r] = int16(b)
+	}
+	return &t
+})
+
+// appendByteLevelDecode appends byteLevelDecode(tok) to dst.
+func appendByteLevelDecode(dst []byte, tok string) []byte {
+	table := byteOfRune()
+	for _, r := range tok {
+		if r < rune(len(table)) && table[r] >= 0 {
+			dst = append(dst, byte(table[r]))
+		} else {
+			dst = utf8.AppendRune(dst, r)
+		}
+	}
+	return dst
 }

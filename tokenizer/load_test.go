@@ -31,7 +31,6 @@ func TestMalformedTokenizerJSON(t *testing.T) {
 		"merge number":      {`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [7]}}`, "merge 0"},
 		"merge unknown":     {`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}}`, "missing from the vocab"},
 		"unk not in vocab":  {`{"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}}`, "unk_token"},
-		"suffix":            {`{"model": {"type": "BPE", "end_of_word_suffix": "</w>", "vocab": {"a": 0}, "merges": []}}`, "end_of_word_suffix"},
 		"huge id":           {`{"model": {"type": "BPE", "vocab": {"a": 99999999999}, "merges": []}}`, "too large"},
 		"max int id":        {`{"model": {"type": "BPE", "vocab": {"a": 9223372036854775807}, "merges": []}}`, "too large"},
 		"huge added id":     {`{"added_tokens": [{"id": 9223372036854775807, "content": "<x>"}], ` + okModel + `}`, "too large id"},
