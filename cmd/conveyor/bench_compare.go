@@ -38,6 +38,7 @@ func runBenchCompare(args []string) error {
 	batch := fs.Int("max-batch-size", 8, "static policy: batch size (TorchServe batchSize)")
 	delay := fs.Duration("max-batch-delay", 100*time.Millisecond, "static policy: longest wait for a full batch (TorchServe maxBatchDelay)")
 	maxSeqs := fs.Int("max-num-seqs", 64, "continuous policy: sequences per step at most")
+	attention := fs.String("attention", "", "attention path of every server: paged or dense (default: the server's, paged when the model has it)")
 	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
 	notes := fs.String("notes", "", "Markdown file whose text the report ends with (under \"Notes\")")
 	workload := workloadFlags(fs)
@@ -83,6 +84,13 @@ func runBenchCompare(args []string) error {
 		"--model", *model, "--threads", strconv.Itoa(*threads), "--kv-cache-memory", *kv,
 		"--max-batch-size", strconv.Itoa(*batch), "--max-batch-delay", delay.String(),
 		"--max-num-seqs", strconv.Itoa(*maxSeqs), "--max-queue", "100000",
+	}
+	switch *attention {
+	case "":
+	case "paged", "dense":
+		serverFlags = append(serverFlags, "--attention", *attention)
+	default:
+		return fmt.Errorf("--attention %q: want paged or dense", *attention)
 	}
 	var logw io.Writer = io.Discard
 	if *logDir != "" {
