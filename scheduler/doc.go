@@ -15,10 +15,10 @@
 // # The step contract
 //
 //	plan := s.Schedule()            // which sequences, how many tokens, block copies
-//	// engine: apply plan.Copies to storage; for each item gather the past
-//	// [0, StartPos) from pool.BlockTable(id), run ONE forward pass over item.Tokens(),
-//	// scatter the new K/V to [StartPos, StartPos+NumNewTokens), sample where item.Sample;
-//	// end the sequences in plan.Failed.
+//	// engine: apply plan.Copies to storage; run ONE forward pass over every item's
+//	// Tokens(), reading the past [0, StartPos) through pool.BlockTable(id) and storing the
+//	// new K/V at [StartPos, StartPos+NumNewTokens); s.ObserveStep(its duration); sample
+//	// where item.Sample; end the sequences in plan.Failed.
 //	done, err := s.Update(plan, results) // results[i] belongs to plan.Items[i]
 //
 // The scheduler owns the pool's bookkeeping: LookupPrefix when a sequence is admitted,
@@ -46,6 +46,19 @@
 // caching, admission looks the sequence's tokens up in the pool's prefix cache, and the
 // cached tokens count as computed (at least one token is always computed, so there are
 // logits to sample from).
+//
+// # Steps bounded in time
+//
+// With Continuous and sequences decoding, a step that also carries thousands of prompt
+// tokens would stall every stream. StepCost models a step's duration from its shape (new
+// tokens, rows, query·key pairs) by ridge regression over the forward times the engine
+// reports with ObserveStep. Each step, the decode rows' predicted time sets the target
+// (TargetStepTime, or AutoStepTimeFactor times that prediction, at least MinAutoStepTime),
+// and prompt chunks get what the target leaves, at least minPrefillChunkTokens for
+// progress. The model's word is trusted only up to twice the largest step it has measured
+// (StepCost.TrustedTokens), so chunks grow by doubling rather than by extrapolation, and
+// until it has seen minCostObservations steps, chunks next to decoding rows are held to
+// coldPrefillChunkTokens. With nothing decoding, prompts fill the token budget.
 //
 // # Preemption
 //
