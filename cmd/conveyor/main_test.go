@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,11 +29,17 @@ func TestRunMainListsCommands(t *testing.T) {
 	}
 }
 
-func TestRunMainErrorsAreOneLine(t *testing.T) {
+// registerTestCommands adds the commands TestRunMainErrorsAreOneLine runs, once per
+// process (go test -count=N runs the test N times).
+var registerTestCommands = sync.OnceFunc(func() {
 	register(command{name: "fail-test", summary: "fails", run: func([]string) error {
 		return errors.New("first line\nsecond line")
 	}})
 	register(command{name: "panic-test", summary: "panics", run: func([]string) error { panic("boom") }})
+})
+
+func TestRunMainErrorsAreOneLine(t *testing.T) {
+	registerTestCommands()
 	for _, tc := range []struct {
 		args []string
 		want string
