@@ -19,6 +19,14 @@
 // which gives deterministic seeded weights for tests. BuildFromHF and BuildRandom
 // produce complete model directories; `conveyor build-model` is their command line.
 //
+// BuildPaged writes the same model cut at attention for the paged path (paged/): one
+// segment per layer (the previous layer's output projection and MLP, then this layer's
+// norm and fused q|k|v projection, over the step's tokens packed without padding), a
+// head segment that computes the logits of selected rows only, the embedding table as
+// raw float32, and the manifest (modeldir.PagedManifest) with each layer's attention
+// parameters, which the runtime's attention kernel takes. The segments are built from
+// the same layer pieces as the dense graph, so both paths compute the same model.
+//
 // Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
 // graph once into a cache directory.
 //

@@ -1,8 +1,10 @@
 // Package modeldir describes the files of a model directory that both the graph
 // builder (models/build) and the runtime (models) read: the id lists of config.json
-// (an integer, a list or null) and generation_config.json with its sampling defaults.
-// It imports no other package of Conveyor, so the builder and the runtime stay
-// independent of each other.
+// (an integer, a list or null), generation_config.json with its sampling defaults, and
+// paged/paged.json, the manifest of the paged-attention layout (PagedManifest: segment
+// files, embedding table, each layer's attention.Params). Of Conveyor's packages it
+// imports only models/attention (for those parameters), so the builder and the runtime
+// stay independent of each other.
 //
 // Example:
 //
