@@ -11,6 +11,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
@@ -243,9 +244,9 @@ func (r *PagedRunner) Forward(b *Batch, kv KV) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	arenaType := attention.Float32
+	arenaType := kvcache.Float32
 	if r.spec.KVDType == Float16 {
-		arenaType = attention.Float16
+		arenaType = kvcache.Float16
 	}
 	cache := func(l int) attention.Cache {
 		k, v := pkv.Arena(l)

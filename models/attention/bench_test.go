@@ -12,12 +12,12 @@ import (
 // blocks placed at random, every sequence in its own blocks, in a kvcache.Storage arena
 // of float32 (BenchmarkDecode) or float16 (BenchmarkDecodeFloat16) elements. The bytes
 // per second are the past's float32 equivalent, so the two compare directly.
-func BenchmarkDecode(b *testing.B) { benchDecode(b, Float32) }
+func BenchmarkDecode(b *testing.B) { benchDecode(b, kvcache.Float32) }
 
 // BenchmarkDecodeFloat16 is BenchmarkDecode over float16 arenas.
-func BenchmarkDecodeFloat16(b *testing.B) { benchDecode(b, Float16) }
+func BenchmarkDecodeFloat16(b *testing.B) { benchDecode(b, kvcache.Float16) }
 
-func benchDecode(b *testing.B, dt DType) {
+func benchDecode(b *testing.B, dt kvcache.DType) {
 	p := Params{NumHeads: 8, NumKVHeads: 4, HeadDim: 64, Scale: 0.125, Rotary: llamaRotary(64, 10000)}
 	for _, past := range []int{128, 512, 2048} {
 		for _, batch := range []int{1, 16, 64} {
@@ -28,14 +28,12 @@ func benchDecode(b *testing.B, dt DType) {
 					tc.new = append(tc.new, 1)
 				}
 				cache, seqs, qkv := tc.setup(1)
-				kdt := kvcache.Float32
-				if dt == Float16 {
+				if dt == kvcache.Float16 {
 					cache, _, _ = toHalf(cache)
-					kdt = kvcache.Float16
 				}
 				// Serve from the engine's kind of arena (kvcache.Storage maps huge pages).
 				st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: cache.NumBlocks, BlockSizeTokens: 16,
-					Layers: 1, KVHeads: p.NumKVHeads, HeadDim: p.HeadDim, DType: kdt, Parallelism: 1})
+					Layers: 1, KVHeads: p.NumKVHeads, HeadDim: p.HeadDim, DType: dt, Parallelism: 1})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // FuzzRun feeds Run block tables, lengths and block sizes decoded from the fuzzer's
@@ -60,7 +62,7 @@ func FuzzRun(f *testing.F) {
 		}
 		qkvRef := append([]float32(nil), qkv...)
 		att := make([]float32, tokens*p.OutCols())
-		c := Cache{K: bytesOf(k), V: bytesOf(v), NumBlocks: numBlocks, BlockSize: bs, DType: Float32}
+		c := Cache{K: bytesOf(k), V: bytesOf(v), NumBlocks: numBlocks, BlockSize: bs, DType: kvcache.Float32}
 		refK, refV := append([]float32(nil), k...), append([]float32(nil), v...)
 		err = l.Run(c, seqs, qkv, att)
 		if err != nil {

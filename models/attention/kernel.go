@@ -7,6 +7,8 @@ import "C"
 
 import (
 	"unsafe"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // The instruction sets the kernel is compiled for.
@@ -60,9 +62,9 @@ func (a *kernelArgs) attend(lo, hi int, scratch []float32) {
 		(*C.float)(unsafe.Pointer(unsafe.SliceData(scratch))))
 }
 
-func (a *kernelArgs) setParams(p Params, dt DType, blockSize, qkvStride, attStride int) {
+func (a *kernelArgs) setParams(p Params, dt kvcache.DType, blockSize, qkvStride, attStride int) {
 	cdt := C.int(C.CV_F32)
-	if dt == Float16 {
+	if dt == kvcache.Float16 {
 		cdt = C.CV_F16
 	}
 	a.params = C.cv_params{

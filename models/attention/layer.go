@@ -17,8 +17,8 @@ import (
 type Cache struct {
 	K, V      []byte
 	NumBlocks int
-	BlockSize int // tokens per block
-	DType     DType
+	BlockSize int           // tokens per block
+	DType     kvcache.DType // float32, or float16 (the kernel widens each block as it reads it)
 }
 
 // Seq is one sequence of a step: NumNew new tokens at positions PastLen ..
@@ -160,7 +160,7 @@ func halves(b []byte) []uint16 {
 func (l *Layer) rotateAndStore(c Cache, seqs []Seq, qkv []float32) {
 	var k, v []float32
 	var kh, vh []uint16
-	if c.DType == Float16 {
+	if c.DType == kvcache.Float16 {
 		kh, vh = halves(c.K), halves(c.V)
 	} else {
 		k, v = floats(c.K), floats(c.V)

@@ -92,7 +92,7 @@ func (tc testCase) setup(seed uint64) (Cache, []Seq, []float32) {
 	for i := range qkv {
 		qkv[i] = float32(rng.NormFloat64())
 	}
-	return Cache{K: bytesOf(k), V: bytesOf(v), NumBlocks: numBlocks, BlockSize: bs, DType: Float32}, seqs, qkv
+	return Cache{K: bytesOf(k), V: bytesOf(v), NumBlocks: numBlocks, BlockSize: bs, DType: kvcache.Float32}, seqs, qkv
 }
 
 func bytesOf(f []float32) []byte {
@@ -158,7 +158,7 @@ func toHalf(c Cache) (Cache, []float32, []float32) {
 		rk[i], rv[i] = kvcache.Float16ToFloat32(hk[i]), kvcache.Float16ToFloat32(hv[i])
 	}
 	hb := func(h []uint16) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), len(h)*2) }
-	c.K, c.V, c.DType = hb(hk), hb(hv), Float16
+	c.K, c.V, c.DType = hb(hk), hb(hv), kvcache.Float16
 	return c, rk, rv
 }
 
@@ -245,7 +245,7 @@ func TestRunRejectsBadInput(t *testing.T) {
 		{"more blocks than the arena", func(c *Cache, _ []Seq, _, _ *[]float32) { c.NumBlocks++ }},
 		{"unknown arena type", func(c *Cache, _ []Seq, _, _ *[]float32) { c.DType = 7 }},
 		{"float16 arenas too short", func(c *Cache, _ []Seq, _, _ *[]float32) {
-			c.DType, c.K, c.V = Float16, c.K[:len(c.K)/2], c.V[:len(c.V)/2-2]
+			c.DType, c.K, c.V = kvcache.Float16, c.K[:len(c.K)/2], c.V[:len(c.V)/2-2]
 		}},
 		{"zero block size", func(c *Cache, _ []Seq, _, _ *[]float32) { c.BlockSize = 0 }},
 	} {

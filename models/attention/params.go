@@ -9,28 +9,6 @@ import (
 // together. The kernel is never entered with such input.
 var ErrBadInput = errors.New("attention: bad input")
 
-// DType is the element type of the KV arenas.
-type DType int
-
-// The arena types: keys and values are stored as float32 or as IEEE float16 (half the
-// memory and half the bytes read per step; the kernel widens each block to float32 as it
-// reads it, and new keys and values are rounded to nearest even as they are stored).
-const (
-	Float32 DType = 1
-	Float16 DType = 2
-)
-
-// Size returns the bytes of one element, 0 for an unknown type.
-func (d DType) Size() int {
-	switch d {
-	case Float32:
-		return 4
-	case Float16:
-		return 2
-	}
-	return 0
-}
-
 // Params describe one layer's attention. They are stored in a model's paged manifest,
 // so the JSON names are part of the model-directory format.
 type Params struct {
