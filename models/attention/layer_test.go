@@ -115,37 +115,67 @@ func isas() []int {
 	return out
 }
 
+// TestRunMatchesReference runs every case on every instruction set, on float32 arenas
+// and on float16 arenas (whose reference reads the same float16 values and rounds the new
+// keys and values as they are stored), and checks the output and the arenas.
 func TestRunMatchesReference(t *testing.T) {
-	for _, tc := range testCases() {
-		for _, isa := range isas() {
-			t.Run(fmt.Sprintf("%s/%s", tc.name, isaName(isa)), func(t *testing.T) {
-				cache, seqs, qkv := tc.setup(7)
-				ref := cloneCache(cache)
-				want := referenceRun(tc.p, ref, floats(ref.K), floats(ref.V), seqs, qkv)
-
-				l, err := NewLayer(tc.p, 4096)
-				if err != nil {
-					t.Fatal(err)
-				}
-				l.isa = isa
-				att := make([]float32, len(want))
-				if err := l.Run(cache, seqs, slices.Clone(qkv), att); err != nil {
-					t.Fatal(err)
-				}
-				for i := range want {
-					if d := math.Abs(float64(att[i]) - want[i]); d > 2e-5*(1+math.Abs(want[i])) {
-						t.Fatalf("att[%d] = %v, reference %v (diff %.2g)", i, att[i], want[i], d)
+	for _, dt := range []kvcache.DType{kvcache.Float32, kvcache.Float16} {
+		// float16: the output carries the rounding of the stored keys and values, and a
+		// stored value may be one float16 step off (rotation in float32 here, float64 there).
+		attTol, arenaTol := 2e-5, 1e-5
+		if dt == kvcache.Float16 {
+			attTol, arenaTol = 1e-4, 1e-3
+		}
+		for _, tc := range testCases() {
+			for _, isa := range isas() {
+				t.Run(fmt.Sprintf("%s/%s/%s", dt, tc.name, isaName(isa)), func(t *testing.T) {
+					cache, seqs, qkv := tc.setup(7)
+					refK, refV := slices.Clone(floats(cache.K)), slices.Clone(floats(cache.V))
+					if dt == kvcache.Float16 {
+						cache, refK, refV = toHalf(cache)
 					}
-				}
-				gotK, gotV, refK, refV := floats(cache.K), floats(cache.V), floats(ref.K), floats(ref.V)
-				for i := range refK {
-					if d := math.Max(math.Abs(float64(gotK[i]-refK[i])), math.Abs(float64(gotV[i]-refV[i]))); d > 1e-5 {
-						t.Fatalf("arena float %d: K %v V %v, reference K %v V %v", i, gotK[i], gotV[i], refK[i], refV[i])
+					want := referenceRun(tc.p, cache, refK, refV, seqs, qkv, dt == kvcache.Float16)
+					l, err := NewLayer(tc.p, 4096)
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-			})
+					l.isa = isa
+					att := make([]float32, len(want))
+					if err := l.Run(cache, seqs, slices.Clone(qkv), att); err != nil {
+						t.Fatal(err)
+					}
+					for i := range want {
+						if d := math.Abs(float64(att[i]) - want[i]); d > attTol*(1+math.Abs(want[i])) {
+							t.Fatalf("att[%d] = %v, reference %v (diff %.2g)", i, att[i], want[i], d)
+						}
+					}
+					gotK, gotV := arenaValues(cache)
+					for i := range refK {
+						for _, kv := range [][2]float32{{gotK[i], refK[i]}, {gotV[i], refV[i]}} {
+							if d := math.Abs(float64(kv[0] - kv[1])); d > arenaTol*math.Max(1, math.Abs(float64(kv[1]))) {
+								t.Fatalf("arena element %d: K %v V %v, reference K %v V %v", i, gotK[i], gotV[i], refK[i], refV[i])
+							}
+						}
+					}
+				})
+			}
 		}
 	}
+}
+
+// arenaValues returns a cache's keys and values as float32.
+func arenaValues(c Cache) (k, v []float32) {
+	if c.DType != kvcache.Float16 {
+		return floats(c.K), floats(c.V)
+	}
+	widen := func(h []uint16) []float32 {
+		f := make([]float32, len(h))
+		for i, x := range h {
+			f[i] = kvcache.Float16ToFloat32(x)
+		}
+		return f
+	}
+	return widen(halves(c.K)), widen(halves(c.V))
 }
 
 // toHalf returns a float16 copy of a float32 cache and the float32 values it holds.
@@ -160,41 +190,6 @@ func toHalf(c Cache) (Cache, []float32, []float32) {
 	hb := func(h []uint16) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(h))), len(h)*2) }
 	c.K, c.V, c.DType = hb(hk), hb(hv), kvcache.Float16
 	return c, rk, rv
-}
-
-// TestRunFloat16Arenas runs every case on float16 arenas against the reference over
-// the same float16 values (new keys and values rounded as stored).
-func TestRunFloat16Arenas(t *testing.T) {
-	for _, tc := range testCases() {
-		for _, isa := range isas() {
-			t.Run(fmt.Sprintf("%s/%s", tc.name, isaName(isa)), func(t *testing.T) {
-				c32, seqs, qkv := tc.setup(7)
-				cache, refK, refV := toHalf(c32)
-				want := referenceRun(tc.p, cache, refK, refV, seqs, qkv, true)
-				l, err := NewLayer(tc.p, 4096)
-				if err != nil {
-					t.Fatal(err)
-				}
-				l.isa = isa
-				att := make([]float32, len(want))
-				if err := l.Run(cache, seqs, slices.Clone(qkv), att); err != nil {
-					t.Fatal(err)
-				}
-				for i := range want {
-					if d := math.Abs(float64(att[i]) - want[i]); d > 1e-4*(1+math.Abs(want[i])) {
-						t.Fatalf("att[%d] = %v, reference %v (diff %.2g)", i, att[i], want[i], d)
-					}
-				}
-				got := halves(cache.K)
-				for i := range refK {
-					// One float16 step apart at most: the rotation is float32 here, float64 there.
-					if d := math.Abs(float64(kvcache.Float16ToFloat32(got[i]) - refK[i])); d > 1e-3*math.Abs(float64(refK[i]))+1e-7 {
-						t.Fatalf("key arena element %d: %v, reference %v", i, kvcache.Float16ToFloat32(got[i]), refK[i])
-					}
-				}
-			})
-		}
-	}
 }
 
 // TestChunkedEqualsWhole checks that a prompt computed in chunks, each attending to
