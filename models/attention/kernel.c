@@ -36,6 +36,12 @@ static inline float cv_half_to_float(uint16_t h) {
 	return f;
 }
 
+// cv_first_key returns the first key position a query at qpos sees: 0, or the start of
+// its sliding window.
+static inline int cv_first_key(const cv_params *p, int qpos) {
+	return p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+}
+
 #define VW 4
 #define SFX _generic
 #define KFN

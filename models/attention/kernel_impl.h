@@ -238,7 +238,7 @@ KFN static void N(scores_tiles)(const cv_params *p, const float *qkv, const int3
 		for (int r = 0; r < ntok * G; r++) {
 			const int j = r / G, g = r % G;
 			const int qpos = pos + j;
-			const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+			const int first = cv_first_key(p, qpos);
 			const int a = u0 > first ? u0 : first, b = u1 < qpos ? u1 : qpos;
 			if (a > b) {
 				continue;
@@ -275,10 +275,7 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 	const int kvh = it[CV_ITEM_KVHEAD], pos = it[CV_ITEM_POS], ntok = it[CV_ITEM_TOKENS], row = it[CV_ITEM_ROW];
 	const int rows = ntok * G;
 	const int last = pos + ntok - 1;
-	int lo = 0;
-	if (p->window > 0 && pos - p->window + 1 > 0) {
-		lo = pos - p->window + 1;
-	}
+	const int lo = cv_first_key(p, pos);
 	const int span = last - lo + 1;
 	float *scores = scratch;                   // [rows][span]
 	float *acc = scratch + (size_t)rows * span; // [rows][D]
@@ -300,7 +297,7 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 			for (int r = 0; r < rows; r++) {
 				const int j = r / G, g = r % G;
 				const int qpos = pos + j;
-				const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+				const int first = cv_first_key(p, qpos);
 				const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
 				const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
 				float *s = scores + (size_t)r * span;
@@ -316,7 +313,7 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 		if (p->scale != 1.0f || p->softcap > 0) {
 			for (int r = 0; r < rows; r++) {
 				const int qpos = pos + r / G;
-				const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+				const int first = cv_first_key(p, qpos);
 				const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
 				float *s = scores + (size_t)r * span;
 				for (int t = a; t <= b; t++) {
@@ -332,7 +329,7 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 	}
 	for (int r = 0; r < rows; r++) {
 		const int qpos = pos + r / G;
-		const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+		const int first = cv_first_key(p, qpos);
 		inv[r] = N(softmax)(scores + (size_t)r * span + (first - lo), qpos - first + 1);
 	}
 
@@ -347,7 +344,7 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 		}
 		for (int r = 0; r < rows; r++) {
 			const int qpos = pos + r / G;
-			const int first = p->window > 0 && qpos - p->window + 1 > 0 ? qpos - p->window + 1 : 0;
+			const int first = cv_first_key(p, qpos);
 			const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
 			const float *s = scores + (size_t)r * span;
 			float *o = acc + (size_t)r * D;
