@@ -46,6 +46,9 @@ func BuildRandom(configPath, outDir string, seed int64) (*BuildResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := WeightShapes(cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", configPath, err)
+	}
 	return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), outDir, writeOptions{})
 }
 

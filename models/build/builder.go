@@ -72,25 +72,20 @@ func dimsOf(cfg *Config) llamaDims {
 //
 // Per layer the graph does, on hidden states x [B,S,H]:
 //
-//	h = RMSNorm(x); qkv = h @ Wqkv (q, k, v projections fused, q pre-scaled by 1/sqrt(d))
-//	q, k = RoPE(q, k) computed on the [B,S,heads+kvHeads,d] block at once
+//	h = RMSNorm(x); qkv = h @ Wqkv (+ bias) (q, k, v projections fused, q pre-scaled by 1/sqrt(d))
+//	q, k = per-head RMSNorm (Qwen3), then RoPE on the [B,S,heads+kvHeads,d] block at once
 //	present = Concat(past, k|v) on the token axis
 //	q is regrouped to [B,kvHeads,group*S,d] so grouped-query attention needs no copy of K/V
-//	x += softmax(q k^T + mask) v @ Wo;  x += down(silu(gate(h)) * up(h)) with gate|up fused
+//	x += softmax(q k^T + mask) v @ Wo;  x += down(act(gate(h)) * up(h)) with gate|up fused
 //
-// The mask bias [B,1,group*S,T] and the rotary cos/sin [B,S,1,d] are computed once.
+// The mask bias [B,1,group*S,T] (one per sliding window in use) and the rotary cos/sin
+// [B,S,1,rotary dims] are computed once.
 func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
-	if err := cfg.Validate(); err != nil {
+	m, err := planModel(cfg, w)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkLlamaFeatures(cfg); err != nil {
-		return nil, err
-	}
-	d := dimsOf(cfg)
-	if err := checkLlamaWeights(cfg, w); err != nil {
-		return nil, err
-	}
-	H, D, NH, KV, V := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.kvHeads), int64(d.vocab)
+	H, D, NH, KV, V := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.kvHeads), int64(m.vocab)
 	group := NH / KV
 
 	b := newGraphBuilder("llama")
@@ -98,36 +93,44 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	ids := b.input(InputIDsName, onnxInt64, batch, seq)
 	mask := b.input(AttentionMaskName, onnxInt64, batch, total)
 	pos := b.input(PositionIDsName, onnxInt64, batch, seq)
-	for i := 0; i < d.layers; i++ {
-		b.input(PastKeyName(i), onnxFloat, batch, fixDim(d.kvHeads), past, fixDim(d.headDim))
-		b.input(PastValueName(i), onnxFloat, batch, fixDim(d.kvHeads), past, fixDim(d.headDim))
+	for i := 0; i < m.layers; i++ {
+		b.input(PastKeyName(i), onnxFloat, batch, fixDim(m.kvHeads), past, fixDim(m.headDim))
+		b.input(PastValueName(i), onnxFloat, batch, fixDim(m.kvHeads), past, fixDim(m.headDim))
 	}
-	b.output(LogitsName, onnxFloat, batch, seq, fixDim(d.vocab))
-	for i := 0; i < d.layers; i++ {
-		b.output(PresentKeyName(i), onnxFloat, batch, fixDim(d.kvHeads), total, fixDim(d.headDim))
-		b.output(PresentValueName(i), onnxFloat, batch, fixDim(d.kvHeads), total, fixDim(d.headDim))
+	b.output(LogitsName, onnxFloat, batch, seq, fixDim(m.vocab))
+	for i := 0; i < m.layers; i++ {
+		b.output(PresentKeyName(i), onnxFloat, batch, fixDim(m.kvHeads), total, fixDim(m.headDim))
+		b.output(PresentValueName(i), onnxFloat, batch, fixDim(m.kvHeads), total, fixDim(m.headDim))
 	}
 
 	// Embedding.
-	embed := b.weight("model.embed_tokens.weight", []int64{V, H}, w["model.embed_tokens.weight"].Data)
-	x := b.op("Gather", []string{embed, ids}, attrI("axis", 0))
+	embed := b.weight("model.embed_tokens.weight", []int64{V, H}, m.w["model.embed_tokens.weight"].Data)
+	x := scaleEmbeddings(b, m, b.op("Gather", []string{embed, ids}, attrI("axis", 0)))
 
-	// Rotary tables: angle[b,s,0,j] = position[b,s] * invFreq[j mod d/2]; the sign of
-	// rotate_half is folded into sin so that rotate_half(x)*sin = swap(x)*sinSigned.
-	invFreq := make([]float32, D)
-	sign := make([]float32, D)
-	for j, f := range ropeInvFreq(cfg, d.headDim) {
-		invFreq[j], invFreq[j+d.headDim/2] = f, f
-		sign[j], sign[j+d.headDim/2] = -1, 1
+	// Rotary tables: angle[b,s,0,j] = position[b,s] * invFreq[j mod R/2] over the R
+	// rotary dims; the sign of rotate_half is folded into sin so that
+	// rotate_half(x)*sin = swap(x)*sinSigned.
+	rot := m.arch.rotary
+	R := int64(rot.dims)
+	var cos, sinSigned string
+	if R > 0 {
+		invFreq := make([]float32, R)
+		sign := make([]float32, R)
+		for j, f := range rot.invFreq {
+			invFreq[j], invFreq[j+rot.dims/2] = f, f
+			sign[j], sign[j+rot.dims/2] = -1, 1
+		}
+		posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
+		posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
+		angle := b.op("Mul", []string{posU, b.weight("rope.inv_freq", []int64{R}, invFreq)})
+		cos = b.op("Cos", []string{angle})
+		sinSigned = b.op("Mul", []string{b.op("Sin", []string{angle}), b.weight("rope.sign", []int64{R}, sign)})
 	}
-	posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
-	posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
-	angle := b.op("Mul", []string{posU, b.weight("rope.inv_freq", []int64{D}, invFreq)})
-	cos := b.op("Cos", []string{angle})
-	sinSigned := b.op("Mul", []string{b.op("Sin", []string{angle}), b.weight("rope.sign", []int64{D}, sign)})
 
 	// Attention bias [B,1,S,T]: key k is visible to query j iff attention_mask[b,k] != 0
-	// and k <= past + j.
+	// and k <= past + j (and, under a sliding window w, the key's position is above the
+	// query's minus w: keys are numbered by the mask's running count, since the past is
+	// right-padded).
 	scalar := func(v int64) string { return b.constInt64(nil, v) }
 	seqLen := b.op("Gather", []string{b.op("Shape", []string{ids}), scalar(1)}, attrI("axis", 0))
 	pastLen := b.op("Gather", []string{b.op("Shape", []string{PastKeyName(0)}), scalar(2)}, attrI("axis", 0))
@@ -137,24 +140,43 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	causal := b.op("LessOrEqual", []string{keyIdx, b.op("Unsqueeze", []string{lastVisible, b.ints(1)})})
 	maskBool := b.op("Cast", []string{mask}, attrI("to", int64(onnxBool)))
 	visible := b.op("And", []string{causal, b.op("Unsqueeze", []string{maskBool, b.ints(1, 2)})})
-	bias := b.op("Where", []string{visible, b.constFloat32(nil, 0), b.constFloat32(nil, maskBias)})
-	if group > 1 {
-		// Scores are laid out [B,KV,group*S,T] (row g*S+s is query s of the group's
-		// head g), so the bias is repeated group times along the query axis.
-		bias = b.op("Tile", []string{bias, b.ints(1, 1, group, 1)})
+	toBias := func(visible string) string {
+		bias := b.op("Where", []string{visible, b.constFloat32(nil, 0), b.constFloat32(nil, maskBias)})
+		if group > 1 {
+			// Scores are laid out [B,KV,group*S,T] (row g*S+s is query s of the group's
+			// head g), so the bias is repeated group times along the query axis.
+			bias = b.op("Tile", []string{bias, b.ints(1, 1, group, 1)})
+		}
+		return bias
+	}
+	biases := map[int]string{0: toBias(visible)}
+	var keyPos string
+	biasFor := func(window int) string {
+		if bias, ok := biases[window]; ok {
+			return bias
+		}
+		if keyPos == "" {
+			keyPos = b.op("Sub", []string{b.op("CumSum", []string{mask, scalar(1)}), scalar(1)}) // [B,T]
+		}
+		lowest := b.op("Sub", []string{pos, scalar(int64(window))})                          // [B,S]
+		inWindow := b.op("Greater", []string{b.op("Unsqueeze", []string{keyPos, b.ints(1)}), // [B,1,T]
+			b.op("Unsqueeze", []string{lowest, b.ints(2)})}) // [B,S,1]
+		vis := b.op("And", []string{visible, b.op("Unsqueeze", []string{inWindow, b.ints(1)})}) // [B,1,S,T]
+		biases[window] = toBias(vis)
+		return biases[window]
 	}
 
-	for i := 0; i < d.layers; i++ {
+	for i := 0; i < m.layers; i++ {
 		b.prefix = fmt.Sprintf("l%d_", i)
 
 		// Attention block.
-		qkv := attentionInput(b, cfg, w, d, i, x)
+		qkv := attentionInput(b, m, i, x)
 		qkv = b.op("Reshape", []string{qkv, b.ints(0, 0, NH+2*KV, D)})
 		qkAndV := b.opN("Split", 2, []string{qkv, b.ints(NH+KV, KV)}, attrI("axis", 2))
 		qk, v := qkAndV[0], qkAndV[1]
-		halves := b.opN("Split", 2, []string{qk, b.ints(D/2, D/2)}, attrI("axis", 3))
-		swapped := b.op("Concat", []string{halves[1], halves[0]}, attrI("axis", 3))
-		qk = b.op("Add", []string{b.op("Mul", []string{qk, cos}), b.op("Mul", []string{swapped, sinSigned})})
+		if R > 0 {
+			qk = applyRotary(b, qk, cos, sinSigned, R, D)
+		}
 		qAndK := b.opN("Split", 2, []string{qk, b.ints(NH, KV)}, attrI("axis", 2))
 		toHeads := attrIntList("perm", 0, 2, 1, 3)
 		q := b.op("Transpose", []string{qAndK[0]}, toHeads) // [B,NH,S,D]
@@ -167,33 +189,68 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		}
 		kT := b.op("Transpose", []string{presentK}, attrIntList("perm", 0, 1, 3, 2))
 		scores := b.op("MatMul", []string{q, kT}) // [B,KV,group*S,T]
-		probs := b.op("Softmax", []string{b.op("Add", []string{scores, bias})}, attrI("axis", -1))
+		probs := b.op("Softmax", []string{b.op("Add", []string{scores, biasFor(m.arch.window[i])})}, attrI("axis", -1))
 		att := b.op("MatMul", []string{probs, presentV}) // [B,KV,group*S,D]
 		if group > 1 {
 			att = b.op("Reshape", []string{att, b.ints(0, NH, -1, D)})
 		}
 		att = b.op("Transpose", []string{att}, toHeads) // [B,S,NH,D]
 		att = b.op("Reshape", []string{att, b.ints(0, 0, NH*D)})
-		x = attentionOutputAndMLP(b, cfg, w, d, i, x, att)
+		x = attentionOutputAndMLP(b, m, i, x, att)
 	}
 	b.prefix = "final_"
-	x = finalNorm(b, cfg, w, d, x)
-	if tiedHead(cfg, w) {
+	x = finalNorm(b, m, x)
+	if tiedHead(m.cfg, m.w) {
 		// Tied embeddings: Gemm with transB reads the embedding table as is.
 		outShape := b.op("Concat", []string{b.op("Shape", []string{ids}), b.ints(V)}, attrI("axis", 0))
 		flat := b.op("Reshape", []string{x, b.ints(-1, H)})
 		logits := b.op("Gemm", []string{flat, embed}, attrI("transB", 1))
 		b.opTo(LogitsName, "Reshape", []string{logits, outShape})
 	} else {
-		b.opTo(LogitsName, "MatMul", []string{x, untiedHead(b, w, d)})
+		b.opTo(LogitsName, "MatMul", []string{x, untiedHead(b, m)})
 	}
 	return &onnxModel{
 		IRVersion:    onnxIRVersion,
 		Opsets:       []onnxOpsetID{{Domain: "", Version: onnxOpset}},
 		ProducerName: "conveyor",
-		DocString:    "Llama-family decoder with the Hugging Face Optimum past_key_values interface",
+		DocString:    fmt.Sprintf("%s decoder with the Hugging Face Optimum past_key_values interface", modelTypeOrLlama(cfg)),
 		Graph:        b.g,
 	}, nil
+}
+
+// modelTypeOrLlama returns cfg's model_type, "llama" when config.json names none.
+func modelTypeOrLlama(cfg *Config) string {
+	if cfg.ModelType == "" {
+		return "llama"
+	}
+	return cfg.ModelType
+}
+
+// applyRotary turns the first R of the D dims of every head of qk [..., heads, D]
+// (rotate-half layout) by the angles in cos and sinSigned [..., 1, R]; the other
+// D-R dims pass through (partial rotary).
+func applyRotary(b *graphBuilder, qk, cos, sinSigned string, R, D int64) string {
+	rotated, pass := qk, ""
+	if R < D {
+		parts := b.opN("Split", 2, []string{qk, b.ints(R, D-R)}, attrI("axis", -1))
+		rotated, pass = parts[0], parts[1]
+	}
+	halves := b.opN("Split", 2, []string{rotated, b.ints(R/2, R/2)}, attrI("axis", -1))
+	swapped := b.op("Concat", []string{halves[1], halves[0]}, attrI("axis", -1))
+	rotated = b.op("Add", []string{b.op("Mul", []string{rotated, cos}), b.op("Mul", []string{swapped, sinSigned})})
+	if pass == "" {
+		return rotated
+	}
+	return b.op("Concat", []string{rotated, pass}, attrI("axis", -1))
+}
+
+// scaleEmbeddings multiplies the looked-up embeddings by the architecture's factor
+// (Gemma: sqrt(hidden), in float32 as the model computes in float32).
+func scaleEmbeddings(b *graphBuilder, m *modelPlan, x string) string {
+	if m.arch.embedScale == 0 {
+		return x
+	}
+	return b.op("Mul", []string{x, b.constFloat32(nil, m.arch.embedScale)})
 }
 
 // rmsNorm appends x * 1/sqrt(mean(x^2) + eps) * weight over the last axis, in the node
@@ -205,48 +262,107 @@ func rmsNorm(b *graphBuilder, x, weight string, eps float32) string {
 	return b.op("Mul", []string{b.op("Div", []string{x, std}), weight})
 }
 
-// attentionInput appends layer i's input RMSNorm and fused q|k|v projection on the
-// residual stream x [..., H] and returns qkv [..., (heads+2*kvHeads)*headDim], the
-// queries pre-scaled by 1/sqrt(headDim). The dense graph and the paged segments share
-// it, so both compute (and store) the same weights.
-func attentionInput(b *graphBuilder, cfg *Config, w Weights, d llamaDims, i int, x string) string {
-	p := fmt.Sprintf("model.layers.%d.", i)
-	H, D, NH, KV := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.kvHeads)
-	h := rmsNorm(b, x, b.weight(p+"input_layernorm.weight", []int64{H}, w[p+"input_layernorm.weight"].Data), float32(cfg.Eps()))
-	scale := float32(1 / math.Sqrt(float64(D)))
-	wqkv := transposedWeight(b, p+"self_attn.qkv_proj.weight_t", H, (NH+2*KV)*D, []projection{
-		{w[p+"self_attn.q_proj.weight"].Data, scale},
-		{w[p+"self_attn.k_proj.weight"].Data, 1},
-		{w[p+"self_attn.v_proj.weight"].Data, 1},
+// norm appends the RMSNorm whose weight is the tensor name: times (offset + weight)
+// for architectures with an offset (Gemma), times scale (which folds the attention
+// scale into Qwen3's q_norm).
+func norm(b *graphBuilder, m *modelPlan, x, name string, scale float32) string {
+	t := m.w[name]
+	eps := float32(m.cfg.Eps())
+	offset := m.arch.normOffset
+	if offset == 0 && scale == 1 {
+		return rmsNorm(b, x, b.weight(name, []int64{int64(len(t.Data))}, t.Data), eps)
+	}
+	weight := b.weightGen(name+"_folded", []int64{int64(len(t.Data))}, func() []float32 {
+		out := make([]float32, len(t.Data))
+		for i, v := range t.Data {
+			out[i] = (offset + v) * scale
+		}
+		return out
 	})
-	return b.op("MatMul", []string{h, wqkv})
+	return rmsNorm(b, x, weight, eps)
+}
+
+// attentionInput appends layer i's input RMSNorm and fused q|k|v projection (with
+// its biases, and Qwen3's per-head q/k norms) on the residual stream x [..., H] and
+// returns qkv [..., (heads+2*kvHeads)*headDim], the queries pre-scaled by
+// 1/sqrt(headDim). The dense graph and the paged segments share it, so both compute
+// (and store) the same weights.
+func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
+	p := fmt.Sprintf("model.layers.%d.", i)
+	H, D, NH, KV := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.kvHeads)
+	h := norm(b, m, x, p+"input_layernorm.weight", 1)
+	scale := float32(1 / math.Sqrt(float64(D)))
+	qScale := scale
+	if m.arch.qkNorm {
+		qScale = 1 // RMSNorm would undo it: the q norm's weight carries it instead
+	}
+	wqkv := transposedWeight(b, p+"self_attn.qkv_proj.weight_t", H, (NH+2*KV)*D, []projection{
+		{m.w[p+"self_attn.q_proj.weight"].Data, qScale},
+		{m.w[p+"self_attn.k_proj.weight"].Data, 1},
+		{m.w[p+"self_attn.v_proj.weight"].Data, 1},
+	})
+	qkv := b.op("MatMul", []string{h, wqkv})
+	if m.arch.qkvBias {
+		bias := b.weightGen(p+"self_attn.qkv_proj.bias", []int64{(NH + 2*KV) * D}, func() []float32 {
+			out := make([]float32, 0, (NH+2*KV)*D)
+			for _, v := range m.w[p+"self_attn.q_proj.bias"].Data {
+				out = append(out, v*qScale)
+			}
+			out = append(out, m.w[p+"self_attn.k_proj.bias"].Data...)
+			return append(out, m.w[p+"self_attn.v_proj.bias"].Data...)
+		})
+		qkv = b.op("Add", []string{qkv, bias})
+	}
+	if m.arch.qkNorm {
+		heads := b.op("Reshape", []string{qkv, b.ints(-1, NH+2*KV, D)})
+		parts := b.opN("Split", 3, []string{heads, b.ints(NH, KV, KV)}, attrI("axis", 1))
+		q := norm(b, m, parts[0], p+"self_attn.q_norm.weight", scale)
+		k := norm(b, m, parts[1], p+"self_attn.k_norm.weight", 1)
+		heads = b.op("Concat", []string{q, k, parts[2]}, attrI("axis", 1))
+		qkv = b.op("Reshape", []string{heads, b.op("Shape", []string{qkv})})
+	}
+	return qkv
 }
 
 // attentionOutputAndMLP appends layer i's output projection of the attention result
 // att [..., heads*headDim], the residual add, and the MLP block with its residual add;
 // it returns the new residual stream.
-func attentionOutputAndMLP(b *graphBuilder, cfg *Config, w Weights, d llamaDims, i int, x, att string) string {
+func attentionOutputAndMLP(b *graphBuilder, m *modelPlan, i int, x, att string) string {
 	p := fmt.Sprintf("model.layers.%d.", i)
-	H, D, NH, I := int64(d.hidden), int64(d.headDim), int64(d.heads), int64(d.inter)
-	wo := transposedWeight(b, p+"self_attn.o_proj.weight_t", NH*D, H, []projection{{w[p+"self_attn.o_proj.weight"].Data, 1}})
+	H, D, NH, I := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.inter)
+	wo := transposedWeight(b, p+"self_attn.o_proj.weight_t", NH*D, H, []projection{{m.w[p+"self_attn.o_proj.weight"].Data, 1}})
 	x = b.op("Add", []string{x, b.op("MatMul", []string{att, wo})})
 
-	h := rmsNorm(b, x, b.weight(p+"post_attention_layernorm.weight", []int64{H}, w[p+"post_attention_layernorm.weight"].Data), float32(cfg.Eps()))
+	h := norm(b, m, x, p+"post_attention_layernorm.weight", 1)
 	wgu := transposedWeight(b, p+"mlp.gate_up_proj.weight_t", H, 2*I, []projection{
-		{w[p+"mlp.gate_proj.weight"].Data, 1},
-		{w[p+"mlp.up_proj.weight"].Data, 1},
+		{m.w[p+"mlp.gate_proj.weight"].Data, 1},
+		{m.w[p+"mlp.up_proj.weight"].Data, 1},
 	})
 	gu := b.op("MatMul", []string{h, wgu})
 	gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", -1))
-	act := b.op("Mul", []string{gateUp[0], b.op("Sigmoid", []string{gateUp[0]})})
-	act = b.op("Mul", []string{act, gateUp[1]})
-	wd := transposedWeight(b, p+"mlp.down_proj.weight_t", I, H, []projection{{w[p+"mlp.down_proj.weight"].Data, 1}})
+	act := b.op("Mul", []string{activation(b, m.arch.act, gateUp[0]), gateUp[1]})
+	wd := transposedWeight(b, p+"mlp.down_proj.weight_t", I, H, []projection{{m.w[p+"mlp.down_proj.weight"].Data, 1}})
 	return b.op("Add", []string{x, b.op("MatMul", []string{act, wd})})
 }
 
+// activation appends the MLP activation act of x.
+func activation(b *graphBuilder, act, x string) string {
+	c := func(v float32) string { return b.constFloat32(nil, v) }
+	switch act {
+	case actGeluTanh: // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+		x3 := b.op("Mul", []string{b.op("Mul", []string{x, x}), x})
+		inner := b.op("Mul", []string{b.op("Add", []string{x, b.op("Mul", []string{x3, c(0.044715)})}), c(float32(math.Sqrt(2 / math.Pi)))})
+		return b.op("Mul", []string{b.op("Mul", []string{x, c(0.5)}), b.op("Add", []string{b.op("Tanh", []string{inner}), c(1)})})
+	case actGelu: // 0.5 x (1 + erf(x / sqrt(2)))
+		erf := b.op("Erf", []string{b.op("Mul", []string{x, c(float32(1 / math.Sqrt2))})})
+		return b.op("Mul", []string{b.op("Mul", []string{x, c(0.5)}), b.op("Add", []string{erf, c(1)})})
+	}
+	return b.op("Mul", []string{x, b.op("Sigmoid", []string{x})})
+}
+
 // finalNorm appends the model's last RMSNorm.
-func finalNorm(b *graphBuilder, cfg *Config, w Weights, d llamaDims, x string) string {
-	return rmsNorm(b, x, b.weight("model.norm.weight", []int64{int64(d.hidden)}, w["model.norm.weight"].Data), float32(cfg.Eps()))
+func finalNorm(b *graphBuilder, m *modelPlan, x string) string {
+	return norm(b, m, x, "model.norm.weight", 1)
 }
 
 // tiedHead reports whether the output projection is the embedding table.
@@ -256,18 +372,8 @@ func tiedHead(cfg *Config, w Weights) bool {
 }
 
 // untiedHead adds lm_head.weight transposed ([hidden, vocab]).
-func untiedHead(b *graphBuilder, w Weights, d llamaDims) string {
-	return transposedWeight(b, "lm_head.weight_t", int64(d.hidden), int64(d.vocab), []projection{{w["lm_head.weight"].Data, 1}})
-}
-
-// ropeInvFreq returns the rotary inverse frequencies 1/theta^(2j/headDim), j < headDim/2.
-func ropeInvFreq(cfg *Config, headDim int) []float32 {
-	f := make([]float32, headDim/2)
-	for j := range f {
-		exp := float32(2*j) / float32(headDim) // as Hugging Face: arange(0, d, 2).float() / d
-		f[j] = float32(1 / math.Pow(cfg.Theta(), float64(exp)))
-	}
-	return f
+func untiedHead(b *graphBuilder, m *modelPlan) string {
+	return transposedWeight(b, "lm_head.weight_t", int64(m.hidden), int64(m.vocab), []projection{{m.w["lm_head.weight"].Data, 1}})
 }
 
 // projection is one Hugging Face linear weight [out, in] and a factor applied to it.
@@ -310,77 +416,6 @@ func concatTransposed(in int, ps []projection) []float32 {
 		col += out
 	}
 	return dst
-}
-
-// checkLlamaFeatures rejects config options the graph does not implement.
-func checkLlamaFeatures(cfg *Config) error {
-	if len(cfg.RopeScaling) > 0 && string(cfg.RopeScaling) != "null" {
-		return fmt.Errorf("%w: rope_scaling %s is not supported by the graph builder", ErrBadConfig, truncateForError(cfg.RopeScaling))
-	}
-	if cfg.AttentionBias || cfg.MLPBias {
-		return fmt.Errorf("%w: attention_bias/mlp_bias are not supported by the graph builder", ErrBadConfig)
-	}
-	if cfg.HiddenAct != "" && cfg.HiddenAct != "silu" {
-		return fmt.Errorf("%w: hidden_act %q is not supported (want silu)", ErrBadConfig, cfg.HiddenAct)
-	}
-	return nil
-}
-
-// LlamaWeightShapes returns every tensor a Llama checkpoint for cfg holds, by Hugging
-// Face name, with its shape. lm_head.weight is absent when the embeddings are tied.
-func LlamaWeightShapes(cfg *Config) map[string][]int {
-	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	D, NH, KV := cfg.HeadDimOrDefault(), cfg.NumAttentionHeads, cfg.KVHeads()
-	s := map[string][]int{
-		"model.embed_tokens.weight": {V, H},
-		"model.norm.weight":         {H},
-	}
-	if !cfg.TieWordEmbeddings {
-		s["lm_head.weight"] = []int{V, H}
-	}
-	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		s[p+"input_layernorm.weight"] = []int{H}
-		s[p+"post_attention_layernorm.weight"] = []int{H}
-		s[p+"self_attn.q_proj.weight"] = []int{NH * D, H}
-		s[p+"self_attn.k_proj.weight"] = []int{KV * D, H}
-		s[p+"self_attn.v_proj.weight"] = []int{KV * D, H}
-		s[p+"self_attn.o_proj.weight"] = []int{H, NH * D}
-		s[p+"mlp.gate_proj.weight"] = []int{I, H}
-		s[p+"mlp.up_proj.weight"] = []int{I, H}
-		s[p+"mlp.down_proj.weight"] = []int{H, I}
-	}
-	return s
-}
-
-// checkLlamaWeights verifies that w holds every tensor cfg needs with the right shape
-// and data length, and no bias tensors the graph would silently ignore.
-func checkLlamaWeights(cfg *Config, w Weights) error {
-	want := LlamaWeightShapes(cfg)
-	if !cfg.TieWordEmbeddings {
-		// Some checkpoints leave lm_head out even without tie_word_embeddings.
-		if _, ok := w["lm_head.weight"]; !ok {
-			return fmt.Errorf("%w: lm_head.weight is missing and tie_word_embeddings is false", ErrBadWeights)
-		}
-	}
-	for _, name := range sortedKeys(want) {
-		t, ok := w[name]
-		if !ok || t == nil {
-			return fmt.Errorf("%w: tensor %s is missing", ErrBadWeights, name)
-		}
-		if !equalInts(t.Shape, want[name]) {
-			return fmt.Errorf("%w: tensor %s has shape %v, config.json implies %v", ErrBadWeights, name, t.Shape, want[name])
-		}
-		if len(t.Data) != t.NumElements() {
-			return fmt.Errorf("%w: tensor %s has shape %v but %d values", ErrBadWeights, name, t.Shape, len(t.Data))
-		}
-	}
-	for name := range w {
-		if len(name) > 5 && name[len(name)-5:] == ".bias" {
-			return fmt.Errorf("%w: tensor %s is a bias, which Llama graphs do not have", ErrBadWeights, name)
-		}
-	}
-	return nil
 }
 
 func equalInts(a, b []int) bool {

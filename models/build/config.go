@@ -7,7 +7,9 @@ import (
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // ErrBadConfig marks a config.json or generation_config.json that cannot be parsed or
@@ -36,10 +38,25 @@ type Config struct {
 	TorchDType string            `json:"torch_dtype"`
 	// HiddenAct is the MLP activation; Llama uses "silu".
 	HiddenAct string `json:"hidden_act"`
-	// RopeScaling is kept raw: the graph builder rejects any scaling it does not implement.
+	// HiddenActivation is Gemma's name for the MLP activation (it wins over HiddenAct).
+	HiddenActivation string `json:"hidden_activation"`
+	// RopeScaling is kept raw: the graph builder parses the scalings it implements
+	// (see RopeScalingParams) and refuses the others by name.
 	RopeScaling   json.RawMessage `json:"rope_scaling"`
 	AttentionBias bool            `json:"attention_bias"`
 	MLPBias       bool            `json:"mlp_bias"`
+	// SlidingWindow limits attention to the last SlidingWindow positions (Mistral,
+	// Phi-3); nil means none. Qwen2 and Qwen3 use it only with UseSlidingWindow.
+	SlidingWindow    *int  `json:"sliding_window"`
+	UseSlidingWindow *bool `json:"use_sliding_window"`
+	// PartialRotaryFactor is the share of each head that rotary embeddings turn (Phi);
+	// 0 means all of it.
+	PartialRotaryFactor float64 `json:"partial_rotary_factor"`
+	// Fields of architectures the builder refuses (mixtures of experts, soft-capping).
+	NumLocalExperts       int      `json:"num_local_experts"`
+	NumExperts            int      `json:"num_experts"`
+	AttnLogitSoftcapping  *float64 `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping *float64 `json:"final_logit_softcapping"`
 }
 
 // DefaultRopeTheta is the rotary base Llama uses when config.json gives none.
@@ -93,16 +110,19 @@ func (c *Config) BOS() (int32, bool) {
 	return *c.BOSTokenID, true
 }
 
-// NumParams returns the number of weights a Llama model with this config holds.
+// NumParams returns the number of weights a checkpoint with this config holds.
 func (c *Config) NumParams() int64 {
-	h, i, v := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.VocabSize)
-	d := int64(c.HeadDimOrDefault())
-	qo := 2 * h * int64(c.NumAttentionHeads) * d
-	kv := 2 * h * int64(c.KVHeads()) * d
-	layer := qo + kv + 3*h*i + 2*h
-	n := int64(c.NumHiddenLayers)*layer + v*h + h
-	if !c.TieWordEmbeddings {
-		n += v * h
+	shapes, err := WeightShapes(c)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, s := range shapes {
+		p := int64(1)
+		for _, d := range s {
+			p *= int64(d)
+		}
+		n += p
 	}
 	return n
 }
@@ -145,7 +165,7 @@ func (c *Config) Validate() error {
 		return bad("head size %d is odd; rotary embeddings need an even head size", d)
 	}
 	if c.ModelType != "" && !supportedModelType(c.ModelType) {
-		return bad("model_type %q is not a Llama-family decoder (supported: llama, mistral)", c.ModelType)
+		return bad("model_type %q is not supported (supported: %s)", c.ModelType, strings.Join(supportedModelTypes, ", "))
 	}
 	if c.BOSTokenID != nil && (*c.BOSTokenID < 0 || int(*c.BOSTokenID) >= c.VocabSize) {
 		return bad("bos_token_id %d is outside the vocabulary [0,%d)", *c.BOSTokenID, c.VocabSize)
@@ -158,13 +178,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func supportedModelType(t string) bool {
-	switch t {
-	case "llama", "mistral":
-		return true
-	}
-	return false
-}
+// supportedModelTypes are the config.json model_type values the builder implements.
+var supportedModelTypes = []string{"llama", "mistral", "qwen2", "qwen3", "gemma", "phi3"}
+
+func supportedModelType(t string) bool { return slices.Contains(supportedModelTypes, t) }
 
 // LoadConfig reads and validates dir/config.json.
 func LoadConfig(dir string) (*Config, error) {

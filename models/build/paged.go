@@ -18,16 +18,11 @@ import (
 // what the dense graph computes (they are built from the same layer pieces and store
 // the same fused weights); only attention moves out of the graph.
 func BuildPaged(cfg *Config, w Weights, outDir string) error {
-	if err := cfg.Validate(); err != nil {
+	m, err := planModel(cfg, w)
+	if err != nil {
 		return err
 	}
-	if err := checkLlamaFeatures(cfg); err != nil {
-		return err
-	}
-	if err := checkLlamaWeights(cfg, w); err != nil {
-		return err
-	}
-	d := dimsOf(cfg)
+	d := m.llamaDims
 	dir := filepath.Join(outDir, modeldir.PagedDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("build: %w", err)
@@ -37,27 +32,30 @@ func BuildPaged(cfg *Config, w Weights, outDir string) error {
 		HiddenSize:   d.hidden,
 		VocabSize:    d.vocab,
 		MaxPositions: cfg.MaxPositionEmbeddings,
-		Embedding:    modeldir.Embedding{File: "embedding.bin", Rows: d.vocab, Cols: d.hidden},
-		Head:         "head.onnx",
-	}
-	att := attention.Params{
-		NumHeads:   d.heads,
-		NumKVHeads: d.kvHeads,
-		HeadDim:    d.headDim,
-		Scale:      1, // 1/sqrt(head_dim) is folded into the query projection
-		Rotary:     attention.Rotary{Dims: d.headDim, InvFreq: ropeInvFreq(cfg, d.headDim)},
+		// The runtime scales the rows it looks up (Gemma); the table stays raw, as the tied
+		// head reads it.
+		Embedding: modeldir.Embedding{File: "embedding.bin", Rows: d.vocab, Cols: d.hidden, Scale: m.arch.embedScale},
+		Head:      "head.onnx",
 	}
 	for i := 0; i < d.layers; i++ {
 		name := fmt.Sprintf("layer%d.onnx", i)
-		if err := writeSegment(layerSegment(cfg, w, d, i), dir, name); err != nil {
+		if err := writeSegment(layerSegment(m, i), dir, name); err != nil {
 			return err
+		}
+		att := attention.Params{
+			NumHeads:      d.heads,
+			NumKVHeads:    d.kvHeads,
+			HeadDim:       d.headDim,
+			Scale:         1, // 1/sqrt(head_dim) is folded into the query projection
+			Rotary:        attention.Rotary{Dims: m.arch.rotary.dims, InvFreq: m.arch.rotary.invFreq},
+			SlidingWindow: m.arch.window[i],
 		}
 		man.Layers = append(man.Layers, modeldir.PagedLayer{Segment: name, Attention: att})
 	}
-	if err := writeSegment(headSegment(cfg, w, d), dir, man.Head); err != nil {
+	if err := writeSegment(headSegment(m), dir, man.Head); err != nil {
 		return err
 	}
-	if err := writeFloat32File(filepath.Join(dir, man.Embedding.File), w["model.embed_tokens.weight"].Data); err != nil {
+	if err := writeFloat32File(filepath.Join(dir, man.Embedding.File), m.w["model.embed_tokens.weight"].Data); err != nil {
 		return err
 	}
 	return modeldir.WritePaged(outDir, man)
@@ -70,26 +68,28 @@ func writeSegment(m *onnxModel, dir, name string) error {
 
 // layerSegment is layer i's segment: layer i-1's output projection and MLP (none for
 // layer 0), then layer i's norm and q|k|v projection.
-func layerSegment(cfg *Config, w Weights, d llamaDims, i int) *onnxModel {
+func layerSegment(m *modelPlan, i int) *onnxModel {
+	d := m.llamaDims
 	b := newGraphBuilder(fmt.Sprintf("layer%d", i))
 	tokens := symDim("tokens")
 	x := b.input(modeldir.SegHidden, onnxFloat, tokens, fixDim(d.hidden))
 	if i > 0 {
 		att := b.input(modeldir.SegAttention, onnxFloat, tokens, fixDim(d.heads*d.headDim))
 		b.prefix = fmt.Sprintf("l%d_", i-1)
-		x = attentionOutputAndMLP(b, cfg, w, d, i-1, x, att)
+		x = attentionOutputAndMLP(b, m, i-1, x, att)
 		b.opTo(modeldir.SegHiddenOut, "Identity", []string{x})
 		b.output(modeldir.SegHiddenOut, onnxFloat, tokens, fixDim(d.hidden))
 	}
 	b.prefix = fmt.Sprintf("l%d_", i)
-	qkv := attentionInput(b, cfg, w, d, i, x)
+	qkv := attentionInput(b, m, i, x)
 	b.opTo(modeldir.SegQKV, "Identity", []string{qkv})
 	b.output(modeldir.SegQKV, onnxFloat, tokens, fixDim((d.heads+2*d.kvHeads)*d.headDim))
-	return segmentModel(b, "one layer of a Llama-family decoder for Conveyor's paged attention")
+	return segmentModel(b, "one layer of a decoder for Conveyor's paged attention")
 }
 
 // headSegment finishes the last layer and computes the logits of the selected rows.
-func headSegment(cfg *Config, w Weights, d llamaDims) *onnxModel {
+func headSegment(m *modelPlan) *onnxModel {
+	d := m.llamaDims
 	b := newGraphBuilder("head")
 	tokens, rows := symDim("tokens"), symDim("rows")
 	x := b.input(modeldir.SegHidden, onnxFloat, tokens, fixDim(d.hidden))
@@ -97,17 +97,17 @@ func headSegment(cfg *Config, w Weights, d llamaDims) *onnxModel {
 	sel := b.input(modeldir.SegLogitRows, onnxInt64, rows)
 	b.output(modeldir.SegLogits, onnxFloat, rows, fixDim(d.vocab))
 	b.prefix = fmt.Sprintf("l%d_", d.layers-1)
-	x = attentionOutputAndMLP(b, cfg, w, d, d.layers-1, x, att)
+	x = attentionOutputAndMLP(b, m, d.layers-1, x, att)
 	b.prefix = "final_"
 	x = b.op("Gather", []string{x, sel}, attrI("axis", 0)) // only the rows whose logits are wanted
-	x = finalNorm(b, cfg, w, d, x)
-	if tiedHead(cfg, w) {
-		embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, w["model.embed_tokens.weight"].Data)
+	x = finalNorm(b, m, x)
+	if tiedHead(m.cfg, m.w) {
+		embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
 		b.opTo(modeldir.SegLogits, "Gemm", []string{x, embed}, attrI("transB", 1))
 	} else {
-		b.opTo(modeldir.SegLogits, "MatMul", []string{x, untiedHead(b, w, d)})
+		b.opTo(modeldir.SegLogits, "MatMul", []string{x, untiedHead(b, m)})
 	}
-	return segmentModel(b, "the head of a Llama-family decoder for Conveyor's paged attention")
+	return segmentModel(b, "the head of a decoder for Conveyor's paged attention")
 }
 
 func segmentModel(b *graphBuilder, doc string) *onnxModel {

@@ -6,14 +6,18 @@ import (
 	"strings"
 )
 
-// RandomWeights returns seeded random Llama weights for cfg (which should be valid):
+// RandomWeights returns seeded random weights for cfg (which must be valid and of a
+// supported architecture), under the checkpoint's tensor names (see WeightShapes):
 // the same cfg and seed always give the same values. Linear weights are normal with
 // standard deviation 1/sqrt(fan-in), so every layer changes the residual stream by a
 // comparable amount; the embedding's deviation 2/sqrt(hidden) gives logits of order
 // one; norm weights are 1 + N(0, 0.1). The numbers mean nothing, but attention, the
 // MLP and the mask all visibly shape the output, which is what tests need.
 func RandomWeights(cfg *Config, seed int64) Weights {
-	shapes := LlamaWeightShapes(cfg)
+	shapes, err := WeightShapes(cfg)
+	if err != nil {
+		panic(err)
+	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x636f6e7665796f72)) // "conveyor"
 	w := make(Weights, len(shapes))
 	for _, name := range sortedKeys(shapes) {
@@ -25,6 +29,8 @@ func RandomWeights(cfg *Config, seed int64) Weights {
 			for i := range t.Data {
 				t.Data[i] = float32(1 + 0.1*rng.NormFloat64())
 			}
+		case strings.HasSuffix(name, ".bias"):
+			fillNormal(rng, t.Data, 0.1)
 		case name == "model.embed_tokens.weight" || name == "lm_head.weight":
 			std := 2 / math.Sqrt(float64(shape[1]))
 			fillNormal(rng, t.Data, std)
