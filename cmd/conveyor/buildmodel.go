@@ -13,7 +13,7 @@ import (
 func init() {
 	register(command{
 		name:    "build-model",
-		summary: "write an ONNX model directory from a Hugging Face Llama checkpoint or seeded random weights",
+		summary: "write an ONNX model directory from a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) or seeded random weights",
 		run:     runBuildModel,
 	})
 }
@@ -25,8 +25,9 @@ func runBuildModel(args []string) error {
 	configPath := fs.String("config", "", "config.json for --random (tokenizer files next to it are copied)")
 	out := fs.String("out", "", "output model directory")
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
+	hfCheckpoint := fs.Bool("hf-checkpoint", false, "with --random: write a Hugging Face checkpoint (config.json, model.safetensors in the config's torch_dtype) instead of a model directory")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N]\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -46,8 +47,21 @@ func runBuildModel(args []string) error {
 		return errors.New("build-model: give --from HF_DIR, or --random --config CONFIG.json")
 	case !*random && *configPath != "":
 		return errors.New("build-model: --config only goes with --random (--from reads HF_DIR/config.json)")
+	case *hfCheckpoint && !*random:
+		return errors.New("build-model: --hf-checkpoint only goes with --random")
 	}
 	start := time.Now()
+	if *hfCheckpoint {
+		files, err := build.WriteRandomCheckpoint(*configPath, *out, *seed)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stdout, "wrote a random checkpoint in %.1f s:\n", time.Since(start).Seconds())
+		for _, f := range files {
+			fmt.Fprintf(os.Stdout, "  %s\n", f)
+		}
+		return nil
+	}
 	var res *build.BuildResult
 	var err error
 	if *random {

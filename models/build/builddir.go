@@ -52,6 +52,53 @@ func BuildRandom(configPath, outDir string, seed int64) (*BuildResult, error) {
 	return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), outDir, writeOptions{})
 }
 
+// WriteRandomCheckpoint writes a Hugging Face checkpoint directory for the config.json
+// at configPath with RandomWeights(seed): config.json, model.safetensors in the
+// config's torch_dtype (float32 when it names none; float16 and bfloat16 as given),
+// and the tokenizer and generation files found next to configPath. It returns the
+// files written. BuildFromHF reads the result as it reads a downloaded checkpoint.
+func WriteRandomCheckpoint(configPath, outDir string, seed int64) ([]string, error) {
+	cfg, err := LoadConfigFile(configPath)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := WeightShapes(cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", configPath, err)
+	}
+	dt := Float32
+	switch cfg.TorchDType {
+	case "", "float32":
+	case "float16":
+		dt = Float16
+	case "bfloat16":
+		dt = BFloat16
+	default:
+		return nil, fmt.Errorf("%w: %s: torch_dtype %q (want float32, float16 or bfloat16)", ErrBadConfig, configPath, cfg.TorchDType)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("models: %w", err)
+	}
+	st := filepath.Join(outDir, "model.safetensors")
+	if err := WriteSafetensors(st, RandomWeights(cfg, seed), dt); err != nil {
+		return nil, err
+	}
+	files := []string{st}
+	for _, name := range append([]string{"config.json"}, modelDirSideFiles...) {
+		src := filepath.Join(filepath.Dir(configPath), name)
+		if name == "config.json" {
+			src = configPath
+		} else if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		dst := filepath.Join(outDir, name)
+		if err := copyFile(src, dst); err != nil {
+			return nil, err
+		}
+		files = append(files, dst)
+	}
+	return files, nil
+}
+
 func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts writeOptions) (*BuildResult, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
@@ -60,11 +107,14 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts w
 	if err != nil {
 		return nil, err
 	}
+	if opts.scratch == nil {
+		opts.scratch = new([]float32) // one buffer for every derived weight of both layouts
+	}
 	files, err := writeONNXModel(m, outDir, "model.onnx", opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := BuildPaged(cfg, w, outDir); err != nil {
+	if err := buildPaged(cfg, w, outDir, opts); err != nil {
 		return nil, err
 	}
 	files = append(files, filepath.Join(outDir, modeldir.PagedDir))

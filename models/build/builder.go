@@ -272,12 +272,10 @@ func norm(b *graphBuilder, m *modelPlan, x, name string, scale float32) string {
 	if offset == 0 && scale == 1 {
 		return rmsNorm(b, x, b.weight(name, []int64{int64(len(t.Data))}, t.Data), eps)
 	}
-	weight := b.weightGen(name+"_folded", []int64{int64(len(t.Data))}, func() []float32 {
-		out := make([]float32, len(t.Data))
+	weight := b.weightGen(name+"_folded", []int64{int64(len(t.Data))}, func(dst []float32) {
 		for i, v := range t.Data {
-			out[i] = (offset + v) * scale
+			dst[i] = (offset + v) * scale
 		}
-		return out
 	})
 	return rmsNorm(b, x, weight, eps)
 }
@@ -303,13 +301,13 @@ func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 	})
 	qkv := b.op("MatMul", []string{h, wqkv})
 	if m.arch.qkvBias {
-		bias := b.weightGen(p+"self_attn.qkv_proj.bias", []int64{(NH + 2*KV) * D}, func() []float32 {
-			out := make([]float32, 0, (NH+2*KV)*D)
-			for _, v := range m.w[p+"self_attn.q_proj.bias"].Data {
-				out = append(out, v*qScale)
+		bias := b.weightGen(p+"self_attn.qkv_proj.bias", []int64{(NH + 2*KV) * D}, func(dst []float32) {
+			q := m.w[p+"self_attn.q_proj.bias"].Data
+			for j, v := range q {
+				dst[j] = v * qScale
 			}
-			out = append(out, m.w[p+"self_attn.k_proj.bias"].Data...)
-			return append(out, m.w[p+"self_attn.v_proj.bias"].Data...)
+			n := copy(dst[len(q):], m.w[p+"self_attn.k_proj.bias"].Data)
+			copy(dst[len(q)+n:], m.w[p+"self_attn.v_proj.bias"].Data)
 		})
 		qkv = b.op("Add", []string{qkv, bias})
 	}
@@ -386,17 +384,16 @@ type projection struct {
 // transposed side by side (see concatTransposed); it is computed when the model is
 // written, so only one transposed copy is in memory at a time.
 func transposedWeight(b *graphBuilder, name string, in, out int64, ps []projection) string {
-	return b.weightGen(name, []int64{in, out}, func() []float32 { return concatTransposed(int(in), ps) })
+	return b.weightGen(name, []int64{in, out}, func(dst []float32) { concatTransposed(dst, int(in), ps) })
 }
 
-// concatTransposed returns the [in, sum(out)] row-major matrix whose columns are the
-// projections' rows, scaled, side by side: x @ result computes all of them at once.
-func concatTransposed(in int, ps []projection) []float32 {
+// concatTransposed writes into dst the [in, sum(out)] row-major matrix whose columns
+// are the projections' rows, scaled, side by side: x @ dst computes all of them at once.
+func concatTransposed(dst []float32, in int, ps []projection) {
 	total := 0
 	for _, p := range ps {
 		total += len(p.w) / in
 	}
-	dst := make([]float32, in*total)
 	col := 0
 	const tile = 32 // transpose in tiles so that reads and writes both stay in cache
 	for _, p := range ps {
@@ -415,7 +412,6 @@ func concatTransposed(in int, ps []projection) []float32 {
 		}
 		col += out
 	}
-	return dst
 }
 
 func equalInts(a, b []int) bool {

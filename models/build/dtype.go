@@ -7,12 +7,16 @@ type DType int
 const (
 	Float32 DType = iota
 	Float16
+	BFloat16
 )
 
-// String returns "float32" or "float16".
+// String returns "float32", "float16" or "bfloat16".
 func (d DType) String() string {
-	if d == Float16 {
+	switch d {
+	case Float16:
 		return "float16"
+	case BFloat16:
+		return "bfloat16"
 	}
 	return "float32"
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -162,5 +163,45 @@ func TestLlama3Frequencies(t *testing.T) {
 	}
 	if kept == 0 || divided == 0 || between == 0 {
 		t.Errorf("bands kept %d, divided %d, between %d: each should be non-empty", kept, divided, between)
+	}
+}
+
+// TestWriteRandomCheckpoint writes a bfloat16 Qwen2 checkpoint and reads it back: the
+// tensors are the family's (biases included), rounded to bfloat16, and BuildFromHF
+// takes the directory as it would a downloaded one.
+func TestWriteRandomCheckpoint(t *testing.T) {
+	src := t.TempDir()
+	cfg := `{"model_type":"qwen2","vocab_size":64,"hidden_size":32,"intermediate_size":48,"num_hidden_layers":2,
+		"num_attention_heads":4,"num_key_value_heads":2,"tie_word_embeddings":true,"torch_dtype":"bfloat16","max_position_embeddings":128}`
+	writeTestFile(t, src, "config.json", cfg)
+	hf := filepath.Join(t.TempDir(), "hf")
+	if _, err := WriteRandomCheckpoint(filepath.Join(src, "config.json"), hf, 4); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadSafetensorsDir(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfig(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RandomWeights(c, 4)
+	if len(got) != len(want) || got["model.layers.1.self_attn.v_proj.bias"] == nil {
+		t.Fatalf("read %d tensors, want %d with q/k/v biases", len(got), len(want))
+	}
+	for name, w := range want {
+		for i, v := range w.Data {
+			if r := math.Float32frombits(uint32(float32ToBF16(v)) << 16); got[name].Data[i] != r {
+				t.Fatalf("%s[%d] = %g, want %g (bfloat16 of %g)", name, i, got[name].Data[i], r, v)
+			}
+		}
+	}
+	if _, err := BuildFromHF(hf, t.TempDir()); err != nil {
+		t.Fatalf("BuildFromHF: %v", err)
+	}
+	writeTestFile(t, src, "config.json", strings.Replace(cfg, "bfloat16", "int8", 1))
+	if _, err := WriteRandomCheckpoint(filepath.Join(src, "config.json"), hf, 4); err == nil || !strings.Contains(err.Error(), `torch_dtype "int8"`) {
+		t.Errorf("torch_dtype int8: got %v", err)
 	}
 }

@@ -98,15 +98,15 @@ func attrIntList(name string, v ...int64) onnxAttr {
 }
 
 // onnxTensor is a TensorProto. Exactly one of F32 (float32 values), Gen (a function
-// producing the float32 values when the tensor is written, so that derived weights
-// need not all be in memory at once) and Raw (encoded little-endian bytes) holds the
-// data.
+// filling in the float32 values when the tensor is written, into one scratch buffer
+// the writer reuses, so that derived weights are never all in memory at once and
+// leave no garbage behind) and Raw (encoded little-endian bytes) holds the data.
 type onnxTensor struct {
 	Name     string
 	Dims     []int64
 	DataType int32
 	F32      []float32
-	Gen      func() []float32
+	Gen      func(dst []float32)
 	Raw      []byte
 
 	// Set by the writer when the data lives in the external data file.
@@ -129,16 +129,19 @@ func (t *onnxTensor) dataBytes() int64 {
 	return int64(len(t.Raw))
 }
 
-// writeData writes t's data as little-endian bytes.
-func (t *onnxTensor) writeData(w io.Writer) error {
+// writeData writes t's data as little-endian bytes; scratch is the buffer generated
+// tensors are computed in (grown as needed, kept for the next one).
+func (t *onnxTensor) writeData(w io.Writer, scratch *[]float32) error {
 	switch {
 	case t.F32 != nil:
 		return writeFloat32s(w, t.F32)
 	case t.Gen != nil:
-		vs := t.Gen()
-		if int64(4*len(vs)) != t.dataBytes() {
-			return fmt.Errorf("tensor %s: generated %d values for shape %v", t.Name, len(vs), t.Dims)
+		n := int(t.dataBytes() / 4)
+		if cap(*scratch) < n {
+			*scratch = make([]float32, n)
 		}
+		vs := (*scratch)[:n]
+		t.Gen(vs)
 		return writeFloat32s(w, vs)
 	}
 	_, err := w.Write(t.Raw)
@@ -244,12 +247,12 @@ func (e *pbEncoder) message(field protowire.Number, m *pbEncoder) {
 	e.size += m.size
 }
 
-// writeTo streams the encoded message to w.
-func (e *pbEncoder) writeTo(w io.Writer) error {
+// writeTo streams the encoded message to w, generating tensors in scratch.
+func (e *pbEncoder) writeTo(w io.Writer, scratch *[]float32) error {
 	e.flush()
 	for _, p := range e.parts {
 		if p.t != nil {
-			if err := p.t.writeData(w); err != nil {
+			if err := p.t.writeData(w, scratch); err != nil {
 				return err
 			}
 			continue
@@ -431,12 +434,19 @@ type writeOptions struct {
 	// externalAboveBytes moves data to an external file when the model's total
 	// initializer bytes exceed it (0 = maxInlineModelBytes; negative = always).
 	externalAboveBytes int64
+	// scratch, when set, is the buffer generated tensors are computed in, shared by
+	// every model one build writes (so that no model leaves one behind as garbage).
+	scratch *[]float32
 }
 
 // writeONNXModel writes m to dir/name, and its large initializers to
 // dir/name+".data" when the model is too big to hold them inline. It returns the paths
 // written.
 func writeONNXModel(m *onnxModel, dir, name string, opts writeOptions) ([]string, error) {
+	scratch := opts.scratch
+	if scratch == nil {
+		scratch = new([]float32)
+	}
 	limit := opts.externalAboveBytes
 	if limit == 0 {
 		limit = maxInlineModelBytes
@@ -463,7 +473,7 @@ func writeONNXModel(m *onnxModel, dir, name string, opts writeOptions) ([]string
 			t.external, t.extOffsetBytes = true, off
 			off += t.dataBytes()
 		}
-		if err := writeExternalData(dataPath, m.Graph.Initializers); err != nil {
+		if err := writeExternalData(dataPath, m.Graph.Initializers, scratch); err != nil {
 			return nil, err
 		}
 		written = append(written, dataPath)
@@ -474,14 +484,14 @@ func writeONNXModel(m *onnxModel, dir, name string, opts writeOptions) ([]string
 	if enc.len() >= math.MaxInt32 {
 		return nil, fmt.Errorf("models: encoded model is %d bytes, over the 2 GiB protobuf limit", enc.len())
 	}
-	if err := writeFileAtomic(path, enc.writeTo); err != nil {
+	if err := writeFileAtomic(path, func(w io.Writer) error { return enc.writeTo(w, scratch) }); err != nil {
 		return nil, err
 	}
 	return written, nil
 }
 
 // writeExternalData writes the external tensors' data at their offsets.
-func writeExternalData(path string, ts []*onnxTensor) error {
+func writeExternalData(path string, ts []*onnxTensor, scratch *[]float32) error {
 	return writeFileAtomic(path, func(w io.Writer) error {
 		var off int64
 		zeros := make([]byte, externalAlignBytes)
@@ -494,7 +504,7 @@ func writeExternalData(path string, ts []*onnxTensor) error {
 					return err
 				}
 			}
-			if err := t.writeData(w); err != nil {
+			if err := t.writeData(w, scratch); err != nil {
 				return err
 			}
 			off = t.extOffsetBytes + t.dataBytes()

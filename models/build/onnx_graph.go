@@ -63,9 +63,9 @@ func (b *graphBuilder) weight(name string, dims []int64, data []float32) string 
 	return name
 }
 
-// weightGen adds a float32 initializer whose values gen produces when the model is
-// written.
-func (b *graphBuilder) weightGen(name string, dims []int64, gen func() []float32) string {
+// weightGen adds a float32 initializer whose values gen writes into dst (sized by
+// dims) when the model is written.
+func (b *graphBuilder) weightGen(name string, dims []int64, gen func(dst []float32)) string {
 	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: name, Dims: dims, DataType: onnxFloat, Gen: gen})
 	return name
 }

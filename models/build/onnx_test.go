@@ -94,7 +94,7 @@ func TestONNXWriterExternalData(t *testing.T) {
 // protowire, independently of ONNX Runtime.
 func TestONNXWriterEncoding(t *testing.T) {
 	var buf bytes.Buffer
-	if err := encodeModel(addModel([]float32{1, 2, 3}), "").writeTo(&buf); err != nil {
+	if err := encodeModel(addModel([]float32{1, 2, 3}), "").writeTo(&buf, new([]float32)); err != nil {
 		t.Fatal(err)
 	}
 	if int64(buf.Len()) != encodeModel(addModel([]float32{1, 2, 3}), "").len() {

@@ -18,6 +18,13 @@ import (
 // what the dense graph computes (they are built from the same layer pieces and store
 // the same fused weights); only attention moves out of the graph.
 func BuildPaged(cfg *Config, w Weights, outDir string) error {
+	return buildPaged(cfg, w, outDir, writeOptions{})
+}
+
+func buildPaged(cfg *Config, w Weights, outDir string, opts writeOptions) error {
+	if opts.scratch == nil {
+		opts.scratch = new([]float32)
+	}
 	m, err := planModel(cfg, w)
 	if err != nil {
 		return err
@@ -39,7 +46,7 @@ func BuildPaged(cfg *Config, w Weights, outDir string) error {
 	}
 	for i := 0; i < d.layers; i++ {
 		name := fmt.Sprintf("layer%d.onnx", i)
-		if err := writeSegment(layerSegment(m, i), dir, name); err != nil {
+		if err := writeSegment(layerSegment(m, i), dir, name, opts); err != nil {
 			return err
 		}
 		att := attention.Params{
@@ -52,7 +59,7 @@ func BuildPaged(cfg *Config, w Weights, outDir string) error {
 		}
 		man.Layers = append(man.Layers, modeldir.PagedLayer{Segment: name, Attention: att})
 	}
-	if err := writeSegment(headSegment(m), dir, man.Head); err != nil {
+	if err := writeSegment(headSegment(m), dir, man.Head, opts); err != nil {
 		return err
 	}
 	if err := writeFloat32File(filepath.Join(dir, man.Embedding.File), m.w["model.embed_tokens.weight"].Data); err != nil {
@@ -61,8 +68,8 @@ func BuildPaged(cfg *Config, w Weights, outDir string) error {
 	return modeldir.WritePaged(outDir, man)
 }
 
-func writeSegment(m *onnxModel, dir, name string) error {
-	_, err := writeONNXModel(m, dir, name, writeOptions{})
+func writeSegment(m *onnxModel, dir, name string, opts writeOptions) error {
+	_, err := writeONNXModel(m, dir, name, opts)
 	return err
 }
 

@@ -316,6 +316,8 @@ func WriteSafetensors(path string, tensors Weights, dtype DType) error {
 		dt = stF32
 	case Float16:
 		dt = stF16
+	case BFloat16:
+		dt = stBF16
 	default:
 		return fmt.Errorf("models: WriteSafetensors: unsupported dtype %v", dtype)
 	}
