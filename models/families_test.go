@@ -14,7 +14,7 @@ import (
 // checkpoint (config.json, model.safetensors under the family's tensor names, random
 // small weights) of one model_type with one of its options — Llama 3 and linear rope
 // scaling, Qwen2's biases, Qwen3's q/k norms, Mistral's and Phi-3's sliding windows,
-// Gemma, Phi-3's fused projections and partial rotary. reference.json holds the logits
+// Gemma, Phi-3's fused projections, partial rotary and longrope. reference.json holds the logits
 // of a plain-PyTorch implementation of that family (gen_families.py, written from the
 // transformers modeling code) at every position of three sequences. Conveyor builds
 // the checkpoint with build.BuildFromHF and must reproduce them on both attention
@@ -64,8 +64,8 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(refs) < 8 {
-		t.Fatalf("found %d family fixtures, want 8 (run testdata/families/gen_families.py)", len(refs))
+	if len(refs) < 9 {
+		t.Fatalf("found %d family fixtures, want 9 (run testdata/families/gen_families.py)", len(refs))
 	}
 	for _, refPath := range refs {
 		src := filepath.Dir(refPath)
@@ -76,8 +76,15 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			vocab := len(ref.Logits[0][0])
+			wantContext := 512
+			if filepath.Base(src) == "phi35" {
+				wantContext = 64 // longrope: the original context, where the short factors hold
+			}
 			for _, path := range []string{AttentionPaged, AttentionDense} {
 				m := openTestModel(t, dir, path)
+				if got := m.Spec().MaxPositions; got != wantContext {
+					t.Errorf("%s: context %d, want %d", path, got, wantContext)
+				}
 				check := func(how string, seq, pos int, logits []float32) {
 					t.Helper()
 					if d := maxAbsDiff64(logits[:vocab], ref.Logits[seq][pos]); d > familyTolerance {

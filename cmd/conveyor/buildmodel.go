@@ -73,6 +73,9 @@ func runBuildModel(args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stdout, "built %.1fM-parameter model in %.1f s:\n", float64(res.Params)/1e6, time.Since(start).Seconds())
+	if res.ContextCapped > 0 {
+		fmt.Fprintf(os.Stdout, "note: context limited to %d tokens (longrope's original context; config.json's max_position_embeddings is rewritten)\n", res.ContextCapped)
+	}
 	for _, f := range res.Files {
 		fmt.Fprintf(os.Stdout, "  %s\n", f)
 	}

@@ -1,6 +1,7 @@
 package build
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,9 @@ type BuildResult struct {
 	Params int64
 	// Files lists the paths written, model.onnx first.
 	Files []string
+	// ContextCapped, when positive, is the context length the model was limited to,
+	// below config.json's max_position_embeddings (longrope beyond its original context).
+	ContextCapped int
 }
 
 // BuildFromHF converts a Hugging Face Llama-family checkpoint directory (config.json
@@ -132,7 +136,39 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts w
 		}
 		res.Files = append(res.Files, c[1])
 	}
+	if a, err := archOf(cfg); err == nil && a.rotary.maxPositions > 0 && a.rotary.maxPositions < cfg.MaxPositionEmbeddings {
+		// The dense runner reads the context length from config.json: cap it there too.
+		if err := setConfigField(filepath.Join(outDir, "config.json"), "max_position_embeddings", a.rotary.maxPositions); err != nil {
+			return nil, err
+		}
+		res.ContextCapped = a.rotary.maxPositions
+	}
 	return res, nil
+}
+
+// setConfigField rewrites one top-level field of the JSON object in path.
+func setConfigField(path, field string, value any) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBadConfig, path, err)
+	}
+	v, err := json.Marshal(value)
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	obj[field] = v
+	out, err := json.MarshalIndent(obj, "", "  ")
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	return writeFileAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(append(out, '\n'))
+		return err
+	})
 }
 
 // copyFile copies src to dst; copying a file onto itself does nothing.

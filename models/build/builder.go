@@ -123,7 +123,15 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 		posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
 		posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
 		angle := b.op("Mul", []string{posU, b.weight("rope.inv_freq", []int64{R}, invFreq)})
+		if rot.factor != 1 { // longrope's attention factor scales cos and sin
+			for j := range sign {
+				sign[j] *= rot.factor
+			}
+		}
 		cos = b.op("Cos", []string{angle})
+		if rot.factor != 1 {
+			cos = b.op("Mul", []string{cos, b.constFloat32(nil, rot.factor)})
+		}
 		sinSigned = b.op("Mul", []string{b.op("Sin", []string{angle}), b.weight("rope.sign", []int64{R}, sign)})
 	}
 

@@ -49,6 +49,9 @@ type Config struct {
 	// Phi-3); nil means none. Qwen2 and Qwen3 use it only with UseSlidingWindow.
 	SlidingWindow    *int  `json:"sliding_window"`
 	UseSlidingWindow *bool `json:"use_sliding_window"`
+	// OriginalMaxPositionEmbeddings is the pretraining context of a model whose
+	// max_position_embeddings was extended by longrope (Phi-3 puts it at top level).
+	OriginalMaxPositionEmbeddings int `json:"original_max_position_embeddings"`
 	// PartialRotaryFactor is the share of each head that rotary embeddings turn (Phi);
 	// 0 means all of it.
 	PartialRotaryFactor float64 `json:"partial_rotary_factor"`

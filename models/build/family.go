@@ -25,7 +25,10 @@ type arch struct {
 type rotaryPlan struct {
 	dims    int
 	invFreq []float32 // dims/2 values
-	factor  float32   // attention factor; 1 for every scaling implemented
+	factor  float32   // attention factor: cos and sin are multiplied by it (longrope)
+	// maxPositions, when positive, caps the context below max_position_embeddings:
+	// longrope's frequencies are only position-independent up to the original context.
+	maxPositions int
 }
 
 // MLP activations.
@@ -111,18 +114,22 @@ func archOf(cfg *Config) (*arch, error) {
 
 // RopeScalingParams is config.json's rope_scaling object.
 type RopeScalingParams struct {
-	RopeType                      string  `json:"rope_type"`
-	Type                          string  `json:"type"` // the older key for rope_type
-	Factor                        float64 `json:"factor"`
-	LowFreqFactor                 float64 `json:"low_freq_factor"`
-	HighFreqFactor                float64 `json:"high_freq_factor"`
-	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings"`
+	RopeType                      string    `json:"rope_type"`
+	Type                          string    `json:"type"` // the older key for rope_type
+	Factor                        float64   `json:"factor"`
+	LowFreqFactor                 float64   `json:"low_freq_factor"`
+	HighFreqFactor                float64   `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings int       `json:"original_max_position_embeddings"`
+	ShortFactor                   []float64 `json:"short_factor"`
+	LongFactor                    []float64 `json:"long_factor"`
+	AttentionFactor               *float64  `json:"attention_factor"`
 }
 
 // rotaryOf returns the rotary embedding cfg describes: head_dim (or its
 // partial_rotary_factor share) turned with rope_theta's frequencies, rescaled as
-// rope_scaling says. The scalings implemented are those whose frequencies do not
-// depend on the sequence: default, linear and llama3.
+// rope_scaling says: default, linear, llama3, and longrope up to the original context
+// (where transformers uses the short factors; beyond it, it switches every position to
+// the long factors, which a KV cache cannot follow, so the context is capped there).
 func rotaryOf(cfg *Config) (rotaryPlan, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
@@ -167,13 +174,61 @@ func rotaryOf(cfg *Config) (rotaryPlan, error) {
 			if err := llama3Frequencies(inv, s); err != nil {
 				return rotaryPlan{}, err
 			}
+		case "longrope":
+			return longRope(cfg, dims, s)
 		default:
-			return rotaryPlan{}, bad("rope_scaling rope_type %q is not supported (supported: default, linear, llama3)", kind)
+			return rotaryPlan{}, bad("rope_scaling rope_type %q is not supported (supported: default, linear, llama3, longrope)", kind)
 		}
 	}
 	r := rotaryPlan{dims: dims, invFreq: make([]float32, len(inv)), factor: 1}
 	for j, f := range inv {
 		r.invFreq[j] = float32(f)
+	}
+	return r, nil
+}
+
+// longRope is transformers' _compute_longrope_parameters for sequences within the
+// original context: inverse frequencies 1 / (short_factor[j] * theta^(2j/dims)) and
+// the attention factor sqrt(1 + ln(factor) / ln(original)), factor being
+// max_position_embeddings / original_max_position_embeddings (Phi-3's top-level field)
+// or rope_scaling's factor. The context is capped at the original one.
+func longRope(cfg *Config, dims int, s RopeScalingParams) (rotaryPlan, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: rope_scaling (longrope): %s", ErrBadConfig, fmt.Sprintf(format, args...))
+	}
+	if len(s.ShortFactor) != dims/2 || len(s.LongFactor) != dims/2 {
+		return rotaryPlan{}, bad("short_factor and long_factor have %d and %d values, want %d (rotary dims / 2)", len(s.ShortFactor), len(s.LongFactor), dims/2)
+	}
+	factor := s.Factor
+	orig := cfg.OriginalMaxPositionEmbeddings
+	if orig > 0 {
+		factor = float64(cfg.MaxPositionEmbeddings) / float64(orig)
+	} else {
+		orig = s.OriginalMaxPositionEmbeddings
+		if orig <= 0 {
+			orig = cfg.MaxPositionEmbeddings
+		}
+	}
+	if orig <= 1 {
+		return rotaryPlan{}, bad("original_max_position_embeddings %d must be above 1", orig)
+	}
+	att := 1.0
+	switch {
+	case s.AttentionFactor != nil:
+		att = *s.AttentionFactor
+	case factor > 1:
+		att = math.Sqrt(1 + math.Log(factor)/math.Log(float64(orig)))
+	}
+	r := rotaryPlan{dims: dims, invFreq: make([]float32, dims/2), factor: float32(att)}
+	for j, f := range s.ShortFactor {
+		if f <= 0 {
+			return rotaryPlan{}, bad("short_factor[%d] = %g must be positive", j, f)
+		}
+		shape := float32(2*j) / float32(dims)
+		r.invFreq[j] = 1 / (float32(f) * float32(math.Pow(cfg.Theta(), float64(shape))))
+	}
+	if cfg.MaxPositionEmbeddings > orig {
+		r.maxPositions = orig
 	}
 	return r, nil
 }
@@ -271,6 +326,15 @@ type modelPlan struct {
 	cfg  *Config
 	arch *arch
 	w    Weights
+}
+
+// contextLength is the longest sequence the built model serves: max_position_embeddings,
+// or less when the rotary scaling caps it.
+func (m *modelPlan) contextLength() int {
+	if c := m.arch.rotary.maxPositions; c > 0 && c < m.cfg.MaxPositionEmbeddings {
+		return c
+	}
+	return m.cfg.MaxPositionEmbeddings
 }
 
 // planModel validates cfg and w and resolves them into a modelPlan.

@@ -24,9 +24,9 @@ func TestArchRefusals(t *testing.T) {
 		want            []string // substrings of the error
 	}{
 		{"unknown rope type", "llama", func(c *Config) { c.RopeScaling = json.RawMessage(`{"rope_type":"yarn","factor":4}`) }, []string{"rope_scaling", `"yarn"`}},
-		{"longrope", "phi3", func(c *Config) {
+		{"longrope factors", "phi3", func(c *Config) {
 			c.RopeScaling = json.RawMessage(`{"type":"longrope","short_factor":[1],"long_factor":[2]}`)
-		}, []string{"rope_scaling", `"longrope"`}},
+		}, []string{"longrope", "short_factor and long_factor have 1 and 1 values, want 4"}},
 		{"dynamic", "llama", func(c *Config) { c.RopeScaling = json.RawMessage(`{"type":"dynamic","factor":2}`) }, []string{"rope_scaling", `"dynamic"`}},
 		{"malformed rope_scaling", "llama", func(c *Config) { c.RopeScaling = json.RawMessage(`[1,2]`) }, []string{"rope_scaling", "[1,2]"}},
 		{"linear without factor", "llama", func(c *Config) { c.RopeScaling = json.RawMessage(`{"type":"linear"}`) }, []string{"factor"}},

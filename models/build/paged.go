@@ -38,7 +38,7 @@ func buildPaged(cfg *Config, w Weights, outDir string, opts writeOptions) error 
 		Format:       modeldir.PagedFormat,
 		HiddenSize:   d.hidden,
 		VocabSize:    d.vocab,
-		MaxPositions: cfg.MaxPositionEmbeddings,
+		MaxPositions: m.contextLength(),
 		// The runtime scales the rows it looks up (Gemma); the table stays raw, as the tied
 		// head reads it.
 		Embedding: modeldir.Embedding{File: "embedding.bin", Rows: d.vocab, Cols: d.hidden, Scale: m.arch.embedScale},
@@ -54,7 +54,7 @@ func buildPaged(cfg *Config, w Weights, outDir string, opts writeOptions) error 
 			NumKVHeads:    d.kvHeads,
 			HeadDim:       d.headDim,
 			Scale:         1, // 1/sqrt(head_dim) is folded into the query projection
-			Rotary:        attention.Rotary{Dims: m.arch.rotary.dims, InvFreq: m.arch.rotary.invFreq},
+			Rotary:        attention.Rotary{Dims: m.arch.rotary.dims, InvFreq: m.arch.rotary.invFreq, AttentionFactor: m.arch.rotary.factor},
 			SlidingWindow: m.arch.window[i],
 		}
 		man.Layers = append(man.Layers, modeldir.PagedLayer{Segment: name, Attention: att})

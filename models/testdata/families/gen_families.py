@@ -14,8 +14,9 @@ checkpoint directory, for checking Conveyor's ONNX graph builder against plain P
 Cases: llama3 (llama3 rope scaling, tied, GQA), llama_linear (linear rope scaling with the older "type"
 key, untied), qwen2 (q/k/v biases), qwen3 (per-head q_norm/k_norm, explicit head_dim), mistral (sliding
 window 5, one kv head), gemma (embeddings times sqrt(hidden), RMSNorm with 1 + weight, tanh GELU MLP,
-head_dim != hidden/heads), phi3 (fused qkv_proj and gate_up_proj, sliding window 7) and phi4mini (phi3
-with partial_rotary_factor 0.75, tied).
+head_dim != hidden/heads), phi3 (fused qkv_proj and gate_up_proj, sliding window 7), phi4mini (phi3
+with partial_rotary_factor 0.75, tied) and phi35 (phi4mini with longrope scaling: short factors and the
+attention factor sqrt(1 + ln(max/original) / ln(original)) on cos and sin).
 
 The math is plain PyTorch in float32 (no `transformers`), following transformers' modeling_<model_type>.py
 with eager attention: RMSNorm computed in float32, rotate_half RoPE with cos/sin from float32 inv_freq
@@ -85,12 +86,12 @@ def _llama(**kw):
 
 
 def _phi3(**kw):
+    kw.setdefault("original_max_position_embeddings", 512)
     return _base(
         "phi3",
         "Phi3ForCausalLM",
         embd_pdrop=0.0,
         resid_pdrop=0.0,
-        original_max_position_embeddings=512,
         pad_token_id=2,  # Phi3Config's default 32000 would not fit the tiny vocabulary
         **kw,
     )
@@ -179,6 +180,24 @@ CASES = [
         "phi4mini",
         1108,
         _phi3(num_key_value_heads=2, partial_rotary_factor=0.75, sliding_window=None, tie_word_embeddings=True),
+    ),
+    (
+        # Phi-3.5-mini / Phi-4-mini style: longrope with the original context at top level. The sequences stay
+        # within original_max_position_embeddings, where transformers uses the short factors.
+        "phi35",
+        1109,
+        _phi3(
+            num_key_value_heads=2,
+            partial_rotary_factor=0.75,
+            sliding_window=None,
+            tie_word_embeddings=True,
+            original_max_position_embeddings=64,
+            rope_scaling={
+                "type": "longrope",
+                "short_factor": [1.0, 1.1, 1.25, 1.5, 2.0, 3.0],
+                "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+            },
+        ),
     ),
 ]
 
@@ -273,7 +292,28 @@ def rope_inv_freq(cfg):
         smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
         is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
         return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+    if kind == "longrope":
+        # _compute_longrope_parameters with seq_len <= original_max_position_embeddings: the short factors.
+        short = torch.tensor(rs["short_factor"], dtype=torch.float32)
+        shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+        return 1.0 / (short * base**shape)
     raise ValueError(f"rope type {kind!r} not implemented")
+
+
+def rope_attention_factor(cfg):
+    """The attention scaling the rotary embedding multiplies cos and sin by (longrope), as transformers sets it."""
+    if rope_kind(cfg) != "longrope":
+        return 1.0
+    rs = cfg["rope_scaling"]
+    if rs.get("attention_factor") is not None:
+        return rs["attention_factor"]
+    if "original_max_position_embeddings" in cfg:
+        orig = cfg["original_max_position_embeddings"]
+        factor = cfg["max_position_embeddings"] / orig
+    else:
+        orig = cfg["max_position_embeddings"]
+        factor = rs.get("factor") or 1.0
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
 
 
 def llama3_bands(cfg):
@@ -374,7 +414,8 @@ def forward(cfg, sd, ids, skip=()):
     pos = torch.arange(s, dtype=torch.int64)
     freqs = (inv_freq[None, :, None].float() @ pos[None, None, :].float()).transpose(1, 2)[0]
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    att = rope_attention_factor(cfg)
+    cos, sin = emb.cos() * att, emb.sin() * att
     mask = causal_mask(s, sliding_window_of(cfg))
     scaling = hd**-0.5
     gnorm = gemma and "gemma_norm" not in skip
@@ -454,6 +495,9 @@ def np_forward(cfg, sd, ids):
                 t = (old / wl - lo) / (hi - lo)
                 out.append((1 - t) * f / fac + t * f)
         freqs = np.array(out)
+    elif kind == "longrope":
+        freqs = freqs / np.array(cfg["rope_scaling"]["short_factor"])
+    att = rope_attention_factor(cfg)
     window = sliding_window_of(cfg)
 
     def norm(x, w, gem=False):
@@ -465,7 +509,7 @@ def np_forward(cfg, sd, ids):
         half = rot // 2
         for j in range(half):
             a, b = vec[j], vec[j + half]
-            c, sn = math.cos(p * freqs[j]), math.sin(p * freqs[j])
+            c, sn = att * math.cos(p * freqs[j]), att * math.sin(p * freqs[j])
             vec[j], vec[j + half] = a * c - b * sn, b * c + a * sn
         return vec
 
@@ -562,7 +606,11 @@ def feature_checks(name, cfg, sd, seqs, ref):
         # Informational (not required to be large): what transformers >= 4.48 computes for this config,
         # whose GemmaMLP reads hidden_act ("gelu", exact) instead of hidden_activation.
         diff("info: exact (erf) GELU instead of tanh GELU", dict(cfg, hidden_activation="gelu"))
-    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+    if rope_kind(cfg) == "longrope":
+        diff("longrope dropped (plain rotary)", dict(cfg, rope_scaling=None))
+        rs = dict(cfg["rope_scaling"], short_factor=[1.0] * len(cfg["rope_scaling"]["short_factor"]))
+        diff("longrope without its short factors (attention factor alone)", dict(cfg, rope_scaling=rs))
+    elif cfg.get("partial_rotary_factor", 1.0) != 1.0:
         c2 = dict(cfg)
         del c2["partial_rotary_factor"]
         diff("full rotary instead of partial_rotary_factor", c2)
