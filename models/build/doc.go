@@ -1,23 +1,30 @@
 // Package build writes Conveyor model directories: the graph-builder half of
 // Conveyor's model code (the runtime is package models).
 //
-// BuildLlamaONNX writes the Hugging Face Optimum decoder interface (see package models) for a Llama-family model (Llama, Mistral:
-// RMSNorm, rotate-half rotary embeddings, grouped-query attention, SwiGLU MLP, tied or
-// separate output embeddings) straight from Go: onnx.go encodes the ONNX protobuf
+// BuildLlamaONNX writes the Hugging Face Optimum decoder interface (see package models)
+// straight from Go for the Llama-like families: llama (with linear and llama3 rope
+// scaling), mistral (sliding window), qwen2 (q/k/v biases), qwen3 (per-head q/k norms),
+// gemma (scaled embeddings, 1 + weight norms, tanh GELU) and phi3 (fused projections,
+// partial rotary, longrope within the original context). family.go resolves a
+// config.json into what departs from Llama (arch) and refuses, naming the field,
+// anything the graphs would not compute as transformers does; Phi-3's fused tensors are
+// split into views of the checkpoint's memory. onnx.go encodes the ONNX protobuf
 // messages with protowire, streaming weights to disk without a second in-memory copy,
 // and builder.go lays out the graph with standard ai.onnx opset 17 operators only.
 // Hugging Face linear weights ([out, in]) are stored transposed; q, k and v are one
-// fused MatMul (with 1/sqrt(head_dim) folded into q), as are gate and up. The mask
-// bias and the rotary cos/sin tables are computed once per pass and shared by every
-// layer; grouped-query attention regroups the queries ([B, kv_heads, group*seq, d])
-// instead of repeating keys and values. A key column k is visible to query j iff
-// attention_mask[b,k] == 1 and k <= past + j, so padding may sit anywhere; a query
-// whose keys are all hidden gets a uniform (finite) softmax, never NaN.
+// fused MatMul (with 1/sqrt(head_dim) folded into q, or into Qwen3's q norm), as are
+// gate and up. The mask bias (one per sliding window in use) and the rotary cos/sin
+// tables are computed once per pass and shared by every layer; grouped-query attention
+// regroups the queries ([B, kv_heads, group*seq, d]) instead of repeating keys and
+// values. A key column k is visible to query j iff attention_mask[b,k] == 1 and
+// k <= past + j, so padding may sit anywhere; a query whose keys are all hidden gets a
+// uniform (finite) softmax, never NaN.
 //
 // Weights come from a checkpoint (LoadSafetensorsDir reads single or sharded
 // safetensors in F32, F16 or BF16, validating every header) or from RandomWeights,
 // which gives deterministic seeded weights for tests. BuildFromHF and BuildRandom
-// produce complete model directories; `conveyor build-model` is their command line.
+// produce complete model directories, WriteRandomCheckpoint a Hugging Face checkpoint;
+// `conveyor build-model` is their command line.
 //
 // BuildPaged writes the same model cut at attention for the paged path (paged/): one
 // segment per layer (the previous layer's output projection and MLP, then this layer's
