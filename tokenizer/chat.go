@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf16"
 
 	"github.com/nikolalohinski/gonja/v2"
 	"github.com/nikolalohinski/gonja/v2/builtins"
@@ -28,12 +30,13 @@ type chatTemplate struct {
 }
 
 // chatEnv is the Jinja environment of chat templates: gonja's built-ins with tojson
-// replaced by one that writes JSON as Python's json.dumps does (", " and ": " separators,
-// non-ASCII kept), as transformers' chat templates expect.
+// replaced by transformers' (filterToJSON: Python's json.dumps, non-ASCII kept), and trim
+// and some string methods by ones with Python's behaviour (chatpy.go).
 var chatEnv = sync.OnceValue(func() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{})
 	filters.Update(builtins.Filters)
 	_ = filters.Replace("tojson", filterToJSON)
+	_ = filters.Replace("trim", filterTrim)
 	methods := builtins.Methods
 	methods.Str = strMethods(builtins.Methods.Str)
 	return &exec.Environment{
@@ -44,38 +47,6 @@ var chatEnv = sync.OnceValue(func() *exec.Environment {
 		Methods:           methods,
 	}
 })
-
-// strMethodNames are the Python string methods gonja implements.
-var strMethodNames = strings.Fields(`capitalize capwords casefold center count encode endswith
-	expandtabs find format format_map isalnum isalpha isascii isdecimal isdigit islower isnumeric
-	isprintable isspace istitle isupper join ljust lower lstrip partition removeprefix
-	removesuffix replace rfind rjust rpartition rsplit rstrip split splitlines startswith strip
-	swapcase title upper zfill`)
-
-// strMethods is gonja's set of string methods with replace taking Python's optional count
-// (gonja requires it; templates call s.replace(old, new)).
-func strMethods(base *exec.MethodSet[string]) *exec.MethodSet[string] {
-	m := map[string]exec.Method[string]{}
-	for _, name := range strMethodNames {
-		if fn, ok := base.Get(name); ok {
-			m[name] = fn
-		}
-	}
-	m["replace"] = func(self string, _ *exec.Value, args *exec.VarArgs) (any, error) {
-		if len(args.Args) < 2 || len(args.Args) > 3 || !args.Args[0].IsString() || !args.Args[1].IsString() {
-			return nil, exec.ErrInvalidCall(errors.New("replace(old, new[, count]) takes strings and an optional integer"))
-		}
-		count := -1
-		if len(args.Args) == 3 {
-			if !args.Args[2].IsInteger() {
-				return nil, exec.ErrInvalidCall(errors.New("replace: count must be an integer"))
-			}
-			count = args.Args[2].Integer()
-		}
-		return strings.Replace(self, args.Args[0].String(), args.Args[1].String(), count), nil
-	}
-	return exec.NewMethodSet(m)
-}
 
 // compileChatTemplate parses src with the options transformers renders chat templates with
 // (trim_blocks and lstrip_blocks on).
@@ -220,35 +191,43 @@ func fallbackChat(msgs []Message, addGenerationPrompt bool) string {
 	return b.String()
 }
 
-// filterToJSON is the tojson filter as transformers defines it: json.dumps with
-// ensure_ascii=False and an optional indent (keys of mappings come out sorted).
+// filterToJSON is the tojson filter as transformers defines it: json.dumps(x,
+// ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys), with the
+// difference that keys of mappings always come out sorted (the engine's mappings keep no
+// insertion order).
 func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
 	}
-	indent := -1
-	if v, ok := params.KwArgs["indent"]; ok && v.IsInteger() {
-		indent = v.Integer()
-	} else if len(params.Args) > 0 && params.Args[0].IsInteger() {
-		indent = params.Args[0].Integer()
-	}
-	raw, err := json.Marshal(jsonable(in.ToGoSimpleType(true)))
+	a, err := pyArgs("tojson", params, "ensure_ascii", "indent", "separators", "sort_keys")
 	if err != nil {
-		return exec.AsValue(fmt.Errorf("tojson: %v", err))
+		return exec.AsValue(err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return exec.AsValue(fmt.Errorf("tojson: %v", err))
+	o := pyJSON{indent: -1, itemSep: ", ", keySep: ": "}
+	if v := a[0]; v != nil && !v.IsNil() {
+		o.ensureASCII = v.IsTrue()
+	}
+	if v := a[1]; v != nil && !v.IsNil() {
+		if !v.IsInteger() || v.Integer() < 0 {
+			return exec.AsValue(errors.New("tojson: indent must be a non-negative integer or None"))
+		}
+		o.indent, o.itemSep = v.Integer(), ","
+	}
+	if v := a[2]; v != nil && !v.IsNil() {
+		if !v.IsList() || v.Len() != 2 || !v.Index(0).IsString() || !v.Index(1).IsString() {
+			return exec.AsValue(errors.New("tojson: separators must be a pair of strings"))
+		}
+		o.itemSep, o.keySep = v.Index(0).String(), v.Index(1).String()
 	}
 	var b strings.Builder
-	writePyJSON(&b, v, indent, 0)
+	if err := o.write(&b, jsonable(in.ToGoSimpleType(true)), 0); err != nil {
+		return exec.AsValue(fmt.Errorf("tojson: %v", err))
+	}
 	return exec.AsSafeValue(b.String())
 }
 
 // jsonable converts the template engine's values (maps keyed by any, *exec.Value) into
-// values encoding/json accepts.
+// maps keyed by strings, slices of any and scalars.
 func jsonable(v any) any {
 	switch x := v.(type) {
 	case nil:
@@ -295,24 +274,37 @@ func jsonable(v any) any {
 	return v
 }
 
-// writePyJSON writes v as Python's json.dumps(v, ensure_ascii=False, indent=indent) does
-// (indent < 0: on one line).
-func writePyJSON(b *strings.Builder, v any, indent, depth int) {
+// pyJSON writes values as Python's json.dumps does with these options.
+type pyJSON struct {
+	ensureASCII     bool
+	indent          int // < 0: on one line
+	itemSep, keySep string
+}
+
+func (o *pyJSON) write(b *strings.Builder, v any, depth int) error {
 	newline := func(d int) {
-		if indent >= 0 {
+		if o.indent >= 0 {
 			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*d))
+			b.WriteString(strings.Repeat(" ", o.indent*d))
 		}
 	}
-	sep := ", "
-	if indent >= 0 {
-		sep = ","
-	}
 	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+		return nil
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+		return nil
+	case string:
+		o.writeString(b, x)
+		return nil
+	case json.Number:
+		b.WriteString(x.String())
+		return nil
 	case map[string]any:
 		if len(x) == 0 {
 			b.WriteString("{}")
-			return
+			return nil
 		}
 		keys := make([]string, 0, len(x))
 		for k := range x {
@@ -322,50 +314,103 @@ func writePyJSON(b *strings.Builder, v any, indent, depth int) {
 		b.WriteByte('{')
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(sep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writePyString(b, k)
-			b.WriteString(": ")
-			writePyJSON(b, x[k], indent, depth+1)
+			o.writeString(b, k)
+			b.WriteString(o.keySep)
+			if err := o.write(b, x[k], depth+1); err != nil {
+				return err
+			}
 		}
 		newline(depth)
 		b.WriteByte('}')
+		return nil
 	case []any:
 		if len(x) == 0 {
 			b.WriteString("[]")
-			return
+			return nil
 		}
 		b.WriteByte('[')
 		for i, e := range x {
 			if i > 0 {
-				b.WriteString(sep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writePyJSON(b, e, indent, depth+1)
+			if err := o.write(b, e, depth+1); err != nil {
+				return err
+			}
 		}
 		newline(depth)
 		b.WriteByte(']')
-	case string:
-		writePyString(b, x)
-	case json.Number:
-		b.WriteString(x.String())
-	case bool:
-		b.WriteString(strconv.FormatBool(x))
-	case nil:
-		b.WriteString("null")
-	default:
-		fmt.Fprintf(b, "%v", x)
+		return nil
 	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		b.WriteString(strconv.FormatInt(rv.Int(), 10))
+		return nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		b.WriteString(strconv.FormatUint(rv.Uint(), 10))
+		return nil
+	case reflect.Float32, reflect.Float64:
+		switch f := rv.Float(); {
+		case math.IsNaN(f):
+			b.WriteString("NaN")
+		case math.IsInf(f, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(f, -1):
+			b.WriteString("-Infinity")
+		default:
+			b.WriteString(exec.AsValue(f).String()) // Python's repr of a float
+		}
+		return nil
+	}
+	// Anything else as encoding/json writes it, read back as generic values.
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var g any
+	if err := dec.Decode(&g); err != nil {
+		return err
+	}
+	return o.write(b, g, depth)
 }
 
-// writePyString writes s as a JSON string without escaping non-ASCII or HTML characters.
-func writePyString(b *strings.Builder, s string) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	b.Write(bytes.TrimRight(buf.Bytes(), "\n"))
+// writeString writes s as a JSON string as Python's json module does: \" \\ \b \f \n \r \t,
+// other control characters as \u00XX, and (with ensureASCII) characters beyond ASCII as
+// \uXXXX escapes (two for characters beyond U+FFFF); nothing else is escaped.
+func (o *pyJSON) writeString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\b':
+			b.WriteString(`\b`)
+		case r == '\f':
+			b.WriteString(`\f`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || o.ensureASCII && r > 0x7e && r < 0x10000:
+			fmt.Fprintf(b, `\u%04x`, r)
+		case o.ensureASCII && r >= 0x10000:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(b, `\u%04x\u%04x`, r1, r2)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
 }
 
 // strftime formats t with the Python strftime directives chat templates use.

@@ -92,10 +92,16 @@
 // of {name, template} where "default" wins) with github.com/nikolalohinski/gonja/v2, with
 // trim_blocks and lstrip_blocks on as transformers renders. Templates see messages (each
 // {"role", "content"}), add_generation_prompt, bos_token, eos_token, unk_token, pad_token,
-// raise_exception(msg) and strftime_now(format). tojson writes JSON as Python's json.dumps
-// does (", " and ": " separators, non-ASCII kept; mapping keys sorted), and str.replace
-// takes Python's optional count. Parse and render errors and raise_exception wrap ErrTemplate with the template's
-// message. A template cannot include, import or extend other templates (nor itself). It is
+// raise_exception(msg) and strftime_now(format). tojson is transformers' (json.dumps with
+// ensure_ascii=False, indent, separators; mapping keys come out sorted, as the engine's
+// mappings keep no insertion order), and trim and the string methods strip, lstrip,
+// rstrip, split, rsplit, splitlines, isspace, startswith, endswith and replace behave as
+// Python's (Python's whitespace includes U+001C..U+001F). testdata/chat_refs.json holds
+// Python jinja2's renderings of the real templates of Llama 3.1, Qwen3, Gemma 3,
+// Llama-2-chat and Phi-3, and of small templates on these semantics, that the tests
+// compare with (testdata/gen_chat_refs.py writes it). Parse and render errors and
+// raise_exception wrap ErrTemplate with the template's message. A template cannot
+// include, import or extend other templates (nor itself). It is
 // otherwise trusted like the rest of the model directory: a template that recurses or loops
 // without end is not stopped.
 //

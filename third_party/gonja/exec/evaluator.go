@@ -1,7 +1,6 @@
 package exec
 
 import (
-	"math"
 	"reflect"
 	"strings"
 
@@ -153,17 +152,8 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 		}
 		// Result will be int
 		return AsValue(left.Integer() * right.Integer())
-	case tokens.Division:
-		// Float division
-		return AsValue(left.Float() / right.Float())
-	case tokens.FloorDivision:
-		// Int division
-		return AsValue(int(left.Float() / right.Float()))
-	case tokens.Modulo:
-		// Result will be int
-		return AsValue(left.Integer() % right.Integer())
-	case tokens.Power:
-		return AsValue(math.Pow(left.Float(), right.Float()))
+	case tokens.Division, tokens.FloorDivision, tokens.Modulo, tokens.Power:
+		return pythonArithmetic(node.Operator.Token.Type, left, right)
 	case tokens.Tilde:
 		return AsValue(strings.Join([]string{left.String(), right.String()}, ""))
 	case tokens.And:

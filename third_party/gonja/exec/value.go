@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/nikolalohinski/gonja/v2/logging"
 	u "github.com/nikolalohinski/gonja/v2/utils"
@@ -272,11 +273,7 @@ func (v *Value) String() string {
 			if !ok {
 				item = ToValue(v.Index(i).Val)
 			}
-			if item.IsString() {
-				out.WriteString(fmt.Sprintf(`'%s'`, item.String()))
-			} else {
-				out.WriteString(item.String())
-			}
+			out.WriteString(reprItem(item))
 		}
 		out.WriteByte(']')
 		return out.String()
@@ -285,7 +282,7 @@ func (v *Value) String() string {
 		for _, key := range resolved.MapKeys() {
 			keyLabel := key.String()
 			if key.Kind() == reflect.String {
-				keyLabel = fmt.Sprintf(`'%s'`, keyLabel)
+				keyLabel = pyRepr(keyLabel)
 			}
 
 			value := resolved.MapIndex(key)
@@ -293,10 +290,7 @@ func (v *Value) String() string {
 			for value.Kind() == reflect.Interface {
 				value = reflect.ValueOf(value.Interface())
 			}
-			valueLabel := ToValue(value).String()
-			if value.Kind() == reflect.String {
-				valueLabel = fmt.Sprintf(`'%s'`, valueLabel)
-			}
+			valueLabel := reprItem(ToValue(value))
 			pair := fmt.Sprintf(`%s: %s`, keyLabel, valueLabel)
 			pairs = append(pairs, pair)
 		}
@@ -308,6 +302,53 @@ func (v *Value) String() string {
 		log.Errorf("Value.String() not implemented for type: %s\n", resolved.Kind().String())
 	}
 	return resolved.String()
+}
+
+// reprItem is an item of a list or dict as Python writes it in the list's or dict's text:
+// strings as their repr, None as None.
+func reprItem(item *Value) string {
+	switch {
+	case item.IsNil():
+		return "None"
+	case item.IsString():
+		return pyRepr(item.String())
+	}
+	return item.String()
+}
+
+// pyRepr is Python's repr of a string: in single quotes (double quotes when it has a single
+// quote and no double quote), with the quote, backslash, \t, \n, \r and characters that
+// are not printable escaped.
+func pyRepr(s string) string {
+	quote := '\''
+	if strings.ContainsRune(s, '\'') && !strings.ContainsRune(s, '"') {
+		quote = '"'
+	}
+	var b strings.Builder
+	b.WriteRune(quote)
+	for _, r := range s {
+		switch {
+		case r == quote || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r < 0x10000:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+	}
+	b.WriteRune(quote)
+	return b.String()
 }
 
 func formatFloatString(f float64) string {
@@ -394,6 +435,12 @@ func (v *Value) Integer() int {
 		return int(v.getResolvedValue().Uint())
 	case reflect.Float32, reflect.Float64:
 		return int(v.getResolvedValue().Float())
+	case reflect.Bool:
+		// As Python's int(True).
+		if v.getResolvedValue().Bool() {
+			return 1
+		}
+		return 0
 	case reflect.String:
 		// Try to convert from string to int (base 10)
 		f, err := strconv.ParseFloat(v.getResolvedValue().String(), 64)
@@ -432,6 +479,12 @@ func (v *Value) Float() float64 {
 		return float64(v.getResolvedValue().Uint())
 	case reflect.Float32, reflect.Float64:
 		return v.getResolvedValue().Float()
+	case reflect.Bool:
+		// As Python's float(True).
+		if v.getResolvedValue().Bool() {
+			return 1
+		}
+		return 0
 	case reflect.String:
 		// Try to convert from string to float64 (base 10)
 		f, err := strconv.ParseFloat(v.getResolvedValue().String(), 64)
@@ -1213,13 +1266,7 @@ func (vl ValuesList) String() string {
 		if idx > 0 {
 			out.WriteString(", ")
 		}
-		if key.IsString() {
-			out.WriteString("'")
-		}
-		out.WriteString(key.String())
-		if key.IsString() {
-			out.WriteString("'")
-		}
+		out.WriteString(reprItem(key))
 	}
 	out.WriteByte(']')
 	return out.String()
@@ -1235,18 +1282,7 @@ type Pair struct {
 }
 
 func (p *Pair) String() string {
-	var key, value string
-	if p.Key.IsString() {
-		key = fmt.Sprintf(`'%s'`, p.Key.String())
-	} else {
-		key = p.Key.String()
-	}
-	if p.Value.IsString() {
-		value = fmt.Sprintf(`'%s'`, p.Value.String())
-	} else {
-		value = p.Value.String()
-	}
-	return fmt.Sprintf(`%s: %s`, key, value)
+	return reprItem(p.Key) + ": " + reprItem(p.Value)
 }
 
 type Dict struct {

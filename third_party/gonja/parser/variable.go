@@ -72,15 +72,10 @@ func (p *Parser) parseString() (nodes.Expression, error) {
 	if t == nil {
 		return nil, p.Error("Expected a string", t)
 	}
-	str := strconv.Quote(t.Val)
-	replaced := strings.Replace(str, `\\`, "\\", -1)
-	newstr, err := strconv.Unquote(replaced)
-	if err != nil {
-		return nil, p.Error(err.Error(), t)
-	}
+	// The lexer has decoded the literal's escapes (tokens.DecodeStringLiteral).
 	sr := &nodes.String{
 		Location: t,
-		Val:      newstr,
+		Val:      t.Val,
 	}
 	return sr, nil
 }

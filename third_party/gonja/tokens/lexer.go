@@ -19,11 +19,6 @@ import (
 // EOF is an arbitraty value for End Of File
 const rEOF = -1
 
-var escapedStrings = map[string]string{
-	`\"`: `"`,
-	`\'`: `'`,
-}
-
 // var pattern = regexp.MustCompile(`(?m)(?P<key>\w+):\s+(?P<value>\w+)$`)
 
 // lexFn represents the state of the scanner
@@ -1051,19 +1046,13 @@ func (l *Lexer) scanExponent() (bool, error) {
 	return true, nil
 }
 
-func unescape(str string) string {
-	str = str[1 : len(str)-1]
-	for escaped, unescaped := range escapedStrings {
-		str = strings.ReplaceAll(str, escaped, unescaped)
-	}
-	return str
-}
-
 func (l *Lexer) lexString() lexFn {
 	quote := l.next() // should be either ' or "
-	var prev rune
 	near := make([]rune, 0)
-	for r := l.next(); r != quote || prev == '\\'; r, prev = l.next(), r {
+	// As Jinja's lexer: a backslash escapes the character after it, whatever it is (so
+	// '\\' is one backslash, and the quote after it ends the string).
+	for escaped := false; ; {
+		r := l.next()
 		// only keep near context of the current line in case of error
 		if (len(near) == 0 || near[len(near)-1] != '\n') && r != rEOF {
 			near = append(near, r)
@@ -1071,10 +1060,20 @@ func (l *Lexer) lexString() lexFn {
 		if r == rEOF {
 			return l.errorf(`%s`, string(near))
 		}
+		if escaped {
+			escaped = false
+		} else if r == '\\' {
+			escaped = true
+		} else if r == quote {
+			break
+		}
 	}
-	l.processAndEmit(String, func(value string) string {
-		return normalizeNewlines(unescape(value), l.Config.NewlineSequence)
-	})
+	// The token's value is the text between the quotes with its escapes decoded.
+	value, err := DecodeStringLiteral(normalizeNewlines(l.Input[l.Start+1:l.Pos-1], l.Config.NewlineSequence))
+	if err != nil {
+		return l.errorf(`%s`, err)
+	}
+	l.processAndEmit(String, func(string) string { return value })
 	return l.lexExpression
 }
 
