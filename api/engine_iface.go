@@ -58,6 +58,9 @@ type Backend struct {
 	Tokenizer Tokenizer
 	// MaxModelLen is the model's context length in tokens (prompt + completion).
 	MaxModelLen int
+	// Quantization and KVCacheDType describe the served weights ("none", "int8",
+	// "int4") and KV cache ("float32", "float16") in /v1/models; empty leaves them out.
+	Quantization, KVCacheDType string
 	// Defaults replace the OpenAI defaults of the sampling fields a request leaves out.
 	Defaults SamplingDefaults
 }

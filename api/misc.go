@@ -25,6 +25,7 @@ func (s *Server) modelEntry() modelJSON {
 	m := modelJSON{ID: s.cfg.ModelName, Object: "model", Created: s.created, OwnedBy: "conveyor"}
 	if b := s.backend.Load(); b != nil {
 		m.MaxModelLen = b.MaxModelLen
+		m.Quantization, m.KVCacheDType = b.Quantization, b.KVCacheDType
 	}
 	return m
 }

@@ -67,10 +67,14 @@ func TestHealthLifecycle(t *testing.T) {
 
 func TestModelsEndpoints(t *testing.T) {
 	s := newTestServer(t, newFakeEngine(), nil)
+	s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen, Quantization: "int4", KVCacheDType: "float16"})
 	m := decode(t, do(t, s.Handler(), "GET", "/v1/models", ""))
 	data := m["data"].([]any)
 	if m["object"] != "list" || len(data) != 1 || data[0].(map[string]any)["id"] != testModel || data[0].(map[string]any)["object"] != "model" {
 		t.Fatalf("%v", m)
+	}
+	if e := data[0].(map[string]any); e["quantization"] != "int4" || e["kv_cache_dtype"] != "float16" || e["max_model_len"] != float64(testMaxLen) {
+		t.Fatalf("model entry %v: want quantization int4, kv_cache_dtype float16, max_model_len %d", e, testMaxLen)
 	}
 	if rec := do(t, s.Handler(), "GET", "/v1/models/test-model", ""); rec.Code != 200 || decode(t, rec)["id"] != testModel {
 		t.Fatalf("model: %d", rec.Code)

@@ -61,4 +61,8 @@ type modelJSON struct {
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int    `json:"max_model_len,omitempty"`
+	// Quantization is how the served weights are stored: "none", "int8" or "int4".
+	Quantization string `json:"quantization,omitempty"`
+	// KVCacheDType is the KV cache's element type.
+	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 }

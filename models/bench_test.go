@@ -13,13 +13,28 @@ import (
 	"github.com/conveyor-llm/conveyor/models/build"
 )
 
-// benchModels are the random models the decode benchmarks run on.
-var benchModels = []struct {
+// benchModels are the random models the decode benchmarks run on; with
+// CONVEYOR_BENCH_05B=1 also Qwen2.5-0.5B's shape (models/testdata/qwen2-0.5b, ~25 s and
+// 4 GB of disk per build, cached under os.TempDir()).
+var benchModels = func() []benchModel {
+	ms := []benchModel{
+		{"5M", tinyConfigCtx(256, 4, 4, 2, 768, 4096, 1024)},
+		{"50M", tinyConfigCtx(512, 8, 8, 4, 1536, 8192, 4096)},
+	}
+	if os.Getenv("CONVEYOR_BENCH_05B") == "1" {
+		cfg, err := build.LoadConfig(filepath.Join("testdata", "qwen2-0.5b"))
+		if err != nil {
+			panic(err)
+		}
+		cfg.MaxPositionEmbeddings = 4096 // the rotary tables need no more for these pasts
+		ms = append(ms, benchModel{"0.5B", cfg})
+	}
+	return ms
+}()
+
+type benchModel struct {
 	name string
 	cfg  *build.Config
-}{
-	{"5M", tinyConfigCtx(256, 4, 4, 2, 768, 4096, 1024)},
-	{"50M", tinyConfigCtx(512, 8, 8, 4, 1536, 8192, 4096)},
 }
 
 func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *build.Config {
@@ -28,15 +43,20 @@ func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *build
 	return c
 }
 
-// benchModelDir builds (once per config, cached under os.TempDir()) a random model and
-// returns its directory; it skips the benchmark when the model cannot be built.
-func benchModelDir(b *testing.B, cfg *build.Config) string {
+// benchModelDir builds (once per config and quantization, cached under os.TempDir()) a
+// random model and returns its directory; it skips the benchmark when the model cannot
+// be built.
+func benchModelDir(b *testing.B, cfg *build.Config, quantize string) string {
 	b.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	sum := sha256.Sum256(raw)
+	q, err := build.ParseQuantization(quantize)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := sha256.Sum256(append(raw, fmt.Sprintf("%+v", q)...))
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "paged", "paged.json")); err == nil {
 		return dir
@@ -51,15 +71,12 @@ func benchModelDir(b *testing.B, cfg *build.Config) string {
 		}
 	}
 	defer os.RemoveAll(tmp)
-	w := build.RandomWeights(cfg, 1)
-	if err := build.BuildLlamaONNX(cfg, w, tmp); err != nil {
-		b.Skipf("cannot build the benchmark model: %v", err)
-	}
-	if err := build.BuildPaged(cfg, w, tmp); err != nil {
-		b.Skipf("cannot build the benchmark model's paged layout: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "config.json"), raw, 0o644); err != nil {
+	cfgDir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), raw, 0o644); err != nil {
 		b.Fatal(err)
+	}
+	if _, err := build.BuildRandomWith(filepath.Join(cfgDir, "config.json"), tmp, 1, build.Options{Quantize: q}); err != nil {
+		b.Skipf("cannot build the benchmark model: %v", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
 		if _, statErr := os.Stat(filepath.Join(dir, "paged", "paged.json")); statErr != nil {
@@ -79,21 +96,40 @@ func (staticKV) ScatterNew(k, v []DenseKV, newOffset int) error { return nil }
 // BenchmarkDecodeStep times one decode step (one new token per row) on the paged
 // attention path, for batches of sequences that all have the same past length, each
 // in its own randomly placed blocks.
-func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, AttentionPaged) }
+func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionPaged}) }
 
 // BenchmarkDecodeStepDense is BenchmarkDecodeStep on the dense Optimum path. Its KV
 // leaves the past as the runner allocated it and drops the new keys and values, so it
 // times the forward pass without the engine's gather and scatter (a lower bound of the
 // dense path's step).
-func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, AttentionDense) }
+func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionDense}) }
 
 // BenchmarkDecodeStepFloat16 is BenchmarkDecodeStep with a float16 KV cache.
-func BenchmarkDecodeStepFloat16(b *testing.B) { benchDecode(b, AttentionPaged, "float16") }
+func BenchmarkDecodeStepFloat16(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionPaged, kvDType: "float16"})
+}
 
-func benchDecode(b *testing.B, attention string, kvDType ...string) {
+// BenchmarkDecodeStepInt8 is BenchmarkDecodeStep with int8 weights (build-model
+// --quantize int8).
+func BenchmarkDecodeStepInt8(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int8"})
+}
+
+// BenchmarkDecodeStepInt4 is BenchmarkDecodeStep with int4 weights.
+func BenchmarkDecodeStepInt4(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int4"})
+}
+
+// benchOptions choose the model variant a benchmark runs.
+type benchOptions struct {
+	attention, kvDType, quantize string
+}
+
+func benchDecode(b *testing.B, o benchOptions) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
-			r := openBenchModel(b, m.cfg, attention, kvDType...)
+			r := openBenchModel(b, m.cfg, o)
+			attention := o.attention
 			for _, past := range []int{128, 512, 2048} {
 				if past >= m.cfg.MaxPositionEmbeddings {
 					continue
@@ -120,7 +156,7 @@ func BenchmarkPrefill(b *testing.B) {
 		b.Run(m.name, func(b *testing.B) {
 			for _, attention := range []string{AttentionPaged, AttentionDense} {
 				b.Run(attention, func(b *testing.B) {
-					r := openBenchModel(b, m.cfg, attention)
+					r := openBenchModel(b, m.cfg, benchOptions{attention: attention})
 					for _, n := range []int{128, 512, 2048} {
 						if n > m.cfg.MaxPositionEmbeddings {
 							continue
@@ -136,13 +172,9 @@ func BenchmarkPrefill(b *testing.B) {
 	}
 }
 
-func openBenchModel(b *testing.B, cfg *build.Config, attention string, kvDType ...string) Model {
-	dir := benchModelDir(b, cfg)
-	opts := RunnerOptions{ORTLib: testORTLib(b), Attention: attention}
-	if len(kvDType) > 0 {
-		opts.KVCacheDType = kvDType[0]
-	}
-	r, err := Open(dir, opts)
+func openBenchModel(b *testing.B, cfg *build.Config, o benchOptions) Model {
+	dir := benchModelDir(b, cfg, o.quantize)
+	r, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Attention: o.attention, KVCacheDType: o.kvDType})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,9 +25,10 @@ func runBuildModel(args []string) error {
 	configPath := fs.String("config", "", "config.json for --random (tokenizer files next to it are copied)")
 	out := fs.String("out", "", "output model directory")
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
+	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 or int4 (blocks of 32 along the input axis, one scale each; ONNX Runtime's MatMulNBits)")
 	hfCheckpoint := fs.Bool("hf-checkpoint", false, "with --random: write a Hugging Face checkpoint (config.json, model.safetensors in the config's torch_dtype) instead of a model directory")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR [--quantize int8|int4]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -50,6 +51,13 @@ func runBuildModel(args []string) error {
 	case *hfCheckpoint && !*random:
 		return errors.New("build-model: --hf-checkpoint only goes with --random")
 	}
+	quant, err := build.ParseQuantization(*quantize)
+	if err != nil {
+		return fmt.Errorf("build-model: --quantize: %w", err)
+	}
+	if *hfCheckpoint && quant.Bits != 0 {
+		return errors.New("build-model: --quantize applies to model directories, not --hf-checkpoint")
+	}
 	start := time.Now()
 	if *hfCheckpoint {
 		files, err := build.WriteRandomCheckpoint(*configPath, *out, *seed)
@@ -63,16 +71,15 @@ func runBuildModel(args []string) error {
 		return nil
 	}
 	var res *build.BuildResult
-	var err error
 	if *random {
-		res, err = build.BuildRandom(*configPath, *out, *seed)
+		res, err = build.BuildRandomWith(*configPath, *out, *seed, build.Options{Quantize: quant})
 	} else {
-		res, err = build.BuildFromHF(*from, *out)
+		res, err = build.BuildFromHFWith(*from, *out, build.Options{Quantize: quant})
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stdout, "built %.1fM-parameter model in %.1f s:\n", float64(res.Params)/1e6, time.Since(start).Seconds())
+	fmt.Fprintf(os.Stdout, "built %.1fM-parameter model (weights %s) in %.1f s:\n", float64(res.Params)/1e6, quant, time.Since(start).Seconds())
 	if res.ContextCapped > 0 {
 		fmt.Fprintf(os.Stdout, "note: context limited to %d tokens (longrope's original context; config.json's max_position_embeddings is rewritten)\n", res.ContextCapped)
 	}

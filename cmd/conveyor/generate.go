@@ -34,6 +34,7 @@ type generateOptions struct {
 	ortLib      string
 	threads     int
 	attention   string
+	quantize    string
 }
 
 func runGenerate(args []string) error {
@@ -47,6 +48,7 @@ func runGenerate(args []string) error {
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged or dense (default paged when the model has it)")
+	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor generate --model DIR --prompt TEXT [flags]\n\nflags:")
 		fs.PrintDefaults()
@@ -83,7 +85,11 @@ func runGenerate(args []string) error {
 // out and a summary line to info. It returns the generated token ids (an eos token
 // included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
-	dir, built, err := build.Prepare(o.modelDir)
+	quant, err := build.ParseQuantization(o.quantize)
+	if err != nil {
+		return nil, fmt.Errorf("generate: --quantize: %w", err)
+	}
+	dir, built, err := build.PrepareWith(o.modelDir, build.Options{Quantize: quant})
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

@@ -49,6 +49,10 @@ func TestRunMainErrorsAreOneLine(t *testing.T) {
 		{[]string{"panic-test"}, "conveyor: internal error: boom\n"},
 		{[]string{"build-model", "--out", "x"}, "conveyor: build-model: give --from"},
 		{[]string{"build-model", "--random", "--out", "x"}, "conveyor: build-model: --random needs --config"},
+		{[]string{"build-model", "--from", "x", "--out", "y", "--quantize", "int3"}, `conveyor: build-model: --quantize: unknown quantization "int3"`},
+		{[]string{"perplexity", "--model", "x"}, "conveyor: perplexity: --model and --file are required"},
+		{[]string{"perplexity", "--model", "x", "--file", "y", "--quantize", "fp8"}, `conveyor: perplexity: --quantize: unknown quantization "fp8"`},
+		{[]string{"serve", "--model", "x", "--quantize", "int2"}, `conveyor: serve: --quantize: unknown quantization "int2"`},
 	} {
 		var out, errOut bytes.Buffer
 		code := runMain(tc.args, &out, &errOut)

@@ -36,6 +36,7 @@ type serveOptions struct {
 	modelDir        string
 	attention       string
 	kvCacheDType    string
+	quantize        string
 	targetStepTime  string
 	host            string
 	port            int
@@ -145,6 +146,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", "", "KV cache element type: float32 or float16 (half the memory per token: twice the blocks in the same --kv-cache-memory; paged attention only); default the model's own (float32 on the paged path)")
+	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights (block-quantized linear layers, ONNX Runtime's MatMulNBits); a built directory is served as it was built")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
@@ -214,6 +216,11 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("serve: --attention %q: want paged or dense", o.attention)
 	case o.kvCacheDType != "" && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
 		return fmt.Errorf("serve: --kv-cache-dtype %q: want float32 or float16", o.kvCacheDType)
+	}
+	if _, err := build.ParseQuantization(o.quantize); err != nil {
+		return fmt.Errorf("serve: --quantize: %w", err)
+	}
+	switch {
 	case o.maxModelLen < 0:
 		return fmt.Errorf("serve: --max-model-len %d must be >= 0", o.maxModelLen)
 	case o.shutdownTimeout < 0:
@@ -344,7 +351,8 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 
 	log.Info("loading model", "dir", o.modelDir)
 	start := time.Now()
-	dir, built, err := build.Prepare(o.modelDir)
+	quant, _ := build.ParseQuantization(o.quantize) // validated
+	dir, built, err := build.PrepareWith(o.modelDir, build.Options{Quantize: quant})
 	if err != nil {
 		drain()
 		return fmt.Errorf("serve: %w", err)
@@ -376,10 +384,13 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 		drain()
 		return fmt.Errorf("serve: %w", err)
 	}
-	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults})
+	quantization := build.BuiltQuantization(dir)
+	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
+		Quantization: quantization, KVCacheDType: runner.Spec().KVDType.String()})
 	addr := ln.Addr().String()
 	log.Info("ready", "addr", addr, "model", acfg.ModelName, "load_seconds", time.Since(start).Seconds(),
-		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", runner.Attention(), "kv_cache_dtype", runner.Spec().KVDType.String())
+		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", runner.Attention(),
+		"kv_cache_dtype", runner.Spec().KVDType.String(), "quantization", quantization)
 	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "")
 	if ready != nil {
 		ready <- addr

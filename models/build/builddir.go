@@ -31,6 +31,17 @@ type BuildResult struct {
 // path (BuildPaged), config.json, and generation_config.json, tokenizer.json and
 // tokenizer_config.json when hfDir has them.
 func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
+	return BuildFromHFWith(hfDir, outDir, Options{})
+}
+
+// Options are a build's choices beyond the checkpoint.
+type Options struct {
+	// Quantize stores the linear layers' weights quantized (see Quantization).
+	Quantize Quantization
+}
+
+// BuildFromHFWith is BuildFromHF with options.
+func BuildFromHFWith(hfDir, outDir string, o Options) (*BuildResult, error) {
 	cfg, err := LoadConfig(hfDir)
 	if err != nil {
 		return nil, err
@@ -39,13 +50,18 @@ func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildDir(cfg, w, filepath.Join(hfDir, "config.json"), hfDir, outDir, writeOptions{})
+	return buildDir(cfg, w, filepath.Join(hfDir, "config.json"), hfDir, outDir, o, writeOptions{})
 }
 
 // BuildRandom writes a model directory for the config.json at configPath with seeded
 // random weights (see RandomWeights). Tokenizer and generation files found next to
 // configPath are copied too, so a test model can be served with a real tokenizer.
 func BuildRandom(configPath, outDir string, seed int64) (*BuildResult, error) {
+	return BuildRandomWith(configPath, outDir, seed, Options{})
+}
+
+// BuildRandomWith is BuildRandom with options.
+func BuildRandomWith(configPath, outDir string, seed int64, o Options) (*BuildResult, error) {
 	cfg, err := LoadConfigFile(configPath)
 	if err != nil {
 		return nil, err
@@ -53,7 +69,7 @@ func BuildRandom(configPath, outDir string, seed int64) (*BuildResult, error) {
 	if _, err := WeightShapes(cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", configPath, err)
 	}
-	return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), outDir, writeOptions{})
+	return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), outDir, o, writeOptions{})
 }
 
 // WriteRandomCheckpoint writes a Hugging Face checkpoint directory for the config.json
@@ -103,11 +119,11 @@ func WriteRandomCheckpoint(configPath, outDir string, seed int64) ([]string, err
 	return files, nil
 }
 
-func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts writeOptions) (*BuildResult, error) {
+func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Options, opts writeOptions) (*BuildResult, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	m, err := llamaGraph(cfg, w)
+	m, err := llamaGraph(cfg, w, o.Quantize)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +134,7 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts w
 	if err != nil {
 		return nil, err
 	}
-	if err := buildPaged(cfg, w, outDir, opts); err != nil {
+	if err := buildPaged(cfg, w, outDir, o.Quantize, opts); err != nil {
 		return nil, err
 	}
 	files = append(files, filepath.Join(outDir, modeldir.PagedDir))
@@ -142,6 +158,14 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, opts w
 			return nil, err
 		}
 		res.ContextCapped = a.rotary.maxPositions
+	}
+	if q := o.Quantize; q.Bits != 0 {
+		// Recorded where Hugging Face records a checkpoint's quantization.
+		qc := map[string]any{"quant_method": "conveyor_matmulnbits", "bits": q.Bits, "group_size": q.BlockSize,
+			"sym": true, "accuracy_level": q.AccuracyLevel, "modules": "every linear layer and the output projection"}
+		if err := setConfigField(filepath.Join(outDir, "config.json"), "quantization_config", qc); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

@@ -44,7 +44,7 @@ func BuildLlamaONNX(cfg *Config, w Weights, outDir string) error {
 }
 
 func buildLlamaONNX(cfg *Config, w Weights, outDir string, opts writeOptions) error {
-	m, err := llamaGraph(cfg, w)
+	m, err := llamaGraph(cfg, w, Quantization{})
 	if err != nil {
 		return err
 	}
@@ -80,8 +80,8 @@ func dimsOf(cfg *Config) llamaDims {
 //
 // The mask bias [B,1,group*S,T] (one per sliding window in use) and the rotary cos/sin
 // [B,S,1,rotary dims] are computed once.
-func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
-	m, err := planModel(cfg, w)
+func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
+	m, err := planModel(cfg, w, q)
 	if err != nil {
 		return nil, err
 	}
@@ -209,17 +209,15 @@ func llamaGraph(cfg *Config, w Weights) (*onnxModel, error) {
 	b.prefix = "final_"
 	x = finalNorm(b, m, x)
 	if tiedHead(m.cfg, m.w) {
-		// Tied embeddings: Gemm with transB reads the embedding table as is.
 		outShape := b.op("Concat", []string{b.op("Shape", []string{ids}), b.ints(V)}, attrI("axis", 0))
 		flat := b.op("Reshape", []string{x, b.ints(-1, H)})
-		logits := b.op("Gemm", []string{flat, embed}, attrI("transB", 1))
-		b.opTo(LogitsName, "Reshape", []string{logits, outShape})
+		b.opTo(LogitsName, "Reshape", []string{tiedHeadLogits(b, m, flat, embed), outShape})
 	} else {
-		b.opTo(LogitsName, "MatMul", []string{x, untiedHead(b, m)})
+		b.opTo(LogitsName, "Identity", []string{untiedHead(b, m, x)})
 	}
 	return &onnxModel{
 		IRVersion:    onnxIRVersion,
-		Opsets:       []onnxOpsetID{{Domain: "", Version: onnxOpset}},
+		Opsets:       b.opsets(),
 		ProducerName: "conveyor",
 		DocString:    fmt.Sprintf("%s decoder with the Hugging Face Optimum past_key_values interface", modelTypeOrLlama(cfg)),
 		Graph:        b.g,
@@ -302,12 +300,11 @@ func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 	if m.arch.qkNorm {
 		qScale = 1 // RMSNorm would undo it: the q norm's weight carries it instead
 	}
-	wqkv := transposedWeight(b, p+"self_attn.qkv_proj.weight_t", H, (NH+2*KV)*D, []projection{
+	qkv := linear(b, m, h, p+"self_attn.qkv_proj.weight", H, (NH+2*KV)*D, []projection{
 		{m.w[p+"self_attn.q_proj.weight"].Data, qScale},
 		{m.w[p+"self_attn.k_proj.weight"].Data, 1},
 		{m.w[p+"self_attn.v_proj.weight"].Data, 1},
 	})
-	qkv := b.op("MatMul", []string{h, wqkv})
 	if m.arch.qkvBias {
 		bias := b.weightGen(p+"self_attn.qkv_proj.bias", []int64{(NH + 2*KV) * D}, func(dst []float32) {
 			q := m.w[p+"self_attn.q_proj.bias"].Data
@@ -336,19 +333,18 @@ func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 func attentionOutputAndMLP(b *graphBuilder, m *modelPlan, i int, x, att string) string {
 	p := fmt.Sprintf("model.layers.%d.", i)
 	H, D, NH, I := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.inter)
-	wo := transposedWeight(b, p+"self_attn.o_proj.weight_t", NH*D, H, []projection{{m.w[p+"self_attn.o_proj.weight"].Data, 1}})
-	x = b.op("Add", []string{x, b.op("MatMul", []string{att, wo})})
+	o := linear(b, m, att, p+"self_attn.o_proj.weight", NH*D, H, []projection{{m.w[p+"self_attn.o_proj.weight"].Data, 1}})
+	x = b.op("Add", []string{x, o})
 
 	h := norm(b, m, x, p+"post_attention_layernorm.weight", 1)
-	wgu := transposedWeight(b, p+"mlp.gate_up_proj.weight_t", H, 2*I, []projection{
+	gu := linear(b, m, h, p+"mlp.gate_up_proj.weight", H, 2*I, []projection{
 		{m.w[p+"mlp.gate_proj.weight"].Data, 1},
 		{m.w[p+"mlp.up_proj.weight"].Data, 1},
 	})
-	gu := b.op("MatMul", []string{h, wgu})
 	gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", -1))
 	act := b.op("Mul", []string{activation(b, m.arch.act, gateUp[0]), gateUp[1]})
-	wd := transposedWeight(b, p+"mlp.down_proj.weight_t", I, H, []projection{{m.w[p+"mlp.down_proj.weight"].Data, 1}})
-	return b.op("Add", []string{x, b.op("MatMul", []string{act, wd})})
+	down := linear(b, m, act, p+"mlp.down_proj.weight", I, H, []projection{{m.w[p+"mlp.down_proj.weight"].Data, 1}})
+	return b.op("Add", []string{x, down})
 }
 
 // activation appends the MLP activation act of x.
@@ -377,9 +373,20 @@ func tiedHead(cfg *Config, w Weights) bool {
 	return !ok || cfg.TieWordEmbeddings
 }
 
-// untiedHead adds lm_head.weight transposed ([hidden, vocab]).
-func untiedHead(b *graphBuilder, m *modelPlan) string {
-	return transposedWeight(b, "lm_head.weight_t", int64(m.hidden), int64(m.vocab), []projection{{m.w["lm_head.weight"].Data, 1}})
+// untiedHead appends the logits x @ lm_head.weight^T.
+func untiedHead(b *graphBuilder, m *modelPlan, x string) string {
+	return linear(b, m, x, "lm_head.weight", int64(m.hidden), int64(m.vocab), []projection{{m.w["lm_head.weight"].Data, 1}})
+}
+
+// tiedHeadLogits appends the logits of the rows x [rows, hidden] against the embedding
+// table embed: a Gemm with transB reading the table as is, or, when the build
+// quantizes, a MatMulNBits over a quantized copy of it (the lookup keeps the float
+// table: it reads one row per token, the head all of them every step).
+func tiedHeadLogits(b *graphBuilder, m *modelPlan, x, embed string) string {
+	if m.quant.Bits != 0 {
+		return linear(b, m, x, "model.embed_tokens.weight", int64(m.hidden), int64(m.vocab), []projection{{m.w["model.embed_tokens.weight"].Data, 1}})
+	}
+	return b.op("Gemm", []string{x, embed}, attrI("transB", 1))
 }
 
 // projection is one Hugging Face linear weight [out, in] and a factor applied to it.

@@ -34,6 +34,17 @@
 // parameters, which the runtime's attention kernel takes. The segments are built from
 // the same layer pieces as the dense graph, so both paths compute the same model.
 //
+// With Options.Quantize (quantize.go) every linear layer, and the output projection,
+// is stored block-quantized to int8 or int4 (32 values per block along the input axis,
+// one float32 scale each, symmetric) and multiplied by ONNX Runtime's
+// com.microsoft.MatMulNBits with accuracy_level 4, which quantizes the activations to
+// int8 on the fly and multiplies in integers: on this class of CPU it decodes a single
+// stream 2.3x (int8) and 3x (int4) faster than float32 at a perplexity cost of 0.02%
+// and 1.2% on the default model, where accuracy_level 0 (float arithmetic on
+// dequantized blocks) was no faster for int8 and slower for int4 and for batches. The
+// embedding table stays float32 for the lookup, which reads one row per token; a tied
+// head multiplies by a quantized copy of it.
+//
 // Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
 // graph once into a cache directory.
 //

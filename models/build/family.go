@@ -323,9 +323,10 @@ func weightShapes(cfg *Config, a *arch) map[string][]int {
 // the separate-projection names (Phi-3's fused tensors split into views).
 type modelPlan struct {
 	llamaDims
-	cfg  *Config
-	arch *arch
-	w    Weights
+	cfg   *Config
+	arch  *arch
+	w     Weights
+	quant Quantization
 }
 
 // contextLength is the longest sequence the built model serves: max_position_embeddings,
@@ -337,9 +338,12 @@ func (m *modelPlan) contextLength() int {
 	return m.cfg.MaxPositionEmbeddings
 }
 
-// planModel validates cfg and w and resolves them into a modelPlan.
-func planModel(cfg *Config, w Weights) (*modelPlan, error) {
+// planModel validates cfg, w and q and resolves them into a modelPlan.
+func planModel(cfg *Config, w Weights, q Quantization) (*modelPlan, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := q.validate(); err != nil {
 		return nil, err
 	}
 	a, err := archOf(cfg)
@@ -349,7 +353,7 @@ func planModel(cfg *Config, w Weights) (*modelPlan, error) {
 	if err := checkWeights(cfg, a, w); err != nil {
 		return nil, err
 	}
-	return &modelPlan{llamaDims: dimsOf(cfg), cfg: cfg, arch: a, w: unfused(cfg, a, w)}, nil
+	return &modelPlan{llamaDims: dimsOf(cfg), cfg: cfg, arch: a, w: unfused(cfg, a, w), quant: q}, nil
 }
 
 // unfused returns w with Phi-3's fused projections split into q/k/v and gate/up

@@ -89,7 +89,7 @@ func TestCheckWeightsByFamily(t *testing.T) {
 		cfg.TieWordEmbeddings = true
 		w := RandomWeights(cfg, 1)
 		tc.edit(w)
-		_, err := planModel(cfg, w)
+		_, err := planModel(cfg, w, Quantization{})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: unexpected error %v", tc.modelType, err)
@@ -104,7 +104,7 @@ func TestCheckWeightsByFamily(t *testing.T) {
 func TestPhi3SplitSharesMemory(t *testing.T) {
 	cfg := familyTestConfig("phi3")
 	w := RandomWeights(cfg, 2)
-	m, err := planModel(cfg, w)
+	m, err := planModel(cfg, w, Quantization{})
 	if err != nil {
 		t.Fatal(err)
 	}

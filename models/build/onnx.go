@@ -20,6 +20,7 @@ import (
 // ONNX TensorProto.DataType values.
 const (
 	onnxFloat   int32 = 1
+	onnxUint8   int32 = 2
 	onnxInt64   int32 = 7
 	onnxBool    int32 = 9
 	onnxFloat16 int32 = 10

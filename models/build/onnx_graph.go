@@ -14,6 +14,17 @@ type graphBuilder struct {
 	next   int
 	consts map[string]string // constant key -> initializer name
 	prefix string            // prepended to generated node and value names
+	usesMS bool              // a com.microsoft operator was added (MatMulNBits)
+}
+
+// opsets returns the operator sets the graph imports: ai.onnx, and com.microsoft when
+// one of its operators is used.
+func (b *graphBuilder) opsets() []onnxOpsetID {
+	ids := []onnxOpsetID{{Domain: "", Version: onnxOpset}}
+	if b.usesMS {
+		ids = append(ids, onnxOpsetID{Domain: msDomain, Version: 1})
+	}
+	return ids
 }
 
 func newGraphBuilder(name string) *graphBuilder {

@@ -18,14 +18,14 @@ import (
 // what the dense graph computes (they are built from the same layer pieces and store
 // the same fused weights); only attention moves out of the graph.
 func BuildPaged(cfg *Config, w Weights, outDir string) error {
-	return buildPaged(cfg, w, outDir, writeOptions{})
+	return buildPaged(cfg, w, outDir, Quantization{}, writeOptions{})
 }
 
-func buildPaged(cfg *Config, w Weights, outDir string, opts writeOptions) error {
+func buildPaged(cfg *Config, w Weights, outDir string, q Quantization, opts writeOptions) error {
 	if opts.scratch == nil {
 		opts.scratch = new([]float32)
 	}
-	m, err := planModel(cfg, w)
+	m, err := planModel(cfg, w, q)
 	if err != nil {
 		return err
 	}
@@ -43,6 +43,8 @@ func buildPaged(cfg *Config, w Weights, outDir string, opts writeOptions) error 
 		// head reads it.
 		Embedding: modeldir.Embedding{File: "embedding.bin", Rows: d.vocab, Cols: d.hidden, Scale: m.arch.embedScale},
 		Head:      "head.onnx",
+		// Shown by serve; the segments themselves say how they multiply.
+		Quantization: q.String(),
 	}
 	for i := 0; i < d.layers; i++ {
 		name := fmt.Sprintf("layer%d.onnx", i)
@@ -108,19 +110,24 @@ func headSegment(m *modelPlan) *onnxModel {
 	b.prefix = "final_"
 	x = b.op("Gather", []string{x, sel}, attrI("axis", 0)) // only the rows whose logits are wanted
 	x = finalNorm(b, m, x)
+	var logits string
 	if tiedHead(m.cfg, m.w) {
-		embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
-		b.opTo(modeldir.SegLogits, "Gemm", []string{x, embed}, attrI("transB", 1))
+		embed := ""
+		if m.quant.Bits == 0 {
+			embed = b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
+		}
+		logits = tiedHeadLogits(b, m, x, embed)
 	} else {
-		b.opTo(modeldir.SegLogits, "MatMul", []string{x, untiedHead(b, m)})
+		logits = untiedHead(b, m, x)
 	}
+	b.opTo(modeldir.SegLogits, "Identity", []string{logits})
 	return segmentModel(b, "the head of a decoder for Conveyor's paged attention")
 }
 
 func segmentModel(b *graphBuilder, doc string) *onnxModel {
 	return &onnxModel{
 		IRVersion:    onnxIRVersion,
-		Opsets:       []onnxOpsetID{{Domain: "", Version: onnxOpset}},
+		Opsets:       b.opsets(),
 		ProducerName: "conveyor",
 		DocString:    doc,
 		Graph:        b.g,

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,10 +27,22 @@ var ErrNotCheckpoint = errors.New("build: neither a model nor a checkpoint direc
 // content), and later calls reuse it; built reports whether this call built it. Any
 // other directory is an error wrapping ErrNotCheckpoint.
 func Prepare(dir string) (out string, built bool, err error) {
+	return PrepareWith(dir, Options{})
+}
+
+// PrepareWith is Prepare with build options. A directory that is already built is
+// served as it is, so quantizing it is an error unless it was built that way.
+func PrepareWith(dir string, o Options) (out string, built bool, err error) {
 	if st, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil && !st.IsDir() {
+		if o.Quantize.Bits != 0 {
+			if got := BuiltQuantization(dir); got != o.Quantize.String() {
+				return "", false, fmt.Errorf("%w: %s is a built model directory (quantization %s); --quantize %s applies to Hugging Face checkpoints (or rebuild it with `conveyor build-model --quantize %s`)",
+					ErrNotCheckpoint, dir, got, o.Quantize, o.Quantize)
+			}
+		}
 		return dir, false, nil
 	}
-	key, err := checkpointKey(dir)
+	key, err := checkpointKey(dir, o)
 	if err != nil {
 		return "", false, err
 	}
@@ -52,7 +65,7 @@ func Prepare(dir string) (out string, built bool, err error) {
 		return "", false, fmt.Errorf("models: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if _, err := BuildFromHF(dir, tmp); err != nil {
+	if _, err := BuildFromHFWith(dir, tmp, o); err != nil {
 		return "", false, err
 	}
 	if err := os.Rename(tmp, out); err != nil {
@@ -70,7 +83,7 @@ const builtLayout = 2
 
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.
-func checkpointKey(dir string) (string, error) {
+func checkpointKey(dir string, o Options) (string, error) {
 	cfg, err := os.Open(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return "", fmt.Errorf("%w: %s has neither model.onnx nor config.json", ErrNotCheckpoint, dir)
@@ -78,6 +91,9 @@ func checkpointKey(dir string) (string, error) {
 	defer cfg.Close()
 	h := sha256.New()
 	fmt.Fprintf(h, "layout %d\x00", builtLayout)
+	if o.Quantize.Bits != 0 {
+		fmt.Fprintf(h, "quantize %s/%d/%d\x00", o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel)
+	}
 	if _, err := io.Copy(h, cfg); err != nil {
 		return "", fmt.Errorf("models: %w", err)
 	}
@@ -98,6 +114,16 @@ func checkpointKey(dir string) (string, error) {
 		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", filepath.Base(f), st.Size(), st.ModTime().UnixNano())
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// BuiltQuantization returns how the model directory dir stores its linear weights, as
+// its paged layout records it: "none", "int8" or "int4".
+func BuiltQuantization(dir string) string {
+	man, err := modeldir.LoadPaged(dir)
+	if err != nil || man.Quantization == "" {
+		return "none"
+	}
+	return man.Quantization
 }
 
 // cacheRoot is $CONVEYOR_CACHE_DIR, else the user's cache directory + conveyor/models.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models"
@@ -46,6 +47,21 @@ func TestPrepare(t *testing.T) {
 	again, built, err := Prepare(hf)
 	if err != nil || again != out || built {
 		t.Fatalf("second Prepare = %q, %v, %v; want %q reused", again, built, err, out)
+	}
+
+	// A quantized build is cached apart, and records its quantization; asking a built
+	// directory for another quantization is an error that says so.
+	q4, _ := ParseQuantization("int4")
+	quantized, built, err := PrepareWith(hf, Options{Quantize: q4})
+	if err != nil || quantized == out || !built || BuiltQuantization(quantized) != "int4" || BuiltQuantization(out) != "none" {
+		t.Fatalf("PrepareWith(int4) = %q, %v, %v (quantization %s)", quantized, built, err, BuiltQuantization(quantized))
+	}
+	if again, built, err := PrepareWith(quantized, Options{Quantize: q4}); err != nil || again != quantized || built {
+		t.Fatalf("PrepareWith(built int4 dir, int4) = %q, %v, %v", again, built, err)
+	}
+	q8, _ := ParseQuantization("int8")
+	if _, _, err := PrepareWith(out, Options{Quantize: q8}); !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), "quantization none") {
+		t.Fatalf("PrepareWith(float dir, int8): %v", err)
 	}
 
 	// A changed checkpoint is a new build.

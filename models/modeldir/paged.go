@@ -58,6 +58,9 @@ type PagedManifest struct {
 	// Head is the final segment's file: the last layer's output and MLP, the final
 	// norm and the output projection, for the rows SegLogitRows selects.
 	Head string `json:"head"`
+	// Quantization names how the segments store the linear weights: "none", "int8"
+	// or "int4" (block-quantized, com.microsoft.MatMulNBits); empty means none.
+	Quantization string `json:"quantization,omitempty"`
 }
 
 // Embedding is a raw little-endian float32 [Rows][Cols] table.

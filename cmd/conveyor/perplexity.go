@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+func init() {
+	register(command{
+		name:    "perplexity",
+		summary: "measure a model's perplexity on a text file (one document per line)",
+		run:     runPerplexity,
+	})
+}
+
+func runPerplexity(args []string) error {
+	fs := flag.NewFlagSet("perplexity", flag.ContinueOnError)
+	modelDir := fs.String("model", "", "model directory, or a Hugging Face checkpoint (built once, cached)")
+	file := fs.String("file", "", "text file, one document per line; each is encoded as <bos> text <eos> when the model has those tokens, and the documents are concatenated")
+	context := fs.Int("context", 256, "window length: consecutive non-overlapping windows of context+1 tokens, each predicting its last context tokens")
+	chunk := fs.Int("chunk", 64, "feed each window in prompt chunks of this many tokens (later chunks read the earlier ones from the KV cache); 0 = whole windows")
+	maxWindows := fs.Int("max-windows", 0, "stop after this many windows; 0 = the whole file")
+	attention := fs.String("attention", "", "attention path: paged or dense (default paged when the model has it)")
+	kvDType := fs.String("kv-cache-dtype", "", "KV cache element type: float32 or float16 (paged attention)")
+	quantize := fs.String("quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
+	ortLib := fs.String("ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
+	threads := fs.Int("threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: conveyor perplexity --model DIR --file TEXT [flags]\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *modelDir == "" || *file == "" {
+		return errors.New("perplexity: --model and --file are required")
+	}
+	q, err := build.ParseQuantization(*quantize)
+	if err != nil {
+		return fmt.Errorf("perplexity: --quantize: %w", err)
+	}
+	dir, _, err := build.PrepareWith(*modelDir, build.Options{Quantize: q})
+	if err != nil {
+		return fmt.Errorf("perplexity: %w", err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return fmt.Errorf("perplexity: %w", err)
+	}
+	m, err := models.Open(dir, models.RunnerOptions{ORTLib: *ortLib, IntraOpThreads: *threads, Attention: *attention, KVCacheDType: *kvDType})
+	if err != nil {
+		return fmt.Errorf("perplexity: %w", err)
+	}
+	defer m.Close()
+	stream, docs, err := encodeDocuments(tok, *file)
+	if err != nil {
+		return fmt.Errorf("perplexity: %w", err)
+	}
+	start := time.Now()
+	res, err := engine.Perplexity(m, stream, engine.PerplexityOptions{Context: *context, ChunkTokens: *chunk, MaxWindows: *maxWindows})
+	if err != nil {
+		return fmt.Errorf("perplexity: %w", err)
+	}
+	fmt.Printf("model %s (attention %s, kv %s, weights %s): %d documents, %d tokens, %d windows of %d\n",
+		*modelDir, m.Attention(), m.Spec().KVDType, build.BuiltQuantization(dir), docs, len(stream), res.Windows, *context)
+	fmt.Printf("mean NLL %.4f  perplexity %.3f  (%d predicted tokens, %.1f s)\n", res.NLL, res.Perplexity, res.Tokens, time.Since(start).Seconds())
+	return nil
+}
+
+// encodeDocuments encodes every non-empty line of path as bos + text + eos (each when
+// the tokenizer has it) and concatenates them.
+func encodeDocuments(tok *tokenizer.Tokenizer, path string) ([]int32, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	var stream []int32
+	docs := 0
+	bos, hasBOS := tok.BOS()
+	eos := tok.EOS()
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		ids, err := tok.Encode(line, false)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s line %d: %w", path, docs+1, err)
+		}
+		if hasBOS {
+			stream = append(stream, bos)
+		}
+		stream = append(stream, ids...)
+		if len(eos) > 0 {
+			stream = append(stream, eos[0])
+		}
+		docs++
+	}
+	return stream, docs, sc.Err()
+}

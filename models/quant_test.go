@@ -1,0 +1,98 @@
+package models
+
+import (
+	"math"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/models/build"
+)
+
+// TestQuantizedMatchesFloat builds the trained default checkpoint as float32, int8 and
+// int4 (MatMulNBits over 32-value blocks) and bounds each quantized variant's logits
+// against float32's on the cross-check prompts, on both attention paths: the mean
+// Kullback-Leibler divergence of the next-token distributions (float32's from the
+// quantized one's, as llama.cpp's perplexity tool reports it) and the share of
+// positions whose most likely token changes. The divergence may not be zero (the
+// quantized kernels really ran).
+func TestQuantizedMatchesFloat(t *testing.T) {
+	ref := loadReferenceLogits(t, defaultModelDir)
+	logprobs := map[string][][]float64{} // variant/path -> per position
+	for _, q := range []string{"none", "int8", "int4"} {
+		quant, err := build.ParseQuantization(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if _, err := build.BuildFromHFWith(defaultModelDir, dir, build.Options{Quantize: quant}); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if got := build.BuiltQuantization(dir); got != q {
+			t.Errorf("built %s, the directory says %s", q, got)
+		}
+		for _, path := range []string{AttentionPaged, AttentionDense} {
+			m := openTestModel(t, dir, path)
+			vocab := m.Spec().VocabSize
+			for _, p := range ref.Prompts {
+				kv := newPagedTestKV(m.Spec(), 1, 64, 16, 1)
+				out, err := m.Forward(kv.batch([]int{0}, [][]int32{p.IDs}, true), kv)
+				if err != nil {
+					t.Fatalf("%s %s: %v", q, path, err)
+				}
+				for j := range p.IDs {
+					logprobs[q+"/"+path] = append(logprobs[q+"/"+path], logSoftmax(out.Logits[0][j*vocab:(j+1)*vocab]))
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		q              string
+		maxKL, maxFlip float64
+	}{{"int8", 0.002, 0.02}, {"int4", 0.03, 0.12}} {
+		for _, path := range []string{AttentionPaged, AttentionDense} {
+			got, want := logprobs[c.q+"/"+path], logprobs["none/"+path]
+			var kl float64
+			flips := 0
+			for p := range want {
+				for i, lp := range want[p] {
+					kl += math.Exp(lp) * (lp - got[p][i])
+				}
+				if argmax64(got[p]) != argmax64(want[p]) {
+					flips++
+				}
+			}
+			kl /= float64(len(want))
+			flip := float64(flips) / float64(len(want))
+			t.Logf("%s %s: mean KL %.5f, top-1 changed at %d of %d positions", c.q, path, kl, flips, len(want))
+			if kl <= 0 || kl > c.maxKL || flip > c.maxFlip {
+				t.Errorf("%s %s: mean KL %.5f (want in (0, %g]), top-1 changed at %.1f%% of positions (want ≤ %.0f%%)",
+					c.q, path, kl, c.maxKL, 100*flip, 100*c.maxFlip)
+			}
+		}
+	}
+}
+
+func logSoftmax(logits []float32) []float64 {
+	m := math.Inf(-1)
+	for _, v := range logits {
+		m = math.Max(m, float64(v))
+	}
+	s := 0.0
+	for _, v := range logits {
+		s += math.Exp(float64(v) - m)
+	}
+	out := make([]float64, len(logits))
+	for i, v := range logits {
+		out[i] = float64(v) - m - math.Log(s)
+	}
+	return out
+}
+
+func argmax64(xs []float64) int {
+	best := 0
+	for i, v := range xs {
+		if v > xs[best] {
+			best = i
+		}
+	}
+	return best
+}
