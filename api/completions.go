@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -66,7 +65,9 @@ func parseCompletion(f *fields, b *Backend) (*completionRequest, error) {
 	if r.echo && lp >= 0 {
 		r.params.PromptLogprobs = int(lp)
 	}
-	r.params.N = r.bestOf
+	// best_of has one owner, the engine: it generates best_of sequences and sends back
+	// the n with the highest cumulative logprob, best first, as indexes 0..n-1.
+	r.params.N, r.params.BestOf = r.n, r.bestOf
 	prompts, err := parsePrompt(f, b)
 	if err != nil {
 		return nil, err
@@ -336,7 +337,6 @@ type seqAcc struct {
 	offset   int    // characters of text so far (logprobs text_offset)
 	partial  []byte // bytes of a character not yet complete (logprobs text_offset)
 	finish   engine.FinishReason
-	cum      float64
 	started  bool
 }
 
@@ -428,7 +428,6 @@ func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, tok Tokenizer, echo, pr
 	}
 	if ev.FinishReason != "" {
 		acc.finish = ev.FinishReason
-		acc.cum = ev.CumulativeLogprob
 	}
 	return text.String(), lp
 }
@@ -437,7 +436,7 @@ func applyEvent(acc *seqAcc, ev *engine.Event, p prompt, tok Tokenizer, echo, pr
 func (s *Server) collectCompletion(ctx context.Context, c *gin.Context, b *Backend, req *completionRequest, fn *fan, resp completionResponse) {
 	accs := make([][]seqAcc, len(req.prompts))
 	for i := range accs {
-		accs[i] = make([]seqAcc, req.bestOf)
+		accs[i] = make([]seqAcc, req.n)
 	}
 	wantLP := req.params.Logprobs >= 0
 	for {
@@ -450,10 +449,10 @@ func (s *Server) collectCompletion(ctx context.Context, c *gin.Context, b *Backe
 			}
 			return
 		case gotEvent:
-			if isFailure(ev) || ev.Index < 0 || ev.Index >= req.bestOf {
+			if isFailure(ev) || ev.Index < 0 || ev.Index >= req.n {
 				abortJobs(b, fn.jobs)
 				if !isFailure(ev) {
-					ev.Err = fmt.Errorf("the engine sent sequence index %d of %d: %w", ev.Index, req.bestOf, engine.ErrModel)
+					ev.Err = fmt.Errorf("the engine sent sequence index %d of %d: %w", ev.Index, req.n, engine.ErrModel)
 				}
 				writeError(c.Writer, eventError(ev))
 				return
@@ -465,15 +464,8 @@ func (s *Server) collectCompletion(ctx context.Context, c *gin.Context, b *Backe
 		break
 	}
 	for pi := range req.prompts {
-		seqs := make([]int, req.bestOf)
-		for j := range seqs {
-			seqs[j] = j
-		}
-		if req.bestOf > req.n {
-			sort.SliceStable(seqs, func(a, b int) bool { return accs[pi][seqs[a]].cum > accs[pi][seqs[b]].cum })
-		}
 		for j := 0; j < req.n; j++ {
-			acc := &accs[pi][seqs[j]]
+			acc := &accs[pi][j]
 			resp.Choices = append(resp.Choices, completionChoice{
 				Index: pi*req.n + j, Text: acc.text.String(), Logprobs: acc.logprobs, FinishReason: finishReason(acc.finish),
 			})
@@ -488,7 +480,7 @@ func (s *Server) streamCompletion(ctx context.Context, c *gin.Context, b *Backen
 	sse := newSSEWriter(c.Writer)
 	accs := make([][]seqAcc, len(req.prompts))
 	for i := range accs {
-		accs[i] = make([]seqAcc, req.bestOf)
+		accs[i] = make([]seqAcc, req.n)
 	}
 	if req.includeUsage {
 		base.Usage = nullJSON
@@ -515,10 +507,10 @@ func (s *Server) streamCompletion(ctx context.Context, c *gin.Context, b *Backen
 			}
 			continue
 		case gotEvent:
-			if isFailure(ev) || ev.Index < 0 || ev.Index >= req.bestOf {
+			if isFailure(ev) || ev.Index < 0 || ev.Index >= req.n {
 				abortJobs(b, fn.jobs)
 				if !isFailure(ev) {
-					ev.Err = fmt.Errorf("the engine sent sequence index %d of %d: %w", ev.Index, req.bestOf, engine.ErrModel)
+					ev.Err = fmt.Errorf("the engine sent sequence index %d of %d: %w", ev.Index, req.n, engine.ErrModel)
 				}
 				sse.fail(eventError(ev))
 				return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -344,6 +345,50 @@ func mustLoadTok(t *testing.T) *tokenizer.Tokenizer {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// TestE2EBestOfPicksHighestCumulativeLogprob asks the real engine for best_of 4 and,
+// with the same seed (each sequence index keeps its random stream), for all 4 candidates
+// with their token logprobs: the best_of answer must be the candidate whose logprobs sum
+// highest.
+func TestE2EBestOfPicksHighestCumulativeLogprob(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	ctx := context.Background()
+	p := openai.CompletionNewParams{Model: e2eModel, Prompt: promptString("The city of"), MaxTokens: openai.Int(8),
+		Temperature: openai.Float(1.5), Seed: openai.Int(11)}
+	all := p
+	all.N, all.Logprobs = openai.Int(4), openai.Int(0)
+	cands, err := e.client.Completions.New(ctx, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cands.Choices) != 4 {
+		t.Fatalf("%d candidates", len(cands.Choices))
+	}
+	best, bestSum, texts := -1, math.Inf(-1), map[string]bool{}
+	for i, c := range cands.Choices {
+		sum := 0.0
+		for _, lp := range c.Logprobs.TokenLogprobs {
+			sum += lp
+		}
+		texts[c.Text] = true
+		if sum > bestSum {
+			best, bestSum = i, sum
+		}
+	}
+	if len(texts) < 2 || best == 0 {
+		t.Skipf("the candidates do not tell best_of from taking the first (best is %d of %d distinct)", best, len(texts))
+	}
+	one := p // without logprobs: the engine must still rank by them
+	one.BestOf = openai.Int(4)
+	got, err := e.client.Completions.New(ctx, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Choices) != 1 || got.Choices[0].Text != cands.Choices[best].Text {
+		t.Fatalf("best_of 4 returned %q; the candidate with the highest cumulative logprob (%.3f) is %d: %q",
+			got.Choices[0].Text, bestSum, best, cands.Choices[best].Text)
+	}
 }
 
 func TestE2EChat(t *testing.T) {

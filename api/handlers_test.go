@@ -232,21 +232,23 @@ func TestCompletionPromptForms(t *testing.T) {
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-func TestCompletionBestOfPicksHighestLogprob(t *testing.T) {
+// TestCompletionBestOfIsTheEngines checks that best_of goes to the engine, which owns
+// it (it sends back the n best, best first: TestE2EBestOfPicksHighestCumulativeLogprob
+// checks the real one), and that the API returns those n in the engine's order.
+func TestCompletionBestOfIsTheEngines(t *testing.T) {
 	eng := newFakeEngine()
 	s := newTestServer(t, eng, nil)
 	rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x","max_tokens":1,"n":2,"best_of":3}`)
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	if n := eng.lastRequest().Params.N; n != 3 {
-		t.Fatalf("engine generated %d sequences, want best_of=3", n)
+	if p := eng.lastRequest().Params; p.N != 2 || p.BestOf != 3 {
+		t.Fatalf("engine asked for n=%d best_of=%d, want 2 and 3", p.N, p.BestOf)
 	}
 	choices := decode(t, rec)["choices"].([]any)
 	if len(choices) != 2 {
 		t.Fatalf("%d choices", len(choices))
 	}
-	// the fake's sequence j has cumulative logprob -(j+1): the best two are 0 and 1.
 	for i, want := range []string{"a", "b"} {
 		if c := choices[i].(map[string]any); c["text"] != want || c["index"] != float64(i) {
 			t.Errorf("choice %d = %v", i, c)
