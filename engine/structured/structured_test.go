@@ -1,0 +1,283 @@
+package structured
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// defaultVocab is the default model's tokenizer as a Vocabulary.
+func defaultVocab(tb testing.TB) *Vocabulary {
+	tb.Helper()
+	tok, err := tokenizer.Load(filepath.Join("..", "..", "models", "default"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return NewVocabulary(tok.VocabSize(), tok.TokenBytes, tok.IsSpecial, tok.EOS())
+}
+
+// walk samples one output of c with rng: a uniformly random allowed token each step
+// (end of sequence, once allowed, with probability pEOS), up to maxTokens. It returns
+// the output's bytes and whether it ended with end of sequence.
+func walk(tb testing.TB, c *Constraint, rng *rand.Rand, maxTokens int, pEOS float64) ([]byte, bool) {
+	tb.Helper()
+	m := c.NewMatcher()
+	var out []byte
+	for n := 0; n < maxTokens; n++ {
+		mask := m.Mask()
+		var allowed []int32
+		eos := int32(-1)
+		for id := int32(0); int(id) < c.vocab.Size(); id++ {
+			if Allowed(mask, id) {
+				if c.vocab.isEOS(id) {
+					eos = id
+				} else {
+					allowed = append(allowed, id)
+				}
+			}
+		}
+		if eos >= 0 && (len(allowed) == 0 || rng.Float64() < pEOS) {
+			if !m.Accept(eos) {
+				tb.Fatalf("end of sequence was allowed but not accepted after %q", out)
+			}
+			return out, true
+		}
+		if len(allowed) == 0 {
+			tb.Fatalf("no token allowed after %q, and the value is not complete", out)
+		}
+		id := allowed[rng.IntN(len(allowed))]
+		if !m.Accept(id) {
+			tb.Fatalf("token %d (%q) was allowed but not accepted after %q", id, c.vocab.bytes(id), out)
+		}
+		out = append(out, c.vocab.bytes(id)...)
+	}
+	return out, false
+}
+
+// validator compiles schema with a JSON Schema library written independently of this
+// package.
+func validator(tb testing.TB, schema string) *jsonschema.Schema {
+	tb.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("schema.json", doc); err != nil {
+		tb.Fatal(err)
+	}
+	s, err := comp.Compile("schema.json")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+var testSchemas = []string{
+	`{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":120},
+	  "email":{"type":["string","null"]},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c d"]},"minItems":1,"maxItems":3}},
+	  "required":["name","age"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"ok":{"type":"boolean"},"score":{"type":"number"},"kind":{"const":"fixed"},
+	  "n":{"type":"integer","exclusiveMinimum":-50,"exclusiveMaximum":1000}},"required":["ok","score","kind","n"]}`,
+	`{"$defs":{"node":{"type":"object","properties":{"value":{"type":"integer","minimum":-5,"maximum":5},
+	  "children":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["value"],"additionalProperties":false}},
+	  "$ref":"#/$defs/node"}`,
+	`{"anyOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false},
+	  {"type":"array","items":{"type":"null"},"maxItems":4},{"type":"string","minLength":2,"maxLength":3}]}`,
+	`{"type":"object","properties":{"any":{},"list":{"type":"array"},"obj":{"type":"object"}},"required":["any","list","obj"]}`,
+	`{"type":"object","properties":{"x":{"enum":[1,"two",{"k":[3]},null,true]},"y":{"type":"integer","minimum":7,"maximum":7}},"required":["x","y"]}`,
+}
+
+// TestRandomWalksValidate samples many outputs of each schema by random walks through
+// its constraint over the default tokenizer's vocabulary and validates every finished
+// one with an independent JSON Schema validator.
+func TestRandomWalksValidate(t *testing.T) {
+	vocab := defaultVocab(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, schema := range append(testSchemas, generatedSchemas(rand.New(rand.NewPCG(7, 8)), 20)...) {
+		g, err := CompileSchema([]byte(schema), true)
+		if err != nil {
+			t.Fatalf("schema %d: %v\n%s", i, err, schema)
+		}
+		c := NewConstraint(g, vocab)
+		v := validator(t, schema)
+		finished := 0
+		for w := 0; w < 20; w++ {
+			out, done := walk(t, c, rng, 600, 0.5)
+			if !done {
+				continue
+			}
+			finished++
+			var inst any
+			if err := json.Unmarshal(out, &inst); err != nil {
+				t.Fatalf("schema %d: output %q is not JSON: %v", i, out, err)
+			}
+			inst, _ = jsonschema.UnmarshalJSON(bytes.NewReader(out))
+			if err := v.Validate(inst); err != nil {
+				t.Fatalf("schema %d: output %q does not validate: %v\n%s", i, out, err, schema)
+			}
+		}
+		if finished < 5 {
+			t.Errorf("schema %d: only %d of 20 walks finished", i, finished)
+		}
+	}
+}
+
+// TestJSONObject checks response_format json_object: any object, nothing else.
+func TestJSONObject(t *testing.T) {
+	c := NewConstraint(CompileJSONObject(), defaultVocab(t))
+	rng := rand.New(rand.NewPCG(3, 4))
+	finished := 0
+	for w := 0; w < 30; w++ {
+		out, done := walk(t, c, rng, 800, 0.5)
+		if !done {
+			continue
+		}
+		finished++
+		var obj map[string]any
+		if err := json.Unmarshal(out, &obj); err != nil {
+			t.Fatalf("output %q is not a JSON object: %v", out, err)
+		}
+	}
+	if finished < 3 {
+		t.Errorf("only %d of 30 walks finished", finished)
+	}
+	m := c.NewMatcher()
+	for _, s := range []string{"[", "x", `"a"`, "1"} {
+		if id := tokenFor(c.vocab, s); id >= 0 && Allowed(m.Mask(), id) {
+			t.Errorf("%q allowed at the start of a JSON object", s)
+		}
+	}
+}
+
+// tokenFor returns the id of the token whose bytes are s, or -1.
+func tokenFor(v *Vocabulary, s string) int32 {
+	for id := int32(0); int(id) < v.Size(); id++ {
+		if string(v.bytes(id)) == s {
+			return id
+		}
+	}
+	return -1
+}
+
+// TestUnsupportedKeywords checks that keywords the compiler does not implement are
+// refused by name under strict and ignored otherwise.
+func TestUnsupportedKeywords(t *testing.T) {
+	for _, tc := range []struct{ schema, keyword string }{
+		{`{"type":"string","pattern":"^a+$"}`, `"pattern"`},
+		{`{"type":"string","format":"date-time"}`, `"format"`},
+		{`{"type":"number","minimum":0}`, `"minimum"`},
+		{`{"oneOf":[{"type":"string"}]}`, `"oneOf"`},
+		{`{"allOf":[{"type":"string"}]}`, `"allOf"`},
+		{`{"type":"array","prefixItems":[{"type":"string"}]}`, `"prefixItems"`},
+		{`{"type":"object","additionalProperties":{"type":"string"}}`, "additionalProperties"},
+		{`{"type":"integer","multipleOf":3}`, `"multipleOf"`},
+		{`{"$ref":"https://example.com/s.json"}`, "$ref"},
+		{`{"type":"object","properties":{"a":{"type":"string"}},"required":["b"]}`, `"b"`},
+	} {
+		_, err := CompileSchema([]byte(tc.schema), true)
+		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), tc.keyword) {
+			t.Errorf("%s: got %v, want ErrUnsupported naming %s", tc.schema, err, tc.keyword)
+		}
+	}
+	if _, err := CompileSchema([]byte(`{"type":"string","pattern":"^a+$","format":"email"}`), false); err != nil {
+		t.Errorf("non-strict: %v", err)
+	}
+	for _, bad := range []string{`[`, `"x"`, `{"type":"strin"}`, `{"type":"array","maxItems":-1}`, `{"enum":[]}`,
+		`{"type":"integer","minimum":5,"maximum":4}`, `{"$ref":"#/$defs/missing"}`} {
+		if _, err := CompileSchema([]byte(bad), true); !errors.Is(err, ErrBadSchema) {
+			t.Errorf("%s: got %v, want ErrBadSchema", bad, err)
+		}
+	}
+}
+
+// TestIntegerRanges checks the bounded-integer grammar against its definition on every
+// numeral of a few hundred values around the bounds.
+func TestIntegerRanges(t *testing.T) {
+	for _, r := range [][2]int{{0, 0}, {-5, 5}, {7, 7}, {13, 250}, {-1000, -37}, {99, 1001}, {-9, 0}} {
+		schema := fmt.Sprintf(`{"type":"integer","minimum":%d,"maximum":%d}`, r[0], r[1])
+		g, err := CompileSchema([]byte(schema), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := r[0] - 300; n <= r[1]+300; n++ {
+			want := n >= r[0] && n <= r[1]
+			if got := acceptsBytes(g, fmt.Sprint(n)); got != want {
+				t.Fatalf("[%d, %d]: %d accepted = %v", r[0], r[1], n, got)
+			}
+		}
+		if acceptsBytes(g, "007") || acceptsBytes(g, "-0") && r[0] > 0 {
+			t.Fatalf("[%d, %d]: leading zeros accepted", r[0], r[1])
+		}
+	}
+}
+
+// acceptsBytes runs s through g byte by byte.
+func acceptsBytes(g *Grammar, s string) bool {
+	c := NewConstraint(g, NewVocabulary(0, func(int32) []byte { return nil }, func(int32) bool { return false }, nil))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := int32(0)
+	for i := 0; i < len(s); i++ {
+		if id = c.step(id, s[i]); id == dead {
+			return false
+		}
+	}
+	return c.states[id].accepting
+}
+
+// generatedSchemas returns n random schemas of the supported kinds.
+func generatedSchemas(rng *rand.Rand, n int) []string {
+	var gen func(depth int) string
+	gen = func(depth int) string {
+		k := rng.IntN(9)
+		if depth > 2 {
+			k = rng.IntN(5)
+		}
+		switch k {
+		case 0:
+			return fmt.Sprintf(`{"type":"string","maxLength":%d}`, 1+rng.IntN(8))
+		case 1:
+			lo := rng.IntN(200) - 100
+			return fmt.Sprintf(`{"type":"integer","minimum":%d,"maximum":%d}`, lo, lo+rng.IntN(300))
+		case 2:
+			return `{"type":"boolean"}`
+		case 3:
+			return `{"enum":["red","green",3,null]}`
+		case 4:
+			return `{"type":["number","null"]}`
+		case 5, 6:
+			var props, req []string
+			for i := 0; i < 1+rng.IntN(4); i++ {
+				name := fmt.Sprintf("p%d", i)
+				props = append(props, fmt.Sprintf(`"%s":%s`, name, gen(depth+1)))
+				if rng.IntN(2) == 0 {
+					req = append(req, `"`+name+`"`)
+				}
+			}
+			return fmt.Sprintf(`{"type":"object","properties":{%s},"required":[%s],"additionalProperties":false}`,
+				strings.Join(props, ","), strings.Join(req, ","))
+		case 7:
+			return fmt.Sprintf(`{"type":"array","items":%s,"minItems":%d,"maxItems":%d}`, gen(depth+1), rng.IntN(2), 2+rng.IntN(3))
+		default:
+			return fmt.Sprintf(`{"anyOf":[%s,%s]}`, gen(depth+1), gen(depth+1))
+		}
+	}
+	var out []string
+	for i := 0; i < n; i++ {
+		out = append(out, gen(0))
+	}
+	return out
+}
+
+func TestMain(m *testing.M) { os.Exit(m.Run()) }
