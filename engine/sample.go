@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // sampler chooses the next token of one sequence. It keeps the sequence's own random
@@ -14,11 +16,16 @@ import (
 // penalty over prompt and output and the presence and frequency penalties over the
 // output, then temperature; temperature 0 takes the argmax (ties go to the lowest id).
 // Otherwise top_k, top_p and min_p cut the softmax, in the Hugging Face order (vLLM
-// applies min_p before top_p), and one token is drawn from what is left. Logprobs always describe the raw model distribution (log_softmax of the logits
-// before any processing), as vLLM reports them by default.
+// applies min_p before top_p), and one token is drawn from what is left. Logprobs
+// describe the raw model distribution (log_softmax of the logits before any
+// processing), as vLLM reports them by default — except that a structured-output
+// constraint comes first: its mask is applied before everything, logprobs included.
 type sampler struct {
 	params *SamplingParams
 	rng    *rand.Rand
+	// match follows the sequence through params.Constraint; nil when unconstrained.
+	match *structured.Matcher
+	eos   []int32
 
 	// promptSeen holds the prompt's distinct tokens (for the repetition penalty).
 	promptSeen map[int32]struct{}
@@ -33,6 +40,7 @@ type sampler struct {
 // sampleScratch holds buffers shared by every sampler of one engine; the engine
 // goroutine samples one sequence at a time.
 type sampleScratch struct {
+	masked []float32 // logits under a constraint's mask
 	logits []float32 // processed logits
 	idx    []int32   // candidate token ids
 	probs  []float64 // candidate probabilities
@@ -43,13 +51,19 @@ type sampled struct {
 	ID      int32
 	Logprob float32 // raw log-probability of ID; NaN when not computed
 	Top     []TopLogprob
+	// Done: the constraint allows no token (its value is complete, or cannot go on):
+	// the sequence stops, ID being an end-of-sequence token when the model has one.
+	Done bool
 }
 
 // newSampler returns the sampler of sequence index of a request. A request with a seed
 // gets the same random stream for the same (seed, index) whatever else runs; without a
 // seed the stream is random.
 func newSampler(p *SamplingParams, prompt []int32, eos []int32, index int) *sampler {
-	s := &sampler{params: p}
+	s := &sampler{params: p, eos: eos}
+	if p.Constraint != nil {
+		s.match = p.Constraint.NewMatcher()
+	}
 	if p.Seed != nil {
 		s.rng = rand.New(rand.NewPCG(uint64(*p.Seed), uint64(index)))
 	} else {
@@ -75,6 +89,9 @@ func newSampler(p *SamplingParams, prompt []int32, eos []int32, index int) *samp
 func (s *sampler) accept(id int32) {
 	s.outCounts[id]++
 	s.numOut++
+	if s.match != nil {
+		s.match.Accept(id)
+	}
 }
 
 // needsRawLogprob reports whether the chosen token's raw logprob must be computed.
@@ -92,6 +109,17 @@ func (s *sampler) processed() bool {
 // sample chooses the next token from raw logits (one row of VocabSize floats, left
 // unchanged). It does not record the token: call accept.
 func (s *sampler) sample(raw []float32, sc *sampleScratch) sampled {
+	if s.match != nil {
+		sc.masked = append(sc.masked[:0], raw...)
+		if !applyMask(sc.masked, s.match.Mask()) {
+			out := sampled{ID: argmax(raw), Logprob: float32(math.NaN()), Done: true}
+			if len(s.eos) > 0 {
+				out.ID = s.eos[0]
+			}
+			return out
+		}
+		raw = sc.masked
+	}
 	logits := raw
 	if s.processed() {
 		sc.logits = append(sc.logits[:0], raw...)
@@ -110,13 +138,41 @@ func (s *sampler) sample(raw []float32, sc *sampleScratch) sampled {
 		out.Logprob = raw[id] - float32(lse)
 		if k := s.params.Logprobs; k > 0 {
 			top := topK(raw, k, sc)
-			out.Top = make([]TopLogprob, len(top))
-			for i, t := range top {
-				out.Top[i] = TopLogprob{ID: t, Logprob: raw[t] - float32(lse)}
+			out.Top = make([]TopLogprob, 0, len(top))
+			for _, t := range top {
+				if math.IsInf(float64(raw[t]), -1) {
+					continue // masked by the constraint: not an alternative
+				}
+				out.Top = append(out.Top, TopLogprob{ID: t, Logprob: raw[t] - float32(lse)})
 			}
 		}
 	}
 	return out
+}
+
+// applyMask sets the logits of the tokens mask does not allow to -Inf (every id beyond
+// the mask's vocabulary too) and reports whether any token is left.
+func applyMask(logits []float32, mask []uint64) bool {
+	inf := float32(math.Inf(-1))
+	any := false
+	for w := 0; w*64 < len(logits); w++ {
+		var word uint64
+		if w < len(mask) {
+			word = mask[w]
+		}
+		if word == ^uint64(0) && (w+1)*64 <= len(logits) {
+			any = true
+			continue
+		}
+		for j := 0; j < 64 && w*64+j < len(logits); j++ {
+			if word&(1<<j) == 0 {
+				logits[w*64+j] = inf
+			} else {
+				any = true
+			}
+		}
+	}
+	return any
 }
 
 // applyProcessors applies logit_bias, the min_tokens mask and the penalties in place.

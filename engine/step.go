@@ -113,6 +113,10 @@ func (e *Engine) sampleOne(st *seqState, i int, row []float32, now time.Time) {
 		st.cumLogprob += float64(s.Logprob)
 	}
 	text, finish := st.stop.add(s.ID)
+	if s.Done && finish == "" {
+		finish = FinishStop // the structured value is complete: nothing else may follow
+		text += st.stop.finish()
+	}
 	ev := Event{TokenIDs: []int32{s.ID}, Text: text, FinishReason: finish}
 	if st.req.params.Logprobs >= 0 {
 		lp := TokenLogprob{ID: s.ID, Text: e.tokenText(s.ID), Logprob: s.Logprob}

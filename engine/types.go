@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"github.com/conveyor-llm/conveyor/engine/structured"
 	"time"
 )
 
@@ -54,6 +55,10 @@ type SamplingParams struct {
 	Stop              []string // stop strings; never emitted
 	Logprobs          int      // -1 = none; k >= 0 = chosen token's logprob plus the k most likely alternatives
 	PromptLogprobs    int      // -1 = none; k >= 0 = logprobs of the prompt tokens (echo with logprobs)
+	// Constraint, when set, limits every sequence to outputs its grammar accepts
+	// (structured output): tokens it does not allow are masked before anything else
+	// sees the logits, and the sequence stops once its value is complete.
+	Constraint *structured.Constraint
 }
 
 // DefaultSamplingParams returns the OpenAI defaults: one sequence, 16 tokens, temperature 1.

@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+var (
+	defaultOnce sync.Once
+	defaultDir  string
+	defaultErr  error
+)
+
+// defaultModel opens the shipped default model (built once per test binary).
+func defaultModel(t *testing.T) (models.Model, *tokenizer.Tokenizer) {
+	t.Helper()
+	defaultOnce.Do(func() {
+		defaultDir = filepath.Join(onnxTmpDirOrTemp(t), "default")
+		_, defaultErr = build.BuildFromHF(filepath.Join("..", "models", "default"), defaultDir)
+	})
+	if defaultErr != nil {
+		t.Fatal(defaultErr)
+	}
+	m, err := models.Open(defaultDir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	tok, err := tokenizer.Load(defaultDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, tok
+}
+
+// onnxTmpDirOrTemp is the directory the ONNX tests build into (removed by TestMain).
+func onnxTmpDirOrTemp(t *testing.T) string {
+	tinyModelDir(t)
+	return onnxTmpDir
+}
+
+// TestStructuredOutputValidates samples the default model at temperature 1 under
+// schema constraints, n sequences per request, and validates every finished output
+// with an independent JSON Schema validator; logprobs see the masked distribution.
+func TestStructuredOutputValidates(t *testing.T) {
+	m, tok := defaultModel(t)
+	e, err := New(tinyConfig(), m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	vocab := structured.NewVocabulary(m.Spec().VocabSize, tok.TokenBytes, tok.IsSpecial, tok.EOS())
+	schemas := []string{
+		`{"type":"object","properties":{"name":{"type":"string","maxLength":20},"age":{"type":"integer","minimum":0,"maximum":120},
+		  "city":{"type":["string","null"]}},"required":["name","age"],"additionalProperties":false}`,
+		`{"type":"object","properties":{"answer":{"enum":["yes","no","maybe"]},"score":{"type":"number"},
+		  "tags":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":3}},"required":["answer","tags"]}`,
+		`{"type":"array","items":{"type":"integer","minimum":-9,"maximum":99},"minItems":1,"maxItems":5}`,
+	}
+	prompt, err := tok.Encode("Here is the record as JSON:", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, schema := range schemas {
+		g, err := structured.CompileSchema([]byte(schema), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := engineValidator(t, schema)
+		p := DefaultSamplingParams()
+		p.N, p.MaxTokens, p.Temperature, p.Logprobs = 4, 160, 1, 2
+		seed := int64(i)
+		p.Seed = &seed
+		p.Constraint = structured.NewConstraint(g, vocab)
+		res := runAll(t, e, []*Request{{ID: "s", Prompt: prompt, Params: p}})[0]
+		finished := 0
+		for j := 0; j < p.N; j++ {
+			ev := res.seqs[j]
+			if ev == nil || ev.Err != nil {
+				t.Fatalf("schema %d sequence %d: %+v", i, j, ev)
+			}
+			for _, lp := range ev.Logprobs {
+				if math.IsInf(float64(lp.Logprob), 0) || math.IsNaN(float64(lp.Logprob)) {
+					t.Errorf("schema %d: chosen token %d has logprob %v", i, lp.ID, lp.Logprob)
+				}
+				for _, alt := range lp.Top {
+					if math.IsInf(float64(alt.Logprob), -1) {
+						t.Errorf("schema %d: a masked token %d is among the top logprobs", i, alt.ID)
+					}
+				}
+			}
+			if ev.FinishReason != FinishStop {
+				continue
+			}
+			finished++
+			t.Logf("schema %d: %s", i, ev.Text)
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(ev.Text))
+			if err != nil {
+				t.Fatalf("schema %d: %q is not JSON: %v", i, ev.Text, err)
+			}
+			if err := v.Validate(inst); err != nil {
+				t.Fatalf("schema %d: %q does not validate: %v", i, ev.Text, err)
+			}
+		}
+		if finished < 2 {
+			t.Errorf("schema %d: %d of %d sequences finished within %d tokens", i, finished, p.N, p.MaxTokens)
+		}
+	}
+}
+
+func engineValidator(t *testing.T, schema string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Compile("s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
