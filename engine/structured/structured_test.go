@@ -281,3 +281,50 @@ func generatedSchemas(rng *rand.Rand, n int) []string {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// FuzzCompileSchema feeds arbitrary schemas to the compiler: it never panics, every
+// error is ErrBadSchema or ErrUnsupported, and a grammar it returns runs.
+func FuzzCompileSchema(f *testing.F) {
+	for _, s := range testSchemas {
+		f.Add([]byte(s), true)
+	}
+	for _, s := range []string{`{}`, `true`, `false`, `{"type":"string","maxLength":3}`, `{"$ref":"#"}`,
+		`{"anyOf":[{"$ref":"#"},{"type":"null"}]}`, `{"type":"integer","minimum":-3.5,"maximum":2.5}`} {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, schema []byte, strict bool) {
+		g, err := CompileSchema(schema, strict)
+		if err != nil {
+			if !errors.Is(err, ErrBadSchema) && !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("error %v is neither ErrBadSchema nor ErrUnsupported", err)
+			}
+			return
+		}
+		acceptsBytes(g, `{"a": [1, "x", null]}`)
+		acceptsBytes(g, `"abc"`)
+	})
+}
+
+// TestCacheShares checks that the cache hands the same constraint to the same schema
+// and evicts the least recently used one.
+func TestCacheShares(t *testing.T) {
+	c := NewCache(defaultVocab(t), 2)
+	a1, err := c.Schema([]byte(testSchemas[0]), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, _ := c.Schema([]byte(testSchemas[0]), true)
+	if a1 != a2 {
+		t.Error("the same schema compiled twice")
+	}
+	if c.JSONObject() != c.JSONObject() {
+		t.Error("json_object compiled twice")
+	}
+	c.Schema([]byte(testSchemas[1]), true) // evicts schema 0 (json_object was used later)
+	if a3, _ := c.Schema([]byte(testSchemas[0]), true); a3 == a1 {
+		t.Error("the least recently used schema was not evicted")
+	}
+	if _, err := c.Schema([]byte(`{"type":"string","pattern":"x"}`), true); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("unsupported schema: %v", err)
+	}
+}
