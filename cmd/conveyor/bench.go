@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/api/loadgen"
+	"github.com/conveyor-llm/conveyor/bench"
 )
 
 func init() {
@@ -25,8 +25,8 @@ func init() {
 }
 
 // workloadFlags registers the workload flags shared by bench and bench compare.
-func workloadFlags(fs *flag.FlagSet) func() (loadgen.WorkloadConfig, error) {
-	d := loadgen.DefaultWorkloadConfig()
+func workloadFlags(fs *flag.FlagSet) func() (bench.WorkloadConfig, error) {
+	d := bench.DefaultWorkloadConfig()
 	n := fs.Int("num-requests", d.NumRequests, "requests to send")
 	dist := fs.String("dataset", string(d.Dist), "length distribution: fixed, uniform or lognormal (chat-like mix)")
 	seed := fs.Uint64("seed", d.Seed, "workload and arrival seed")
@@ -37,9 +37,9 @@ func workloadFlags(fs *flag.FlagSet) func() (loadgen.WorkloadConfig, error) {
 	minOut := fs.Int("min-output-len", d.MinOutputTokens, "shortest output in tokens (uniform, lognormal)")
 	maxOut := fs.Int("max-output-len", d.MaxOutputTokens, "longest output in tokens (uniform, lognormal)")
 	maxID := fs.Int("max-token-id", int(d.MaxTokenID), "prompt token ids are drawn from [10, max-token-id)")
-	return func() (loadgen.WorkloadConfig, error) {
-		c := loadgen.WorkloadConfig{
-			NumRequests: *n, Dist: loadgen.LengthDist(*dist), Seed: *seed,
+	return func() (bench.WorkloadConfig, error) {
+		c := bench.WorkloadConfig{
+			NumRequests: *n, Dist: bench.LengthDist(*dist), Seed: *seed,
 			PromptTokens: *in, OutputTokens: *out,
 			MinPromptTokens: *minIn, MaxPromptTokens: *maxIn,
 			MinOutputTokens: *minOut, MaxOutputTokens: *maxOut,
@@ -50,8 +50,8 @@ func workloadFlags(fs *flag.FlagSet) func() (loadgen.WorkloadConfig, error) {
 }
 
 // parseSLO reads "ttft=MS,tpot=MS".
-func parseSLO(s string) (loadgen.SLO, error) {
-	var slo loadgen.SLO
+func parseSLO(s string) (bench.SLO, error) {
+	var slo bench.SLO
 	if s == "" {
 		return slo, nil
 	}
@@ -122,24 +122,24 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	items, err := loadgen.Generate(wc)
+	items, err := bench.Generate(wc)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	target := loadgen.Target{BaseURL: *base, Model: *model, APIKey: *key}
+	target := bench.Target{BaseURL: *base, Model: *model, APIKey: *key}
 	if target.Model == "" {
-		if target.Model, err = loadgen.FirstModel(ctx, target); err != nil {
+		if target.Model, err = bench.FirstModel(ctx, target); err != nil {
 			return err
 		}
 	}
-	cfg := loadgen.RunConfig{Target: target, Items: items, RequestRate: r, Burstiness: *burst,
+	cfg := bench.RunConfig{Target: target, Items: items, RequestRate: r, Burstiness: *burst,
 		MaxConcurrency: *conc, Seed: wc.Seed, SLO: objective}
 	if !*noProgress && !*asJSON {
 		cfg.Progress = os.Stderr
 	}
-	rep, _, err := loadgen.Run(ctx, cfg)
+	rep, _, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}

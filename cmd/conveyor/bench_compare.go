@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/api/loadgen"
+	"github.com/conveyor-llm/conveyor/bench"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/build"
 )
@@ -103,17 +103,17 @@ func runBenchCompare(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	start := func(ctx context.Context, policy string) (loadgen.Server, error) {
+	start := func(ctx context.Context, policy string) (bench.Server, error) {
 		return startServer(ctx, exe, append([]string{"--scheduler", policy}, serverFlags...), logw)
 	}
-	points, err := loadgen.Compare(ctx, loadgen.CompareConfig{
+	points, err := bench.Compare(ctx, bench.CompareConfig{
 		Policies: policies, Rates: rateList, Workload: wc, Burstiness: *burst, SLO: objective,
 		Model: "default", Start: start, Log: os.Stdout,
 	})
 	if err != nil {
 		return err
 	}
-	meta := loadgen.ReportMeta{
+	meta := bench.ReportMeta{
 		Command: "conveyor bench compare " + strings.Join(args, " "),
 		Machine: machineDescription(),
 		Model:   modelDescription(*model),
@@ -122,10 +122,10 @@ func runBenchCompare(args []string) error {
 		Date:    time.Now().UTC().Format("2006-01-02"),
 		Notes:   string(noteText),
 	}
-	if err := loadgen.WriteReport(*out, meta, points); err != nil {
+	if err := bench.WriteReport(*out, meta, points); err != nil {
 		return err
 	}
-	if h, ok := loadgen.Headline(points); ok {
+	if h, ok := bench.Headline(points); ok {
 		fmt.Println(strings.Trim(h, "*"))
 	}
 	fmt.Printf("report: %s\n", filepath.Join(*out, "report.md"))
@@ -133,16 +133,16 @@ func runBenchCompare(args []string) error {
 }
 
 // startServer runs `conveyor serve` on a free loopback port and waits for /health.
-func startServer(ctx context.Context, exe string, flags []string, logw io.Writer) (loadgen.Server, error) {
+func startServer(ctx context.Context, exe string, flags []string, logw io.Writer) (bench.Server, error) {
 	port, err := freePort()
 	if err != nil {
-		return loadgen.Server{}, err
+		return bench.Server{}, err
 	}
 	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--served-model-name", "default", "--no-webui"}, flags...)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logw, logw
 	if err := cmd.Start(); err != nil {
-		return loadgen.Server{}, err
+		return bench.Server{}, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -161,22 +161,22 @@ func startServer(ctx context.Context, exe string, flags []string, logw io.Writer
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return loadgen.Server{}, fmt.Errorf("conveyor serve exited early: %v", err)
+			return bench.Server{}, fmt.Errorf("conveyor serve exited early: %v", err)
 		case <-ctx.Done():
 			_ = stop()
-			return loadgen.Server{}, ctx.Err()
+			return bench.Server{}, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 		resp, err := http.Get(base + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return loadgen.Server{BaseURL: base, Stop: stop}, nil
+				return bench.Server{BaseURL: base, Stop: stop}, nil
 			}
 		}
 	}
 	_ = stop()
-	return loadgen.Server{}, errors.New("conveyor serve did not become healthy within 2 minutes")
+	return bench.Server{}, errors.New("conveyor serve did not become healthy within 2 minutes")
 }
 
 func freePort() (int, error) {

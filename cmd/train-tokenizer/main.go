@@ -8,8 +8,8 @@
 //
 // Usage (from the repository root, after models/train/corpus.sh):
 //
-//	go run ./models/train/tokenizer -corpus models/train/.corpus -out models/default             # train + encode
-//	go run ./models/train/tokenizer -corpus models/train/.corpus -out models/default -train=false # encode only
+//	go run ./cmd/train-tokenizer -corpus models/train/.corpus -out models/default             # train + encode
+//	go run ./cmd/train-tokenizer -corpus models/train/.corpus -out models/default -train=false # encode only
 //
 // Retraining gives a slightly different vocabulary each run (the trainer breaks count ties in map order), so the
 // shipped model is reproduced from its committed tokenizer.json with -train=false.

@@ -1,4 +1,4 @@
-// Package loadgen is Conveyor's load generator: an open-loop client for any
+// Package bench is Conveyor's load generator: an open-loop client for any
 // OpenAI-compatible /v1/completions endpoint, and the sweep that compares batching
 // policies on the same workload.
 //
@@ -20,11 +20,11 @@
 // workload at each rate, and WriteReport writes a Markdown report with PNG charts drawn
 // with gonum.org/v1/plot.
 //
-//	items, _ := loadgen.Generate(loadgen.DefaultWorkloadConfig())
-//	rep, _, err := loadgen.Run(ctx, loadgen.RunConfig{
-//		Target:      loadgen.Target{BaseURL: "http://127.0.0.1:8000", Model: "default"},
+//	items, _ := bench.Generate(bench.DefaultWorkloadConfig())
+//	rep, _, err := bench.Run(ctx, bench.RunConfig{
+//		Target:      bench.Target{BaseURL: "http://127.0.0.1:8000", Model: "default"},
 //		Items:       items,
 //		RequestRate: 4, // requests/s, Poisson
 //	})
 //	rep.Format(os.Stdout)
-package loadgen
+package bench

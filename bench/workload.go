@@ -1,4 +1,4 @@
-package loadgen
+package bench
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 // ErrBadConfig wraps every configuration error of this package.
-var ErrBadConfig = errors.New("loadgen: bad config")
+var ErrBadConfig = errors.New("bench: bad config")
 
 // LengthDist names a distribution of prompt or output lengths in tokens.
 type LengthDist string
