@@ -24,6 +24,9 @@ type Target struct {
 	Model   string
 	APIKey  string // sent as a Bearer token when set
 	Client  *http.Client
+	// ResponseFormat, when set, is sent as every request's response_format (structured
+	// output), e.g. {"type":"json_object"}.
+	ResponseFormat json.RawMessage
 }
 
 func (t Target) completionsURL() string {
@@ -40,6 +43,8 @@ type completionRequest struct {
 	Stream        bool           `json:"stream"`
 	StreamOptions map[string]any `json:"stream_options"`
 	IgnoreEOS     bool           `json:"ignore_eos"`
+	// ResponseFormat: a constrained reply ends when its value does, ignore_eos or not.
+	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 }
 
 type completionChunk struct {
@@ -61,7 +66,7 @@ func (t Target) Send(ctx context.Context, it Item) Result {
 	res := Result{PromptTokens: len(it.Prompt)}
 	body, err := json.Marshal(completionRequest{
 		Model: t.Model, Prompt: it.Prompt, MaxTokens: it.MaxTokens, Stream: true,
-		StreamOptions: map[string]any{"include_usage": true}, IgnoreEOS: true,
+		StreamOptions: map[string]any{"include_usage": true}, IgnoreEOS: true, ResponseFormat: t.ResponseFormat,
 	})
 	if err != nil {
 		res.Err = err.Error()

@@ -99,6 +99,7 @@ func runBench(args []string) error {
 	slo := fs.String("slo", "", "goodput objective, e.g. ttft=500,tpot=50 (milliseconds)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	noProgress := fs.Bool("no-progress", false, "hide the progress bar")
+	responseFormat := fs.String("response-format", "", "send this response_format with every request: JSON (e.g. '{\"type\":\"json_object\"}') or @FILE")
 	workload := workloadFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor bench [flags]\n       conveyor bench compare [flags]\n\nflags:")
@@ -122,13 +123,17 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
+	rf, err := readResponseFormat(*responseFormat)
+	if err != nil {
+		return err
+	}
 	items, err := bench.Generate(wc)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	target := bench.Target{BaseURL: *base, Model: *model, APIKey: *key}
+	target := bench.Target{BaseURL: *base, Model: *model, APIKey: *key, ResponseFormat: rf}
 	if target.Model == "" {
 		if target.Model, err = bench.FirstModel(ctx, target); err != nil {
 			return err
@@ -150,4 +155,23 @@ func runBench(args []string) error {
 	}
 	rep.Format(os.Stdout)
 	return nil
+}
+
+// readResponseFormat reads --response-format: inline JSON or @FILE; "" is none.
+func readResponseFormat(v string) (json.RawMessage, error) {
+	if v == "" {
+		return nil, nil
+	}
+	raw := []byte(v)
+	if strings.HasPrefix(v, "@") {
+		b, err := os.ReadFile(v[1:])
+		if err != nil {
+			return nil, fmt.Errorf("bench: --response-format: %w", err)
+		}
+		raw = b
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("bench: --response-format %.40q is not JSON", v)
+	}
+	return json.RawMessage(raw), nil
 }
