@@ -20,15 +20,30 @@
 //
 // # Requests
 //
-// A body is split into its top-level members and each known member is decoded by a
-// typed getter, so a wrong type is a 400 that names the parameter (`"max_tokens":"ten"`
-// -> param "max_tokens"), unknown members are ignored, null counts as omitted and the
-// OpenAI defaults apply to everything omitted (max_tokens 16, temperature 1, top_p 1,
-// n 1). Ranges are checked before anything reaches the engine; a prompt that leaves no
-// room for one completion token is a 400 stating the context length and the prompt's
-// size. A longer max_tokens is clipped by the engine to the room left. Several prompts
-// become one engine request each (choice index = prompt_index*n + j); best_of > n
-// generates best_of sequences and returns the n with the highest cumulative logprob.
+// Each endpoint's body has a wire struct mirroring the OpenAI schema (completionRequest,
+// chatRequest, tokenizeRequest, detokenizeRequest; the members both generation endpoints
+// share are generationRequest). The body is decoded into it once, member names matched
+// exactly (OpenAI's names are case-sensitive) and unknown members ignored; the union
+// members (prompt, stop, content) have their own types. No member's type fails the
+// decoding: a value of the wrong type is kept, and parseCompletion / parseChat, which
+// read the struct in one fixed order into the engine request, report it as a 400 that
+// names the parameter (`"max_tokens":"ten"` -> param "max_tokens"). null counts as
+// omitted and the OpenAI defaults apply to everything omitted (max_tokens 16,
+// temperature 1, top_p 1, n 1). Ranges are checked before anything reaches the engine; a
+// prompt that leaves no room for one completion token is a 400 stating the context length
+// and the prompt's size. A longer max_tokens is clipped by the engine to the room left.
+// Several prompts become one engine request each (choice index = prompt_index*n + j);
+// best_of > n generates best_of sequences and returns the n with the highest cumulative
+// logprob.
+//
+// Every OpenAI parameter the server accepts is one it acts on. One it does not implement
+// is a 400 naming it, code unsupported_parameter (tools, functions, audio, prediction,
+// web_search_options, moderation, suffix) or unsupported_value where other values are
+// served (response_format other than {"type":"text"}, tool_choice "required" or naming a
+// tool, modalities with audio, store true, reasoning_effort other than "none", verbosity
+// other than "medium"). Members that change nothing in what is generated or returned are
+// accepted: user, safety_identifier, metadata, service_tier, the prompt-cache hints,
+// parallel_tool_calls, stream_options.include_obfuscation, empty tools and functions.
 //
 // The handlers talk to the engine and the tokenizer through two small interfaces,
 // Engine (Submit, Abort, Stats) and Tokenizer, so handler tests run on fakes.
@@ -48,6 +63,13 @@
 // context; the handler aborts its engine requests, which free their KV blocks at the
 // next step.
 //
+// One loop, runGeneration, serves both endpoints, streamed or not; a converter per
+// endpoint says what an engine event becomes in a stream and what the finished sequences
+// become as one body. The events of a request's engine requests arrive merged on one
+// channel: a goroutine per engine request records each event (usage, metrics) and
+// forwards it, and once the handler stops listening only drains it until the engine
+// closes the channel, so no goroutine outlives the engine request it reads.
+//
 // # Errors
 //
 // Every error body is {"error":{"message","type","param","code"}}. statusTable maps
@@ -55,6 +77,10 @@
 // 400, a bad API key 401, an unknown model or route 404, a wrong method 405, a body over
 // Config.MaxBodyBytes 413, a body with a Content-Encoding 415, engine.ErrOverloaded 429,
 // engine.ErrModel 500 (the server keeps serving), engine.ErrClosed and "still loading" 503.
+// A body over the limit is refused from its Content-Length before it is read, or at the
+// limit while it is read (chunked); the 413 carries "Connection: close", and the server
+// then reads and discards up to 64 MiB more of the body, so that a client that writes
+// its whole body before reading the answer gets the 413 rather than a connection reset.
 //
 // # Shutdown
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/conveyor-llm/conveyor/engine"
 )
@@ -20,6 +21,7 @@ var (
 	errBodyTooLarge     = errors.New("request body too large")
 	errContentEncoding  = errors.New("unsupported content encoding")
 	errUnsupported      = errors.New("unsupported parameter")
+	errUnsupportedValue = errors.New("unsupported value")
 	errNotReady         = errors.New("server not ready")
 )
 
@@ -36,6 +38,7 @@ var statusTable = []statusEntry{
 	{engine.ErrPromptTooLong, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"},
 	{engine.ErrInvalidRequest, http.StatusBadRequest, "invalid_request_error", "invalid_value"},
 	{errUnsupported, http.StatusBadRequest, "invalid_request_error", "unsupported_parameter"},
+	{errUnsupportedValue, http.StatusBadRequest, "invalid_request_error", "unsupported_value"},
 	{errUnauthorized, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key"},
 	{errModelNotFound, http.StatusNotFound, "invalid_request_error", "model_not_found"},
 	{errNotFound, http.StatusNotFound, "invalid_request_error", "not_found"},
@@ -48,8 +51,22 @@ var statusTable = []statusEntry{
 	{engine.ErrModel, http.StatusInternalServerError, "server_error", "model_error"},
 }
 
+// wrappedErr carries a message and a sentinel to classify.
+type wrappedErr struct {
+	msg  string
+	kind error
+}
+
+func (e *wrappedErr) Error() string { return e.msg }
+func (e *wrappedErr) Unwrap() error { return e.kind }
+
+// errorf is an error of the given kind (one of the sentinels statusTable knows).
+func errorf(kind error, format string, args ...any) error {
+	return &wrappedErr{msg: fmt.Sprintf(format, args...), kind: kind}
+}
+
 // paramError is a bad request field: it names the parameter and wraps the kind of failure
-// (engine.ErrInvalidRequest, errUnsupported, engine.ErrPromptTooLong).
+// (engine.ErrInvalidRequest, errUnsupported, errUnsupportedValue, engine.ErrPromptTooLong).
 type paramError struct {
 	param string
 	msg   string
@@ -67,6 +84,12 @@ func invalidParam(param, format string, args ...any) error {
 // unsupportedParam reports a field the server understands but does not implement (HTTP 400).
 func unsupportedParam(param, format string, args ...any) error {
 	return &paramError{param: param, msg: fmt.Sprintf(format, args...), kind: errUnsupported}
+}
+
+// unsupportedValue reports a value of a field that the server does not implement, where
+// other values of it are accepted (HTTP 400).
+func unsupportedValue(param, format string, args ...any) error {
+	return &paramError{param: param, msg: fmt.Sprintf(format, args...), kind: errUnsupportedValue}
 }
 
 // errorBody is the OpenAI error object: {"error":{"message","type","param","code"}}.
@@ -105,8 +128,13 @@ func classify(err error) (int, errorBody) {
 // writeError writes err as an OpenAI error response with the status from statusTable.
 func writeError(w http.ResponseWriter, err error) {
 	status, body := classify(err)
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
+	case http.StatusRequestEntityTooLarge:
+		// The rest of the body is not read (limitBody discards a bounded amount of it), so
+		// the connection cannot carry another request.
+		w.Header().Set("Connection", "close")
 	}
 	writeJSON(w, status, body)
 }
@@ -120,6 +148,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }

@@ -89,18 +89,6 @@ func (s *Server) recoverPanic(c *gin.Context) {
 	c.Next()
 }
 
-// limitBody caps the request body at Config.MaxBodyBytes; reading past it fails with
-// *http.MaxBytesError, which readBody turns into a 413.
-func (s *Server) limitBody(c *gin.Context) {
-	if c.Request.ContentLength > s.cfg.MaxBodyBytes {
-		writeError(c.Writer, errorf(errBodyTooLarge, "request body is larger than %d bytes", s.cfg.MaxBodyBytes))
-		c.Abort()
-		return
-	}
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
-	c.Next()
-}
-
 // requireKey checks "Authorization: Bearer <key>" when an API key is configured.
 func (s *Server) requireKey(c *gin.Context) {
 	if s.cfg.APIKey == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/engine"
@@ -12,15 +11,39 @@ import (
 
 // job is one engine request: one prompt of an HTTP request, with n (or best_of) sequences.
 type job struct {
-	id       string
-	prompt   []int32
-	nSeqs    int
-	events   <-chan engine.Event
-	closed   bool
+	id      string
+	prompt  []int32
+	nSeqs   int
+	events  <-chan engine.Event
+	metrics *Metrics // records the request-level metrics of every event, aborted ones too
+
+	// Owned by the one goroutine that reads events (see mergeEvents); the handler reads
+	// usage only after that goroutine is done.
 	finished int           // sequences that reported a finish reason
 	usage    *engine.Usage // from the request's last event
 	lastTok  []time.Time   // per sequence: when its previous tokens arrived (inter-token latency)
-	metrics  *Metrics      // records the request-level metrics of every event, aborted ones too
+}
+
+// observe records one event: usage, finished sequences and the request-level metrics.
+func (j *job) observe(ev *engine.Event) {
+	if ev.Usage != nil {
+		j.usage = ev.Usage
+	}
+	if j.metrics != nil {
+		j.metrics.observeEvent(j, ev, time.Now())
+	}
+	if ev.FinishReason != "" {
+		j.finished++
+	}
+}
+
+// drain reads the job's remaining events into the metrics until the engine closes the
+// channel, so that the engine never blocks on a request nobody reads any more and a
+// sequence the client gave up on is still counted with its finish reason ("abort").
+func (j *job) drain() {
+	for ev := range j.events {
+		j.observe(&ev)
+	}
 }
 
 // submitAll submits one engine request per prompt, all with params. If one is refused, the
@@ -37,6 +60,9 @@ func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, promp
 		ch, err := b.Engine.Submit(ctx, req)
 		if err != nil {
 			abortJobs(b, jobs)
+			for _, j := range jobs {
+				go j.drain()
+			}
 			var pe *paramError
 			if errors.Is(err, engine.ErrPromptTooLong) && !errors.As(err, &pe) {
 				err = &paramError{param: promptParam, kind: err, msg: err.Error()}
@@ -48,97 +74,19 @@ func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, promp
 	return jobs, nil
 }
 
-// abortJobs aborts every job whose channel is still open and drains it in the background
-// so that the engine never blocks on a request nobody reads any more. The drained events
-// still go to the metrics, so that a sequence the client gave up on is counted with its
-// finish reason ("abort") and its latencies.
+// abortJobs asks the engine to end the jobs (Abort is a no-op for a request that already
+// ended); the engine closes their channels soon after. Whoever reads a job's channel
+// drains it.
 func abortJobs(b *Backend, jobs []*job) {
 	for _, j := range jobs {
-		if j.closed {
-			continue
-		}
 		b.Engine.Abort(j.id)
-		j.closed = true
-		go func(j *job) {
-			for ev := range j.events {
-				if j.metrics != nil {
-					j.metrics.observeEvent(j, &ev, time.Now())
-				}
-			}
-		}(j)
 	}
 }
 
-// waitKind says what fan.next returned.
-type waitKind int
-
-const (
-	gotEvent  waitKind = iota // an event of jobs[prompt]
-	gotTick                   // the keep-alive ticker fired
-	gotCancel                 // ctx is done: the client went away or the server is aborting
-	gotEnd                    // every job's channel is closed
-)
-
-// fan multiplexes the event channels of a request's jobs.
-type fan struct {
-	s    *Server
-	jobs []*job
-}
-
-// next waits for the next event of any job, a tick (tick may be nil) or ctx's end.
-// A channel that closes before all its sequences finished yields a synthetic error event.
-// Request-level metrics are recorded here, once per event, for both endpoints.
-func (f *fan) next(ctx context.Context, tick <-chan time.Time) (waitKind, int, engine.Event) {
-	for {
-		cases := make([]reflect.SelectCase, 0, len(f.jobs)+2)
-		owner := make([]int, 0, len(f.jobs))
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
-		if tick != nil {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(tick)})
-		}
-		fixed := len(cases)
-		for i, j := range f.jobs {
-			if !j.closed {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.events)})
-				owner = append(owner, i)
-			}
-		}
-		if len(owner) == 0 {
-			return gotEnd, 0, engine.Event{}
-		}
-		chosen, v, ok := reflect.Select(cases)
-		switch {
-		case chosen == 0:
-			return gotCancel, 0, engine.Event{}
-		case chosen < fixed:
-			return gotTick, 0, engine.Event{}
-		}
-		i := owner[chosen-fixed]
-		j := f.jobs[i]
-		if !ok {
-			j.closed = true
-			if j.finished < j.nSeqs {
-				return gotEvent, i, engine.Event{Index: -1, FinishReason: engine.FinishError,
-					Err: fmt.Errorf("the engine ended the request before it finished: %w", engine.ErrClosed)}
-			}
-			continue
-		}
-		ev := v.Interface().(engine.Event)
-		if ev.Usage != nil {
-			j.usage = ev.Usage
-		}
-		f.s.metrics.observeEvent(j, &ev, time.Now())
-		if ev.FinishReason != "" {
-			j.finished++
-		}
-		return gotEvent, i, ev
-	}
-}
-
-// usage sums the jobs' usage.
-func (f *fan) usage() usageJSON {
+// totalUsage sums the jobs' usage. It may be called only once every job's events were read.
+func totalUsage(jobs []*job) usageJSON {
 	var u usageJSON
-	for _, j := range f.jobs {
+	for _, j := range jobs {
 		if j.usage != nil {
 			u.PromptTokens += j.usage.PromptTokens
 			u.CompletionTokens += j.usage.CompletionTokens

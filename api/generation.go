@@ -1,0 +1,77 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// handleCompletions serves POST /v1/completions.
+func (s *Server) handleCompletions(c *gin.Context) {
+	b, err := s.ready()
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	var w completionRequest
+	if err := readBody(c.Request, &w); err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	req, err := parseCompletion(&w, b)
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	prompts := make([][]int32, len(req.prompts))
+	for i, p := range req.prompts {
+		prompts[i] = p.tokens
+	}
+	s.generate(c, b, &req.generation, "cmpl-", prompts, "prompt", func(id string, created int64) converter {
+		base := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName}
+		return newCompletionOutput(req, b.Tokenizer, base)
+	})
+}
+
+// handleChat serves POST /v1/chat/completions.
+func (s *Server) handleChat(c *gin.Context) {
+	b, err := s.ready()
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	var w chatRequest
+	if err := readBody(c.Request, &w); err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	req, err := parseChat(&w, b)
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	s.generate(c, b, &req.generation, "chatcmpl-", [][]int32{req.prompt}, "messages", func(id string, created int64) converter {
+		return newChatOutput(req, b.Tokenizer, chatResponse{ID: id, Created: created, Model: s.cfg.ModelName})
+	})
+}
+
+// generate runs a validated request of either endpoint: it checks the model, submits one
+// engine request per prompt and writes the response through the endpoint's converter.
+func (s *Server) generate(c *gin.Context, b *Backend, g *generation, idPrefix string, prompts [][]int32, promptParam string,
+	newConverter func(id string, created int64) converter) {
+	if g.model != s.cfg.ModelName {
+		writeError(c.Writer, modelNotFound(g.model))
+		return
+	}
+	s.active.Add(1)
+	defer s.active.Done()
+	ctx := c.Request.Context()
+	id := newID(idPrefix)
+	c.Set(completionIDKey, id)
+	jobs, err := s.submitAll(ctx, b, id, prompts, g.params, promptParam)
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	s.runGeneration(ctx, c.Writer, b, g, jobs, newConverter(id, time.Now().Unix()))
+}

@@ -1,0 +1,200 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// chatRequest is the wire schema of POST /v1/chat/completions.
+type chatRequest struct {
+	generationRequest
+	MaxCompletionTokens opt[jsonInt]            `json:"max_completion_tokens"`
+	Messages            opt[[]opt[chatMessage]] `json:"messages"`
+	Logprobs            opt[bool]               `json:"logprobs"`
+	TopLogprobs         opt[jsonInt]            `json:"top_logprobs"`
+	AddGenerationPrompt opt[bool]               `json:"add_generation_prompt"` // extension (vLLM)
+	chatFeatures
+}
+
+// chatMessage is one element of messages. Members the chat template does not use
+// (tool_calls, tool_call_id, refusal) are ignored.
+type chatMessage struct {
+	Role    opt[string]         `json:"role"`
+	Content opt[messageContent] `json:"content"`
+	Name    opt[string]         `json:"name"` // accepted, not rendered
+}
+
+// messageContent is a message's content: a string or an array of content parts.
+type messageContent struct {
+	text  string
+	parts []opt[contentPart] // nil for a string
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (m *messageContent) UnmarshalJSON(b []byte) error {
+	*m = messageContent{}
+	switch jsonKind(b) {
+	case "a string":
+		return json.Unmarshal(b, &m.text)
+	case "an array":
+		m.parts = []opt[contentPart]{}
+		return json.Unmarshal(b, &m.parts)
+	}
+	return fmt.Errorf("content must be a string or an array, got %s", jsonKind(b))
+}
+
+// contentPart is one content part; only {"type":"text","text":...} is supported.
+type contentPart struct {
+	Type opt[string] `json:"type"`
+	Text opt[string] `json:"text"`
+}
+
+// chatRoles are the message roles the server accepts.
+var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
+
+// parsedChat is a validated /v1/chat/completions request.
+type parsedChat struct {
+	generation
+	prompt []int32
+}
+
+// parseChat validates a /v1/chat/completions request and renders its prompt.
+func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
+	c := &check{}
+	g, maxTokensName := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens}, maxTokensParam{"max_completion_tokens", w.MaxCompletionTokens})
+	r := &parsedChat{generation: g}
+	logprobs := c.boolean("logprobs", w.Logprobs, false)
+	top := c.integer("top_logprobs", w.TopLogprobs, -1, 0, maxTopLogprob)
+	addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
+	w.chatFeatures.check(c)
+	msgs := parseMessages(c, w.Messages)
+	if c.err != nil {
+		return nil, c.err
+	}
+	if r.params.MaxTokens == 0 {
+		return nil, invalidParam(maxTokensName, "%s must be at least 1", maxTokensName)
+	}
+	if top >= 0 && !logprobs {
+		return nil, invalidParam("top_logprobs", "top_logprobs requires logprobs to be true")
+	}
+	if logprobs {
+		r.params.Logprobs = max(int(top), 0)
+	}
+	ids, err := renderChat(b, msgs, addGen)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPromptLen(b, len(ids), "messages", 0, false); err != nil {
+		return nil, err
+	}
+	r.prompt = ids
+	return r, nil
+}
+
+// renderChat renders messages through the chat template into token ids.
+func renderChat(b *Backend, msgs []Message, addGen bool) ([]int32, error) {
+	ids, err := b.Tokenizer.EncodeChat(msgs, addGen)
+	if err != nil {
+		return nil, invalidParam("messages", "the messages could not be rendered with the chat template: %v", err)
+	}
+	if len(ids) == 0 {
+		return nil, invalidParam("messages", "the rendered messages have no tokens")
+	}
+	return ids, nil
+}
+
+// parseMessages validates messages: [{role, content: string | [{type:"text", text}]}].
+func parseMessages(c *check, o opt[[]opt[chatMessage]]) []Message {
+	if c.failed() {
+		return nil
+	}
+	if !o.Set {
+		c.fail(invalidParam("messages", "messages is required"))
+		return nil
+	}
+	if !shape(c, "messages", "an array", o) {
+		return nil
+	}
+	if len(o.V) == 0 {
+		c.fail(invalidParam("messages", "messages must not be empty"))
+		return nil
+	}
+	out := make([]Message, 0, len(o.V))
+	for i, e := range o.V {
+		if !e.OK {
+			kind := "null"
+			if e.Set {
+				kind = e.kind()
+			}
+			c.fail(invalidParam("messages", "messages[%d] must be an object, got %s", i, kind))
+			return nil
+		}
+		m := e.V
+		prefix := fmt.Sprintf("messages[%d].", i)
+		role, ok := c.str(prefix+"role", m.Role)
+		if !c.failed() && !ok {
+			c.fail(invalidParam(prefix+"role", "messages[%d].role is required", i))
+		}
+		if !c.failed() && !chatRoles[role] {
+			c.fail(invalidParam(prefix+"role", "messages[%d].role %q is not one of system, developer, user, assistant, tool", i, role))
+		}
+		content := parseContent(c, prefix+"content", m.Content, role)
+		c.str(prefix+"name", m.Name)
+		if c.failed() {
+			return nil
+		}
+		out = append(out, Message{Role: role, Content: content})
+	}
+	return out
+}
+
+// parseContent returns a message's text: the string, or its text parts joined. Content
+// may be absent only on assistant messages (which then carry tool calls the template
+// ignores).
+func parseContent(c *check, name string, o opt[messageContent], role string) string {
+	if c.failed() {
+		return ""
+	}
+	if !o.Set {
+		if role != "assistant" {
+			c.fail(invalidParam(name, "%s is required", name))
+		}
+		return ""
+	}
+	if !shape(c, name, "a string or an array of content parts", o) {
+		return ""
+	}
+	if o.V.parts == nil {
+		return o.V.text
+	}
+	var sb strings.Builder
+	for k, p := range o.V.parts {
+		if !p.OK {
+			kind := "null"
+			if p.Set {
+				kind = p.kind()
+			}
+			c.fail(invalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
+			return ""
+		}
+		pname := fmt.Sprintf("%s[%d].", name, k)
+		typ, _ := c.str(pname+"type", p.V.Type)
+		if !c.failed() && typ != "text" {
+			if typ == "" {
+				c.fail(invalidParam(pname+"type", "%stype is required", pname))
+			} else {
+				c.fail(unsupportedParam(pname+"type", "content part type %q is not supported; only \"text\" parts are", typ))
+			}
+		}
+		text, ok := c.str(pname+"text", p.V.Text)
+		if !c.failed() && !ok {
+			c.fail(invalidParam(pname+"text", "%stext is required", pname))
+		}
+		if c.failed() {
+			return ""
+		}
+		sb.WriteString(text)
+	}
+	return sb.String()
+}

@@ -1,0 +1,144 @@
+package api
+
+import (
+	"encoding/json"
+	"slices"
+)
+
+// The OpenAI chat parameters that ask for something beyond sampling text. Each is
+// either honoured, accepted because what it asks for changes nothing in what Conveyor
+// returns (a cache hint, an id for abuse monitoring, "text" as the output format), or
+// refused with a 400 naming it: a request is never served while silently dropping
+// something it asked for.
+
+// responseFormat is response_format: {"type":"text"|"json_object"|"json_schema", ...}.
+type responseFormat struct {
+	Type opt[string] `json:"type"`
+}
+
+// checkResponseFormat accepts {"type":"text"}, the plain text Conveyor generates, and
+// refuses the structured formats, which it does not constrain decoding to yet.
+func checkResponseFormat(c *check, o opt[responseFormat]) {
+	if !shape(c, "response_format", "an object", o) {
+		return
+	}
+	typ, ok := c.str("response_format.type", o.V.Type)
+	switch {
+	case c.failed():
+	case !ok:
+		c.fail(invalidParam("response_format.type", "response_format.type is required"))
+	case typ == "text":
+	case typ == "json_object" || typ == "json_schema":
+		c.fail(unsupportedValue("response_format", "response_format {\"type\": %q} is not supported; only {\"type\": \"text\"} is", typ))
+	default:
+		c.fail(invalidParam("response_format.type", "response_format.type %q is not one of text, json_object, json_schema", typ))
+	}
+}
+
+// chatFeatures are the chat members beyond sampling: tools, other modalities, and the
+// hints and bookkeeping of OpenAI's platform.
+type chatFeatures struct {
+	// Refused when they ask for anything: Conveyor calls no tools and functions.
+	Tools             opt[[]json.RawMessage] `json:"tools"`
+	ToolChoice        opt[json.RawMessage]   `json:"tool_choice"`
+	Functions         opt[[]json.RawMessage] `json:"functions"`
+	FunctionCall      opt[json.RawMessage]   `json:"function_call"`
+	ParallelToolCalls opt[bool]              `json:"parallel_tool_calls"` // no-op without tools
+
+	// Refused unless they ask for plain text only.
+	Modalities      opt[[]string]          `json:"modalities"`
+	Audio           opt[json.RawMessage]   `json:"audio"`
+	Prediction      opt[json.RawMessage]   `json:"prediction"`
+	WebSearch       opt[json.RawMessage]   `json:"web_search_options"`
+	Moderation      opt[json.RawMessage]   `json:"moderation"`
+	ReasoningEffort opt[string]            `json:"reasoning_effort"`
+	Verbosity       opt[string]            `json:"verbosity"`
+	Store           opt[bool]              `json:"store"`
+	Metadata        opt[map[string]string] `json:"metadata"`
+
+	// Accepted, no-ops: they change nothing in what is generated or returned.
+	ServiceTier          opt[string]          `json:"service_tier"`
+	SafetyIdentifier     opt[string]          `json:"safety_identifier"`
+	PromptCacheKey       opt[string]          `json:"prompt_cache_key"`
+	PromptCacheRetention opt[string]          `json:"prompt_cache_retention"`
+	PromptCacheOptions   opt[json.RawMessage] `json:"prompt_cache_options"`
+}
+
+// check validates the chat features: what Conveyor does not do is refused by name.
+func (f *chatFeatures) check(c *check) {
+	if shape(c, "tools", "an array", f.Tools) && len(f.Tools.V) > 0 {
+		c.fail(unsupportedParam("tools", "tools are not supported: Conveyor does not call tools"))
+	}
+	checkChoice(c, "tool_choice", f.ToolChoice, "a tool")
+	if shape(c, "functions", "an array", f.Functions) && len(f.Functions.V) > 0 {
+		c.fail(unsupportedParam("functions", "functions are not supported: Conveyor does not call functions"))
+	}
+	checkChoice(c, "function_call", f.FunctionCall, "a function")
+	c.boolean("parallel_tool_calls", f.ParallelToolCalls, false)
+
+	if shape(c, "modalities", "an array of strings", f.Modalities) {
+		for _, m := range f.Modalities.V {
+			if c.failed() {
+				break
+			}
+			switch m {
+			case "text":
+			case "audio":
+				c.fail(unsupportedValue("modalities", "modalities %q is not supported; only [\"text\"] is", m))
+			default:
+				c.fail(invalidParam("modalities", "modalities %q is not one of text, audio", m))
+			}
+		}
+	}
+	refuse(c, "audio", f.Audio, "audio output is not supported")
+	refuse(c, "prediction", f.Prediction, "prediction (predicted outputs) is not supported")
+	refuse(c, "web_search_options", f.WebSearch, "web search is not supported")
+	refuse(c, "moderation", f.Moderation, "moderation is not supported")
+	if effort, ok := c.str("reasoning_effort", f.ReasoningEffort); ok && effort != "none" {
+		c.fail(unsupportedValue("reasoning_effort", "reasoning_effort %q is not supported: the model does not reason; only \"none\" is", effort))
+	}
+	if v, ok := c.str("verbosity", f.Verbosity); ok && v != "medium" {
+		c.fail(unsupportedValue("verbosity", "verbosity %q is not supported; only \"medium\", the default, is", v))
+	}
+	if c.boolean("store", f.Store, false) {
+		c.fail(unsupportedValue("store", "store is not supported: Conveyor keeps no completions (send false or leave it out)"))
+	}
+	shape(c, "metadata", "an object of strings", f.Metadata)
+
+	c.str("service_tier", f.ServiceTier)
+	c.str("safety_identifier", f.SafetyIdentifier)
+	c.str("prompt_cache_key", f.PromptCacheKey)
+	if r, ok := c.str("prompt_cache_retention", f.PromptCacheRetention); ok && !slices.Contains([]string{"in_memory", "24h"}, r) {
+		c.fail(invalidParam("prompt_cache_retention", "prompt_cache_retention %q is not one of in_memory, 24h", r))
+	}
+	if f.PromptCacheOptions.Set && jsonKind(f.PromptCacheOptions.V) != "an object" {
+		c.fail(invalidParam("prompt_cache_options", "prompt_cache_options must be an object, got %s", jsonKind(f.PromptCacheOptions.V)))
+	}
+}
+
+// checkChoice validates tool_choice or function_call: "none", and "auto" (with nothing
+// to call it is "none"), are accepted; "required" or naming what to call is refused.
+func checkChoice(c *check, name string, o opt[json.RawMessage], what string) {
+	if c.failed() || !o.Set {
+		return
+	}
+	var s string
+	switch {
+	case jsonKind(o.V) == "an object":
+		c.fail(unsupportedValue(name, "%s naming %s is not supported: Conveyor does not call tools", name, what))
+	case jsonKind(o.V) != "a string" || json.Unmarshal(o.V, &s) != nil:
+		c.fail(invalidParam(name, "%s must be a string or an object, got %s", name, jsonKind(o.V)))
+	case s == "none" || s == "auto":
+	case s == "required":
+		c.fail(unsupportedValue(name, "%s \"required\" is not supported: Conveyor does not call tools", name))
+	default:
+		c.fail(invalidParam(name, "%s %q is not one of none, auto, required", name, s))
+	}
+}
+
+// refuse fails for any value of a member Conveyor does not implement.
+func refuse(c *check, name string, o opt[json.RawMessage], msg string) {
+	if !c.failed() && o.Set {
+		c.fail(unsupportedParam(name, "%s", msg))
+	}
+}
