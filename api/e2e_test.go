@@ -130,7 +130,8 @@ func startE2E(t *testing.T, modAPI func(*Config), modEngine func(*engine.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(),
+		Formats: NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

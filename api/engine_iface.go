@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // Engine is what the server needs from the generation engine. *engine.Engine satisfies it;
@@ -61,6 +62,9 @@ type Backend struct {
 	// Quantization and KVCacheDType describe the served weights ("none", "int8",
 	// "int4") and KV cache ("float32", "float16") in /v1/models; empty leaves them out.
 	Quantization, KVCacheDType string
+	// Formats compiles response_format into structured-output constraints over the
+	// model's vocabulary; nil refuses the JSON formats.
+	Formats *structured.Cache
 	// Defaults replace the OpenAI defaults of the sampling fields a request leaves out.
 	Defaults SamplingDefaults
 }

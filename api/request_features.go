@@ -2,7 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // The OpenAI chat parameters that ask for something beyond sampling text. Each is
@@ -13,26 +17,87 @@ import (
 
 // responseFormat is response_format: {"type":"text"|"json_object"|"json_schema", ...}.
 type responseFormat struct {
-	Type opt[string] `json:"type"`
+	Type       opt[string]           `json:"type"`
+	JSONSchema opt[jsonSchemaFormat] `json:"json_schema"`
 }
 
-// checkResponseFormat accepts {"type":"text"}, the plain text Conveyor generates, and
-// refuses the structured formats, which it does not constrain decoding to yet.
-func checkResponseFormat(c *check, o opt[responseFormat]) {
+// jsonSchemaFormat is response_format.json_schema.
+type jsonSchemaFormat struct {
+	Name        opt[string]     `json:"name"`
+	Description opt[string]     `json:"description"` // accepted: it only guides the model
+	Schema      json.RawMessage `json:"schema"`
+	Strict      opt[bool]       `json:"strict"`
+}
+
+// responseConstraint validates response_format and returns the constraint it asks
+// for: nil for {"type":"text"}, any JSON object for json_object, and for json_schema
+// JSON that validates against the schema (compiled once per schema and kept in the
+// backend's cache). A schema the compiler cannot honour is a 400 naming the keyword.
+func responseConstraint(c *check, b *Backend, o opt[responseFormat]) *structured.Constraint {
 	if !shape(c, "response_format", "an object", o) {
-		return
+		return nil
 	}
 	typ, ok := c.str("response_format.type", o.V.Type)
 	switch {
 	case c.failed():
+		return nil
 	case !ok:
 		c.fail(invalidParam("response_format.type", "response_format.type is required"))
+		return nil
 	case typ == "text":
-	case typ == "json_object" || typ == "json_schema":
-		c.fail(unsupportedValue("response_format", "response_format {\"type\": %q} is not supported; only {\"type\": \"text\"} is", typ))
-	default:
+		return nil
+	case typ != "json_object" && typ != "json_schema":
 		c.fail(invalidParam("response_format.type", "response_format.type %q is not one of text, json_object, json_schema", typ))
+		return nil
 	}
+	if b.Formats == nil {
+		c.fail(unsupportedValue("response_format", "response_format {\"type\": %q} is not supported by this server", typ))
+		return nil
+	}
+	if typ == "json_object" {
+		return b.Formats.JSONObject()
+	}
+	if !shape(c, "response_format.json_schema", "an object", o.V.JSONSchema) {
+		if !c.failed() {
+			c.fail(invalidParam("response_format.json_schema", "response_format.json_schema is required with type json_schema"))
+		}
+		return nil
+	}
+	js := o.V.JSONSchema.V
+	name, ok := c.str("response_format.json_schema.name", js.Name)
+	if !c.failed() && (!ok || !validSchemaName(name)) {
+		c.fail(invalidParam("response_format.json_schema.name", "response_format.json_schema.name must be 1 to 64 letters, digits, underscores and dashes"))
+	}
+	c.str("response_format.json_schema.description", js.Description)
+	strict := c.boolean("response_format.json_schema.strict", js.Strict, false)
+	if c.failed() {
+		return nil
+	}
+	schema := js.Schema
+	if len(schema) == 0 || string(schema) == "null" {
+		schema = json.RawMessage(`{}`) // OpenAI: no schema means any JSON value
+	}
+	con, err := b.Formats.Schema(schema, strict)
+	switch {
+	case errors.Is(err, structured.ErrUnsupported):
+		c.fail(unsupportedValue("response_format.json_schema.schema", "%s", strings.TrimPrefix(err.Error(), "structured: ")))
+	case err != nil:
+		c.fail(invalidParam("response_format.json_schema.schema", "%s", strings.TrimPrefix(err.Error(), "structured: ")))
+	}
+	return con
+}
+
+// validSchemaName reports whether name is an OpenAI response format name.
+func validSchemaName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // chatFeatures are the chat members beyond sampling: tools, other modalities, and the

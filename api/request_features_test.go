@@ -2,6 +2,8 @@ package api
 
 import (
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // TestOpenAIParameterPolicy checks the OpenAI parameters Conveyor does not implement:
@@ -102,5 +104,59 @@ func TestMemberNamesAreCaseSensitive(t *testing.T) {
 	rec = do(t, s.Handler(), "POST", chp, chatMsgs(`[{"Role":"user","content":"x"}]`))
 	if e := errorObject(t, rec.Body.Bytes()); rec.Code != 400 || e["param"] != "messages[0].role" {
 		t.Fatalf("a message's Role was read as role: %d %v", rec.Code, e)
+	}
+}
+
+// TestResponseFormatParsing checks response_format against a backend that serves
+// structured output: the JSON formats reach the engine as a constraint, text as none,
+// and every malformed or unsupported part is a 400 naming it.
+func TestResponseFormatParsing(t *testing.T) {
+	type tc struct {
+		path, extra string
+		status      int
+		constrained bool
+		param, code string
+	}
+	rf := func(v string) string { return `,"response_format":` + v }
+	schema := func(s string) string {
+		return rf(`{"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":` + s + `}}`)
+	}
+	for _, c := range []tc{
+		{chp, rf(`{"type":"text"}`), 200, false, "", ""},
+		{chp, rf(`{"type":"json_object"}`), 200, true, "", ""},
+		{cp, rf(`{"type":"json_object"}`), 200, true, "", ""},
+		{chp, schema(`{"type":"object","properties":{"a":{"type":"integer"}}}`), 200, true, "", ""},
+		{cp, rf(`{"type":"json_schema","json_schema":{"name":"no-schema"}}`), 200, true, "", ""},
+		{chp, rf(`{"type":"json_schema","json_schema":{"name":"x","strict":false,"schema":{"type":"string","pattern":"a"}}}`), 200, true, "", ""},
+		{chp, schema(`{"type":"string","pattern":"a"}`), 400, false, "response_format.json_schema.schema", "unsupported_value"},
+		{chp, schema(`{"type":"strin"}`), 400, false, "response_format.json_schema.schema", "invalid_value"},
+		{chp, schema(`[1]`), 400, false, "response_format.json_schema.schema", "invalid_value"},
+		{chp, rf(`{"type":"json_schema"}`), 400, false, "response_format.json_schema", "invalid_value"},
+		{chp, rf(`{"type":"json_schema","json_schema":{"schema":{}}}`), 400, false, "response_format.json_schema.name", "invalid_value"},
+		{chp, rf(`{"type":"json_schema","json_schema":{"name":"a b","schema":{}}}`), 400, false, "response_format.json_schema.name", "invalid_value"},
+		{chp, rf(`{"type":"json_schema","json_schema":{"name":"a","strict":"yes","schema":{}}}`), 400, false, "response_format.json_schema.strict", "invalid_value"},
+	} {
+		eng := newFakeEngine()
+		s := newTestServer(t, eng, nil)
+		vocab := structured.NewVocabulary(fakeTokenizer{}.VocabSize(), func(id int32) []byte { return []byte{byte(id)} }, func(int32) bool { return false }, []int32{0})
+		s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen, Formats: structured.NewCache(vocab, 4)})
+		body := comp(`,"max_tokens":1` + c.extra)
+		if c.path == chp {
+			body = chat(`,"max_tokens":1` + c.extra)
+		}
+		rec := do(t, s.Handler(), "POST", c.path, body)
+		if rec.Code != c.status {
+			t.Errorf("%s %s: status %d, want %d: %s", c.path, c.extra, rec.Code, c.status, rec.Body)
+			continue
+		}
+		if c.status != 200 {
+			if e := errorObject(t, rec.Body.Bytes()); e["param"] != c.param || e["code"] != c.code {
+				t.Errorf("%s: error %v, want param %s code %s", c.extra, e, c.param, c.code)
+			}
+			continue
+		}
+		if got := eng.lastRequest().Params.Constraint != nil; got != c.constrained {
+			t.Errorf("%s: constrained %v, want %v", c.extra, got, c.constrained)
+		}
 	}
 }

@@ -154,7 +154,7 @@ func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensPa
 	}
 	p.IgnoreEOS = c.boolean("ignore_eos", w.IgnoreEOS, false)
 	p.StopTokenIDs = c.tokenIDList("stop_token_ids", w.StopTokenIDs, b.vocab())
-	checkResponseFormat(c, w.ResponseFormat)
+	p.Constraint = responseConstraint(c, b, w.ResponseFormat)
 	g.params = p
 	return g, maxTokensName
 }

@@ -1,6 +1,18 @@
 package api
 
-import "github.com/conveyor-llm/conveyor/tokenizer"
+import (
+	"github.com/conveyor-llm/conveyor/engine/structured"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// NewFormats returns the response_format cache of a served model (Backend.Formats):
+// constraints over the model's vocabSize token ids with t's token bytes, ended by the
+// engine's end-of-sequence tokens eos; the 64 most recently used schemas are kept
+// compiled, with the token masks computed so far.
+func NewFormats(t *tokenizer.Tokenizer, vocabSize int, eos []int32) *structured.Cache {
+	v := structured.NewVocabulary(max(vocabSize, t.VocabSize()), t.TokenBytes, t.IsSpecial, eos)
+	return structured.NewCache(v, 64)
+}
 
 // NewTokenizer adapts a loaded model tokenizer to the server's Tokenizer interface.
 // Chat prompts are rendered with the model's chat template and tokenized without adding
