@@ -109,16 +109,12 @@
 // A Kubernetes Gateway API Inference Extension endpoint picker (EPP) scrapes every model
 // server's /metrics and routes on three gauges: queued requests, running requests and
 // KV-cache utilisation as a 0..1 fraction. Its model-server protocol fixes the metric
-// types and meanings, not the names; the picker's defaults are vLLM's names and each is
-// a flag: --total-queued-requests-metric (default vllm:num_requests_waiting),
-// --total-running-requests-metric (vllm:num_requests_running) and
-// --kv-cache-usage-percentage-metric (vllm:kv_cache_usage_perc; older vLLM and the
-// protocol document say vllm:gpu_cache_usage_perc). For Conveyor set them to
-// conveyor_num_requests_waiting, conveyor_num_requests_running and
-// conveyor_kv_cache_usage_perc, set --lora-info-metric to "" (Conveyor serves no LoRA
-// adapters), and optionally --cache-info-metric to conveyor_cache_config_info, whose
-// block_size label gives the KV block size. Older picker releases spell the flags in
-// camel case (-totalQueuedRequestsMetric, -kvCacheUsagePercentageMetric).
+// types and meanings, not the names; the picker's defaults are vLLM's names. For
+// Conveyor they are conveyor_num_requests_waiting, conveyor_num_requests_running and
+// conveyor_kv_cache_usage_perc, with no LoRA metric, and conveyor_cache_config_info
+// (block_size, num_blocks labels). Since v1.4 the picker reads them from its
+// EndpointPickerConfig (deploy/kubernetes/epp-configmap.yaml); releases up to v1.3 take
+// them as flags (--total-queued-requests-metric and the like).
 //
 // # Example
 //
