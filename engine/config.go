@@ -2,7 +2,8 @@ package engine
 
 import (
 	"fmt"
-	"time"
+	"log/slog"
+	"math"
 
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
@@ -25,90 +26,87 @@ const (
 // ParsePolicy parses "continuous", "static" or "sequential".
 func ParsePolicy(s string) (Policy, error) { return scheduler.ParsePolicy(s) }
 
+// SchedulerConfig is the scheduler's configuration as the engine takes it (see Config).
+type SchedulerConfig = scheduler.Config
+
 // Config configures an Engine.
 type Config struct {
-	// MaxNumSeqs caps the sequences in one forward pass.
-	MaxNumSeqs int
-	// MaxNumBatchedTokens is the per-step token budget (new tokens fed to the model in one
-	// forward pass); long prompts are prefilled in chunks under it. Must be >= MaxNumSeqs.
-	MaxNumBatchedTokens int
+	// SchedulerConfig is the batching configuration, handed to the scheduler (its fields
+	// are promoted: cfg.MaxNumSeqs, cfg.Policy, ...). The engine reads three of them its own
+	// way:
+	//   - MaxModelLen caps a sequence's length in tokens (prompt + generated); 0 means the
+	//     model's context (Spec.MaxPositions), and larger values are clipped to it.
+	//   - MaxQueue caps the requests accepted but not yet running; Submit returns
+	//     ErrOverloaded beyond it. (The scheduler's own queue gets room for what the engine
+	//     lets through.)
+	//   - MaxBatchSize and MaxBatchDelay apply to PolicyStatic only.
+	// TargetStepTime bounds each step's duration while sequences decode (0 = auto, negative
+	// = off), and EnableChunkedPrefill (on by default) lets long prompts be prefilled in
+	// chunks under MaxNumBatchedTokens; see scheduler.Config.
+	SchedulerConfig
 	// KVCacheBytes is the memory budget of the paged KV cache (keys and values of every
 	// layer); the pool gets as many blocks as fit.
 	KVCacheBytes int64
 	// BlockSizeTokens is the number of tokens per KV block.
 	BlockSizeTokens int
-	// MaxModelLen caps a sequence's length in tokens (prompt + generated); 0 = the model's
-	// context (Spec.MaxPositions). Larger values are clipped to the model's context.
-	MaxModelLen int
-	// Policy is the batching policy.
-	Policy Policy
-	// MaxBatchSize is the static batch size in sequences (PolicyStatic only).
-	MaxBatchSize int
-	// MaxBatchDelay is how long the oldest request waits for a static batch to fill
-	// (PolicyStatic only).
-	MaxBatchDelay time.Duration
-	// MaxQueue caps the requests accepted but not yet running; Submit returns
-	// ErrOverloaded beyond it.
-	MaxQueue int
-	// EnablePrefixCaching reuses the KV blocks of identical prompt prefixes.
-	EnablePrefixCaching bool
-	// TargetStepTime bounds each step's duration while sequences decode: prompt chunks
-	// are sized from step times measured online (scheduler.Config.TargetStepTime). 0 =
-	// auto (scheduler.AutoStepTimeFactor × the decode rows' own time, at least scheduler.MinAutoStepTime); a
-	// negative value turns the bound off.
-	TargetStepTime time.Duration
 	// StorageParallelism is the number of goroutines the KV gather/scatter may use;
 	// 0 = GOMAXPROCS.
 	StorageParallelism int
+	// Logger receives the engine's own error reports (errors that end no request, such as
+	// a scheduler bookkeeping error); nil = slog.Default().
+	Logger *slog.Logger
 	// OnStep, when set, is called on the engine goroutine after every forward pass. It
 	// must return quickly.
 	OnStep func(StepInfo)
 }
 
-// DefaultConfig returns continuous batching of up to 256 sequences with a 2048-token step
-// budget, a 1 GiB KV cache in 16-token blocks with prefix caching, static batches of 8
-// with a 50 ms delay, and a queue of 1024 requests.
+// DefaultConfig returns the scheduler's defaults (scheduler.DefaultConfig: continuous
+// batching of up to 256 sequences with a 2048-token step budget and chunked prefill, static
+// batches of 8 with a 50 ms delay, a queue of 1024 requests, prefix caching) with the
+// model's whole context, and a 1 GiB KV cache in 16-token blocks.
 func DefaultConfig() Config {
+	sc := scheduler.DefaultConfig()
+	sc.MaxModelLen = 0 // the model's context
 	return Config{
-		MaxNumSeqs:          256,
-		MaxNumBatchedTokens: 2048,
-		KVCacheBytes:        1 << 30,
-		BlockSizeTokens:     16,
-		Policy:              PolicyContinuous,
-		MaxBatchSize:        8,
-		MaxBatchDelay:       50 * time.Millisecond,
-		MaxQueue:            1024,
-		EnablePrefixCaching: true,
+		SchedulerConfig: sc,
+		KVCacheBytes:    1 << 30,
+		BlockSizeTokens: 16,
 	}
 }
 
-// Validate reports whether the configuration is usable (independently of the model).
+// Validate reports whether the configuration is usable (independently of the model). The
+// batching fields are checked by scheduler.Config.Validate; New checks them again with the
+// model's context.
 func (c Config) Validate() error {
 	switch {
-	case c.MaxNumSeqs < 1:
-		return fmt.Errorf("%w: MaxNumSeqs %d must be >= 1", ErrInvalidConfig, c.MaxNumSeqs)
-	case c.MaxNumBatchedTokens < c.MaxNumSeqs:
-		return fmt.Errorf("%w: MaxNumBatchedTokens %d must be >= MaxNumSeqs %d", ErrInvalidConfig, c.MaxNumBatchedTokens, c.MaxNumSeqs)
 	case c.KVCacheBytes <= 0:
 		return fmt.Errorf("%w: KVCacheBytes %d must be > 0", ErrInvalidConfig, c.KVCacheBytes)
 	case c.BlockSizeTokens < 1 || c.BlockSizeTokens > 1<<16:
 		return fmt.Errorf("%w: BlockSizeTokens %d must be in [1, 65536]", ErrInvalidConfig, c.BlockSizeTokens)
 	case c.MaxModelLen < 0:
 		return fmt.Errorf("%w: MaxModelLen %d must be >= 0", ErrInvalidConfig, c.MaxModelLen)
-	case c.Policy != PolicyContinuous && c.Policy != PolicyStatic && c.Policy != PolicySequential:
-		return fmt.Errorf("%w: unknown policy %v", ErrInvalidConfig, c.Policy)
-	case c.MaxQueue < 1:
-		return fmt.Errorf("%w: MaxQueue %d must be >= 1", ErrInvalidConfig, c.MaxQueue)
 	case c.StorageParallelism < 0:
 		return fmt.Errorf("%w: StorageParallelism %d must be >= 0", ErrInvalidConfig, c.StorageParallelism)
 	}
-	if c.Policy == PolicyStatic {
-		if c.MaxBatchSize < 1 || c.MaxBatchSize > c.MaxNumSeqs {
-			return fmt.Errorf("%w: MaxBatchSize %d must be in [1, MaxNumSeqs %d]", ErrInvalidConfig, c.MaxBatchSize, c.MaxNumSeqs)
-		}
-		if c.MaxBatchDelay < 0 {
-			return fmt.Errorf("%w: MaxBatchDelay %v must be >= 0", ErrInvalidConfig, c.MaxBatchDelay)
-		}
+	// The model's context is not known yet: check the rest with the smallest context
+	// that makes sense (1 token) when MaxModelLen is 0.
+	if err := c.schedulerConfig(max(c.MaxModelLen, 1)).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
+}
+
+// schedulerConfig returns the scheduler's configuration for a model context of maxLen tokens.
+func (c Config) schedulerConfig(maxLen int) scheduler.Config {
+	sc := c.SchedulerConfig
+	sc.MaxModelLen = maxLen
+	// The engine caps the queue itself (synchronously, in Submit); the scheduler's queue
+	// only needs room for what the engine lets through.
+	if c.MaxQueue >= 1 && c.MaxNumSeqs >= 1 { // else invalid: let the scheduler say so
+		sc.MaxQueue = c.MaxQueue + min(c.MaxNumSeqs, math.MaxInt-c.MaxQueue-1) + 1
+	}
+	if sc.Policy != PolicyStatic {
+		sc.MaxBatchSize = 0
+	}
+	return sc
 }

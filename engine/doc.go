@@ -31,8 +31,9 @@
 //     skipped), preempting the newest sequence when blocks run out;
 //  3. apply the plan's copy-on-write block copies to the storage;
 //  4. build a models.Batch (each sequence's new tokens and past length) and a paged KV
-//     view of the storage. On the paged attention path (models.PagedKV) the model reads
-//     each row's block table and the arenas and attends over the blocks in place,
+//     view of the storage over the block tables the plan's items carry (the engine never
+//     asks the pool during a step). On the paged attention path (models.PagedKV) the model
+//     reads each row's block table and the arenas and attends over the blocks in place,
 //     writing the new keys and values into them; on the dense path GatherPast copies
 //     each row's past out of its blocks into the runner's past_key_values and
 //     ScatterNew writes the new keys and values back;
@@ -45,7 +46,8 @@
 //     (eos, stop token ids, max_tokens, stop strings matched across token boundaries
 //     with held-back text);
 //  7. scheduler.Update commits the computed tokens to the pool (registering full blocks
-//     for prefix caching), appends the sampled tokens and frees finished sequences;
+//     for prefix caching), appends the sampled tokens and frees finished sequences; an
+//     error there ends no request but is logged (Config.Logger) and counted;
 //  8. send each sequence's event on its request's channel without blocking: the buffer
 //     holds 64 events plus a slot for each sequence's final one, and a reader that falls
 //     behind gets a sequence's later events merged into one, so a slow reader never

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -30,6 +31,7 @@ const recentSteps = 64
 // Abort, Stats and Shutdown are safe for concurrent use and never wait for a step.
 type Engine struct {
 	cfg         Config
+	log         *slog.Logger
 	model       Model
 	spec        models.Spec
 	text        textSource // nil: token ids only
@@ -80,6 +82,7 @@ type counters struct {
 	stepTokens       []int
 	stepDurations    []time.Duration
 	droppedEvents    int64
+	schedulerErrors  int64 // scheduler.Update errors (bookkeeping bugs), logged
 }
 
 // New builds an engine for model: a KV cache of cfg.KVCacheBytes, a scheduler, and the
@@ -131,29 +134,18 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	scfg := scheduler.Config{
-		Policy:              cfg.Policy,
-		MaxNumSeqs:          cfg.MaxNumSeqs,
-		MaxNumBatchedTokens: cfg.MaxNumBatchedTokens,
-		MaxModelLen:         maxLen,
-		MaxBatchSize:        cfg.MaxBatchSize,
-		MaxBatchDelay:       cfg.MaxBatchDelay,
-		// The engine caps the queue itself (synchronously, in Submit); the scheduler's
-		// queue only needs room for what the engine lets through.
-		MaxQueue:             cfg.MaxQueue + cfg.MaxNumSeqs + 1,
-		EnableChunkedPrefill: true,
-		EnablePrefixCaching:  cfg.EnablePrefixCaching,
-		TargetStepTime:       cfg.TargetStepTime,
-	}
-	if scfg.Policy != PolicyStatic {
-		scfg.MaxBatchSize = 0
-	}
+	scfg := cfg.schedulerConfig(maxLen)
 	sched, err := scheduler.New(scfg, pool, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	e := &Engine{
 		cfg:         cfg,
+		log:         log,
 		model:       model,
 		spec:        spec,
 		text:        text,
@@ -380,6 +372,7 @@ func (e *Engine) run(ctx context.Context) error {
 			}
 			continue
 		}
+		start := time.Now() // a step's duration includes its scheduling
 		plan := e.sched.Schedule()
 		e.failNoCapacity(plan.Failed)
 		if len(plan.Items) == 0 {
@@ -403,7 +396,7 @@ func (e *Engine) run(ctx context.Context) error {
 			timer.Stop()
 			continue
 		}
-		e.step(plan)
+		e.step(plan, start)
 	}
 }
 

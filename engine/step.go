@@ -12,8 +12,8 @@ import (
 // step runs one planned forward pass and everything around it: copy-on-write block
 // copies, the batch and its paged KV view, ONE Forward, sampling and stop checks for
 // every sequence that computed its last known token, the scheduler's Update, events.
-func (e *Engine) step(plan *scheduler.Plan) {
-	start := time.Now()
+// start is when the step began, before Schedule planned it (StepInfo.Duration).
+func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	items := plan.Items
 	if cap(e.results) < len(items) {
 		e.results = make([]scheduler.Result, len(items))
@@ -44,7 +44,7 @@ func (e *Engine) step(plan *scheduler.Plan) {
 			PastLen:   it.StartPos,
 			AllLogits: st.wantsPromptLogits(it),
 		})
-		e.kv.add(e.pool.BlockTable(it.Seq.ID), it.StartPos, it.NumNewTokens)
+		e.kv.add(it.Blocks, it.StartPos, it.NumNewTokens)
 		numTokens += it.NumNewTokens
 		if np := it.Seq.NumPromptTokens(); it.StartPos < np && it.Seq.NumPreemptions() == 0 {
 			e.counts.promptTokens += int64(min(it.StartPos+it.NumNewTokens, np) - it.StartPos)
@@ -70,7 +70,8 @@ func (e *Engine) step(plan *scheduler.Plan) {
 				e.endRequest(st.req, FinishError, err)
 			}
 		}
-		_, _ = e.sched.Update(plan, e.results) // every item was aborted: nothing to apply
+		// Every item was aborted: nothing to apply, nothing finishes in the scheduler.
+		e.endFinished(e.update(plan), now)
 		e.finishStep(len(items), numTokens, start)
 		return
 	}
@@ -89,14 +90,32 @@ func (e *Engine) step(plan *scheduler.Plan) {
 		e.sampleOne(st, i, row, now)
 	}
 
-	finished, _ := e.sched.Update(plan, e.results)
+	e.endFinished(e.update(plan), now)
+	e.finishStep(len(items), numTokens, start)
+}
+
+// update hands the step's results to the scheduler and returns the sequences it finished.
+// An error there is a bookkeeping bug (a commit the KV pool refused, a stale plan) that
+// ends no request: it is logged and counted, and the sequences Update still reports
+// finished are ended as usual.
+func (e *Engine) update(plan *scheduler.Plan) []*scheduler.Sequence {
+	finished, err := e.sched.Update(plan, e.results)
+	if err != nil {
+		e.counts.schedulerErrors++
+		e.log.Error("engine: scheduler update failed", "err", err, "items", len(plan.Items),
+			"errors", e.counts.schedulerErrors)
+	}
+	return finished
+}
+
+// endFinished ends the sequences the scheduler finished that the engine had not (the end
+// of the context).
+func (e *Engine) endFinished(finished []*scheduler.Sequence, now time.Time) {
 	for _, q := range finished {
-		// The scheduler ended a sequence the engine had not (the end of the context).
 		if st := q.Data.(*seqState); !st.done {
 			e.emit(st, Event{Text: st.stop.finish(), FinishReason: FinishLength}, now)
 		}
 	}
-	e.finishStep(len(items), numTokens, start)
 }
 
 // sampleOne picks sequence st's next token from its logits row, runs the stop checks
@@ -176,7 +195,9 @@ func lenLogits(out *models.Output) int {
 	return len(out.Logits)
 }
 
-// finishStep records a step in the counters, publishes Stats and calls OnStep.
+// finishStep records a step in the counters, publishes Stats and calls OnStep. start is
+// when the step began, before Schedule: the duration covers scheduling, the KV copies,
+// gather, forward and scatter, sampling, the scheduler's Update and the events.
 func (e *Engine) finishStep(numSeqs, numTokens int, start time.Time) {
 	d := time.Since(start)
 	c := &e.counts

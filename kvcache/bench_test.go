@@ -86,7 +86,8 @@ func BenchmarkAllocateCommitFree(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/block")
 }
 
-// BenchmarkLookupPrefix looks up a cached 2,048-token prompt (127 blocks hit) and frees it.
+// BenchmarkLookupPrefix looks up a cached 2,048-token prompt (127 blocks hit), attaches
+// the hit to a new sequence and frees it.
 func BenchmarkLookupPrefix(b *testing.B) {
 	p := newTestPool(b, 1024, benchBS, true)
 	prompt := make([]int32, 2048)
@@ -95,10 +96,12 @@ func BenchmarkLookupPrefix(b *testing.B) {
 		prompt[i] = int32(r.IntN(32000))
 	}
 	startSeq(b, p, 0, prompt, 0)
+	var hit PrefixHit
 	b.ReportAllocs()
 	for i := 1; b.Loop(); i++ {
-		if got := p.LookupPrefix(SeqID(i), prompt, 0); got != 2032 {
-			b.Fatalf("hit %d tokens", got)
+		p.FindPrefix(&hit, prompt, 0)
+		if _, _, ok := p.AllocateSlots(SeqID(i), &hit, 0); !ok || hit.NumTokens() != 2032 {
+			b.Fatalf("hit %d tokens, attached %v", hit.NumTokens(), ok)
 		}
 		p.Free(SeqID(i))
 	}

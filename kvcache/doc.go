@@ -45,11 +45,19 @@
 // is already registered, that registration is kept and the chain continues through it;
 // partial blocks are never registered, so never shared through the cache.
 //
-// LookupPrefix(seq, prompt, extraKey) walks the prompt block by block and attaches the longest
-// run of registered blocks (count up, off the free queue if they were free). It never covers
-// the whole prompt: at most len(prompt)-1 tokens rounded down to a block multiple are cached,
-// so the model computes at least the last token and has logits to sample from. Queries and
-// hits are counted in tokens (Stats).
+// Admission is split in two, as vLLM v1 splits get_computed_blocks from allocate_slots.
+// FindPrefix(hit, prompt, extraKey) walks the prompt block by block and records the longest
+// run of registered blocks in a PrefixHit; it only looks (no reference count, free-queue
+// position or counter changes), so a sequence that is not admitted leaves nothing to undo. It
+// never covers the whole prompt: at most len(prompt)-1 tokens rounded down to a block multiple
+// are cached, so the model computes at least the last token and has logits to sample from.
+// AllocateSlots(seq, hit, n) then admits the sequence all or nothing: it attaches the hit's
+// blocks (count up, off the free queue if they were free, which costs a free block each like
+// a fresh one) and grows the sequence by n tokens, or changes nothing when that does not fit.
+// Queries and hits are counted in tokens (Stats) there, once per hit, so a prompt that waits
+// for blocks is counted when it is admitted, not at every attempt. AllocateSlots returns the
+// sequence's block table, so its caller can hand it on without asking again (with a nil hit
+// it is Allocate that also returns the table).
 //
 // Keys only find candidates; a 64-bit collision must never hand one prompt another's keys
 // and values. So every registered block stores its token ids, its extra key, and the
@@ -87,14 +95,15 @@
 //
 // One engine step for a new request, in outline:
 //
-//	cached := pool.LookupPrefix(seq, prompt, 0)
-//	cow, ok := pool.Allocate(seq, len(prompt)-cached)
+//	var hit PrefixHit
+//	pool.FindPrefix(&hit, prompt, 0) // no side effects
+//	cached := hit.NumTokens()
+//	table, cow, ok := pool.AllocateSlots(seq, &hit, len(prompt)-cached)
 //	if !ok {
-//		pool.Free(seq) // does not fit: wait or preempt
-//		return
+//		return // does not fit, nothing changed: wait or preempt
 //	}
 //	_ = store.ApplyCopies(cow)
-//	tables := [][]BlockID{pool.BlockTable(seq)}
+//	tables := [][]BlockID{table}
 //	_ = store.Gather(tables, []int{cached}, cached, pastK, pastV)
 //	// ... run the model on prompt[cached:], get presentK, presentV with the new tokens at
 //	// columns [cached, len(prompt)) ...

@@ -8,15 +8,19 @@ func ExamplePool() {
 	pool, _ := NewPool(PoolConfig{NumBlocks: 16, BlockSizeTokens: 4, EnablePrefixCaching: true})
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 
-	// First request: nothing cached. Allocate, run the model, commit the computed tokens.
-	cached := pool.LookupPrefix(1, prompt, 0)
-	pool.Allocate(1, len(prompt)-cached)
+	// First request: nothing cached. Look up (no side effects), allocate the prompt (this
+	// counts the lookup), run the model, commit the computed tokens.
+	var hit PrefixHit
+	pool.FindPrefix(&hit, prompt, 0)
+	cached := hit.NumTokens()
+	pool.AllocateSlots(1, &hit, len(prompt)-cached)
 	_ = pool.Commit(1, cached, prompt[cached:], 0)
 	fmt.Println("first:", cached, "cached tokens, table", pool.BlockTable(1))
 
 	// Second request with the same prompt: two full blocks come from the cache.
-	cached = pool.LookupPrefix(2, prompt, 0)
-	pool.Allocate(2, len(prompt)-cached)
+	pool.FindPrefix(&hit, prompt, 0)
+	cached = hit.NumTokens()
+	pool.AllocateSlots(2, &hit, len(prompt)-cached)
 	_ = pool.Commit(2, cached, prompt[cached:], 0)
 	fmt.Println("second:", cached, "cached tokens, table", pool.BlockTable(2))
 

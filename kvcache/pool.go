@@ -53,7 +53,7 @@ type Stats struct {
 	UsedBlocks   int     // blocks held by at least one sequence; FreeBlocks + UsedBlocks == TotalBlocks
 	UsedFraction float64 // UsedBlocks / TotalBlocks
 
-	PrefixQueriesTokens int64 // prompt tokens looked up by LookupPrefix
+	PrefixQueriesTokens int64 // prompt tokens of the sequences admitted with a prefix lookup (AllocateSlots)
 	PrefixHitsTokens    int64 // of those, tokens served from cached blocks
 }
 
@@ -73,7 +73,7 @@ type blockMeta struct {
 type seqState struct {
 	blocks    []BlockID
 	numTokens int // token slots allocated
-	committed int // tokens recorded by Commit (or attached by LookupPrefix)
+	committed int // tokens recorded by Commit (or attached by AllocateSlots)
 
 	// Chain state for registering the next full block. chainOK turns false when a block
 	// could not be registered consistently; later blocks of the sequence are then not cached.
@@ -156,50 +156,135 @@ func (p *Pool) recycle(st *seqState) {
 	p.spare = append(p.spare, st)
 }
 
-// LookupPrefix finds the longest run of cached full blocks matching the start of tokens and
-// attaches them to seq, which must hold no blocks yet. Only whole blocks are attached, and
-// never the whole prompt: at least one token is left to compute, so cachedTokens is at most
-// len(tokens)-1 rounded down to a multiple of the block size. The attached tokens count as
-// allocated and committed. It returns the number of tokens covered (0 when seq already holds
-// blocks or prefix caching is off). Queries and hits are counted in tokens.
-func (p *Pool) LookupPrefix(seq SeqID, tokens []int32, extraKey uint64) (cachedTokens int) {
+// PrefixHit is what FindPrefix found: the cached full blocks that hold the start of a
+// prompt, and the prompt's length for the query counters. The zero value is an empty hit
+// (nothing cached, nothing to count). FindPrefix refills a hit in place, so one hit can be
+// reused for every lookup without allocating.
+type PrefixHit struct {
+	blocks  []BlockID
+	regs    []uint64 // each block's registration id at lookup, to detect a stale hit
+	tokens  int      // cached tokens: len(blocks) * block size
+	queried int      // prompt tokens looked up
+	counted bool     // the query and hit were counted by an AllocateSlots
+}
+
+// NumTokens returns the number of prompt tokens the hit covers, a multiple of the block size.
+func (h *PrefixHit) NumTokens() int { return h.tokens }
+
+// Reset empties the hit: no cached blocks, nothing to count.
+func (h *PrefixHit) Reset() {
+	h.blocks, h.regs = h.blocks[:0], h.regs[:0]
+	h.tokens, h.queried, h.counted = 0, 0, false
+}
+
+// FindPrefix finds the longest run of cached full blocks matching the start of tokens and
+// records it in hit (reset first). It only looks: no reference count, free-queue position or
+// counter changes, so a caller that cannot admit the sequence has nothing to undo. Only
+// whole blocks are found, and never the whole prompt: at least one token is left to compute,
+// so hit.NumTokens() is at most len(tokens)-1 rounded down to a multiple of the block size.
+// With prefix caching off the hit is empty and counts no query. AllocateSlots attaches the
+// blocks and counts the query.
+func (p *Pool) FindPrefix(hit *PrefixHit, tokens []int32, extraKey uint64) {
+	hit.Reset()
 	if p.cache == nil {
-		return 0
+		return
 	}
-	st := p.seqs[seq]
-	if st != nil && len(st.blocks) > 0 {
-		return 0
-	}
-	p.queriesTokens += int64(len(tokens))
+	hit.queried = len(tokens)
 	if len(tokens) <= 1 {
-		return 0
+		return
 	}
 	maxFull := (len(tokens) - 1) / p.bs
 	parentHash, parentReg := uint64(hashRoot), uint64(0)
-	n := 0
-	for ; n < maxFull; n++ {
+	for n := 0; n < maxFull; n++ {
 		blk := tokens[n*p.bs : (n+1)*p.bs]
 		h := p.hash(parentHash, blk, extraKey)
 		b, ok := p.cache[h]
 		if !ok || !p.matches(b, parentReg, blk, extraKey) {
 			break
 		}
-		if st == nil {
-			st = p.newSeq()
-			p.seqs[seq] = st
+		parentHash, parentReg = h, p.meta[b].regID
+		hit.blocks = append(hit.blocks, b)
+		hit.regs = append(hit.regs, parentReg)
+	}
+	hit.tokens = len(hit.blocks) * p.bs
+}
+
+// AllocateSlots grows seq by n tokens like Allocate, first attaching a prefix-cache hit
+// when hit is not nil, all or nothing, and returns seq's block table after it (a view like
+// BlockTable's). With a hit it admits a new sequence: it attaches hit's blocks (reference
+// counts up, revived from the free queue if they were free) as seq's first hit.NumTokens()
+// tokens, allocated and committed, then allocates the n more. The blocks revived from the
+// free queue count against the free blocks like fresh ones. When it does not fit (or n < 0)
+// it returns ok=false and changes nothing, counters included.
+//
+// With a hit, seq must hold no blocks yet, and hit must come from FindPrefix with no block
+// of it evicted since (the registrations are checked); otherwise ok is false and nothing
+// changes. A new sequence never needs copy-on-write, so cow is nil then.
+//
+// The first successful AllocateSlots with a hit counts its query and hit tokens (Stats);
+// later ones with the same hit (the other sequences of an n > 1 request sharing the prompt)
+// attach the same blocks without counting again.
+func (p *Pool) AllocateSlots(seq SeqID, hit *PrefixHit, n int) (blocks []BlockID, cow []CopyOp, ok bool) {
+	var st *seqState
+	if hit == nil {
+		st, cow, ok = p.grow(seq, n)
+	} else {
+		st, ok = p.attach(seq, hit, n)
+	}
+	if !ok {
+		return nil, nil, false
+	}
+	return st.blocks[:len(st.blocks):len(st.blocks)], cow, true
+}
+
+// attach is AllocateSlots with a hit.
+func (p *Pool) attach(seq SeqID, hit *PrefixHit, n int) (*seqState, bool) {
+	if n < 0 {
+		return nil, false
+	}
+	st := p.seqs[seq]
+	if st != nil && len(st.blocks) > 0 {
+		return nil, false
+	}
+	revive := 0
+	for i, b := range hit.blocks {
+		m := &p.meta[b]
+		if m.regID != hit.regs[i] {
+			return nil, false // evicted (and maybe reused) since the lookup
 		}
+		if m.ref == 0 {
+			revive++
+		}
+	}
+	if revive+p.blocksFor(hit.tokens+n)-len(hit.blocks) > p.free.n {
+		return nil, false
+	}
+	if st == nil {
+		st = p.newSeq()
+		p.seqs[seq] = st
+	}
+	// Cached blocks leave the free queue before any fresh block is taken, so taking fresh
+	// blocks cannot evict them.
+	for _, b := range hit.blocks {
 		p.acquire(b)
 		st.blocks = append(st.blocks, b)
-		parentHash, parentReg = h, p.meta[b].regID
 	}
-	if n == 0 {
-		return 0
+	if k := len(hit.blocks); k > 0 {
+		last := &p.meta[hit.blocks[k-1]]
+		st.numTokens, st.committed = hit.tokens, hit.tokens
+		st.parentHash, st.parentReg, st.chainOK = last.hash, last.regID, true
+		st.pending = st.pending[:0]
 	}
-	st.numTokens, st.committed = n*p.bs, n*p.bs
-	st.parentHash, st.parentReg, st.chainOK = parentHash, parentReg, true
-	st.pending = st.pending[:0]
-	p.hitsTokens += int64(n * p.bs)
-	return n * p.bs
+	for range p.blocksFor(st.numTokens+n) - len(st.blocks) {
+		st.blocks = append(st.blocks, p.takeFresh())
+	}
+	st.numTokens += n
+	if !hit.counted {
+		hit.counted = true
+		p.queriesTokens += int64(hit.queried)
+		p.hitsTokens += int64(hit.tokens)
+	}
+	return st, true
 }
 
 // matches reports whether block b is registered with exactly this parent, content and extra key.
@@ -295,17 +380,23 @@ func (p *Pool) CanAllocate(seq SeqID, n int) bool {
 // seq's last block is partial and shared with another sequence, seq gets a private copy. The
 // cow slice is reused by the next call to Allocate.
 func (p *Pool) Allocate(seq SeqID, n int) (cow []CopyOp, ok bool) {
+	_, cow, ok = p.grow(seq, n)
+	return cow, ok
+}
+
+// grow is Allocate; it also returns seq's state (nil when it does not fit).
+func (p *Pool) grow(seq SeqID, n int) (st *seqState, cow []CopyOp, ok bool) {
 	if n < 0 {
-		return nil, false
+		return nil, nil, false
 	}
-	st := p.seqs[seq]
+	st = p.seqs[seq]
 	fresh, needCopy := p.growth(st, n)
 	need := fresh
 	if needCopy {
 		need++
 	}
 	if need > p.free.n {
-		return nil, false
+		return nil, nil, false
 	}
 	if st == nil {
 		st = p.newSeq()
@@ -326,9 +417,9 @@ func (p *Pool) Allocate(seq SeqID, n int) (cow []CopyOp, ok bool) {
 	st.numTokens += n
 	p.cowBuf = cow
 	if len(cow) == 0 {
-		return nil, true
+		return st, nil, true
 	}
-	return cow, true
+	return st, cow, true
 }
 
 // Commit records the token ids of seq's positions [from, from+len(tokens)) as computed (their
@@ -477,8 +568,8 @@ func (p *Pool) NumTokens(seq SeqID) int {
 	return 0
 }
 
-// NumCommittedTokens returns the number of seq's tokens recorded by Commit or attached by
-// LookupPrefix (0 for an unknown sequence).
+// NumCommittedTokens returns the number of seq's tokens recorded by Commit or attached from
+// the prefix cache by AllocateSlots (0 for an unknown sequence).
 func (p *Pool) NumCommittedTokens(seq SeqID) int {
 	if st := p.seqs[seq]; st != nil {
 		return st.committed

@@ -31,6 +31,17 @@ func mustAlloc(t testing.TB, p *Pool, seq SeqID, n int) []CopyOp {
 	return slices.Clone(cow)
 }
 
+// lookupPrefix finds prompt's cached prefix and attaches it to seq (FindPrefix, then
+// AllocateSlots of no more tokens). It returns the tokens attached: 0 when the attach fails.
+func lookupPrefix(p *Pool, seq SeqID, prompt []int32, extra uint64) int {
+	var hit PrefixHit
+	p.FindPrefix(&hit, prompt, extra)
+	if _, _, ok := p.AllocateSlots(seq, &hit, 0); !ok {
+		return 0
+	}
+	return hit.NumTokens()
+}
+
 // seqTokens returns n distinct-ish token ids starting at base.
 func seqTokens(base, n int) []int32 {
 	out := make([]int32, n)
@@ -40,11 +51,16 @@ func seqTokens(base, n int) []int32 {
 	return out
 }
 
-// startSeq runs a prompt through lookup, allocation and commit, as the engine does.
+// startSeq runs a prompt through lookup, allocation and commit, as the scheduler does.
 func startSeq(t testing.TB, p *Pool, seq SeqID, prompt []int32, extra uint64) (cached int) {
 	t.Helper()
-	cached = p.LookupPrefix(seq, prompt, extra)
-	mustAlloc(t, p, seq, len(prompt)-cached)
+	var hit PrefixHit
+	p.FindPrefix(&hit, prompt, extra)
+	cached = hit.NumTokens()
+	table, cow, ok := p.AllocateSlots(seq, &hit, len(prompt)-cached)
+	if !ok || cow != nil || !slices.Equal(table, p.BlockTable(seq)) {
+		t.Fatalf("AllocateSlots(%d, %d cached, %d) = %v, %v, %v", seq, cached, len(prompt)-cached, table, cow, ok)
+	}
 	if err := p.Commit(seq, cached, prompt[cached:], extra); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +233,7 @@ func TestFreeIdempotentAndTailFirst(t *testing.T) {
 		t.Fatalf("after evicting everything: %+v", st)
 	}
 	// Evicted blocks no longer hit.
-	if got := p.LookupPrefix(4, prompt, 0); got != 0 {
+	if got := lookupPrefix(p, 4, prompt, 0); got != 0 {
 		t.Errorf("lookup after eviction hit %d tokens", got)
 	}
 }
@@ -330,7 +346,7 @@ func TestCommitErrors(t *testing.T) {
 		t.Fatalf("overlapping commit: %v, committed %d", err, p.NumCommittedTokens(1))
 	}
 	check(t, p)
-	if got := p.LookupPrefix(2, seqTokens(0, 9), 0); got != 4 {
+	if got := lookupPrefix(p, 2, seqTokens(0, 9), 0); got != 4 {
 		t.Errorf("lookup after overlapping commit = %d, want 4", got)
 	}
 }

@@ -39,7 +39,7 @@ func TestLookupPrefix(t *testing.T) {
 			p := newTestPool(t, 32, bs, true)
 			startSeq(t, p, 1, base, 0)
 			q0 := p.Stats().PrefixQueriesTokens
-			got := p.LookupPrefix(2, tc.prompt, tc.extra)
+			got := lookupPrefix(p, 2, tc.prompt, tc.extra)
 			if got != tc.want {
 				t.Fatalf("LookupPrefix = %d, want %d", got, tc.want)
 			}
@@ -66,7 +66,7 @@ func TestLookupPrefix(t *testing.T) {
 				if len(tc.prompt) == 0 {
 					want = 0
 				}
-				if again := p.LookupPrefix(3, tc.prompt, tc.extra); again != want {
+				if again := lookupPrefix(p, 3, tc.prompt, tc.extra); again != want {
 					t.Errorf("second lookup = %d, want %d", again, want)
 				}
 			}
@@ -90,7 +90,7 @@ func TestLookupPrefixRevivesFreedBlocks(t *testing.T) {
 	}
 	// A sequence that already holds blocks gets nothing and counts nothing.
 	q := p.Stats().PrefixQueriesTokens
-	if got := p.LookupPrefix(2, prompt, 3); got != 0 || p.Stats().PrefixQueriesTokens != q {
+	if got := lookupPrefix(p, 2, prompt, 3); got != 0 || p.Stats().PrefixQueriesTokens != q {
 		t.Errorf("lookup on a non-empty sequence = %d", got)
 	}
 }
@@ -115,7 +115,7 @@ func TestSharedPrefixIsCounted(t *testing.T) {
 	}
 	p.Free(1)
 	check(t, p)
-	if got := p.LookupPrefix(4, append(slices.Clone(prompt), 99), 0); got != 12 {
+	if got := lookupPrefix(p, 4, append(slices.Clone(prompt), 99), 0); got != 12 {
 		t.Errorf("lookup after freeing the registering sequence = %d, want 12", got)
 	}
 }
@@ -126,7 +126,7 @@ func TestPrefixCachingDisabled(t *testing.T) {
 	if got := startSeq(t, p, 1, prompt, 0); got != 0 {
 		t.Fatal(got)
 	}
-	if got := p.LookupPrefix(2, prompt, 0); got != 0 {
+	if got := lookupPrefix(p, 2, prompt, 0); got != 0 {
 		t.Errorf("lookup hit %d with caching off", got)
 	}
 	p.Free(1)
@@ -145,10 +145,10 @@ func TestHashCollisionsNeverShareWrongBlocks(t *testing.T) {
 	xy := slices.Concat(x, y, []int32{7})
 	zy := slices.Concat(z, y, []int32{7})
 	startSeq(t, p, 1, xy, 0)
-	if got := p.LookupPrefix(2, zy, 0); got != 0 {
+	if got := lookupPrefix(p, 2, zy, 0); got != 0 {
 		t.Fatalf("prompt zy hit %d tokens of prompt xy", got)
 	}
-	if got := p.LookupPrefix(3, xy, 0); got != 8 || !slices.Equal(p.BlockTable(3), p.BlockTable(1)[:2]) {
+	if got := lookupPrefix(p, 3, xy, 0); got != 8 || !slices.Equal(p.BlockTable(3), p.BlockTable(1)[:2]) {
 		t.Fatalf("prompt xy hit %d tokens, table %v", got, p.BlockTable(3))
 	}
 	// Register z as a first block: it replaces x under the colliding key. zy's second block
@@ -159,10 +159,10 @@ func TestHashCollisionsNeverShareWrongBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, p)
-	if got := p.LookupPrefix(5, zy, 0); got != 4 || p.BlockTable(5)[0] != p.BlockTable(4)[0] {
+	if got := lookupPrefix(p, 5, zy, 0); got != 4 || p.BlockTable(5)[0] != p.BlockTable(4)[0] {
 		t.Fatalf("prompt zy hit %d tokens, table %v (z block %d)", got, p.BlockTable(5), p.BlockTable(4)[0])
 	}
-	if got := p.LookupPrefix(6, xy, 0); got != 0 {
+	if got := lookupPrefix(p, 6, xy, 0); got != 0 {
 		t.Fatalf("prompt xy hit %d tokens after its first block was replaced", got)
 	}
 	for s := SeqID(1); s <= 6; s++ {
@@ -199,7 +199,7 @@ func TestStaleChildReplaced(t *testing.T) {
 		mustAlloc(t, p, 9, 4)
 		check(t, p)
 	}
-	if got := p.LookupPrefix(3, b, 0); got != 0 {
+	if got := lookupPrefix(p, 3, b, 0); got != 0 {
 		t.Fatalf("lookup after evicting the first block = %d", got)
 	}
 	p.Free(9)
@@ -207,7 +207,7 @@ func TestStaleChildReplaced(t *testing.T) {
 	if err := p.Commit(3, 0, x, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.LookupPrefix(4, b, 0); got != 4 {
+	if got := lookupPrefix(p, 4, b, 0); got != 4 {
 		t.Fatalf("stale child attached: lookup = %d, want 4", got)
 	}
 	mustAlloc(t, p, 3, 5)
@@ -218,8 +218,140 @@ func TestStaleChildReplaced(t *testing.T) {
 	if p.meta[b1].regID != 0 {
 		t.Error("stale child still registered")
 	}
-	if got := p.LookupPrefix(5, b, 0); got != 8 || !slices.Equal(p.BlockTable(5), p.BlockTable(3)[:2]) {
+	if got := lookupPrefix(p, 5, b, 0); got != 8 || !slices.Equal(p.BlockTable(5), p.BlockTable(3)[:2]) {
 		t.Fatalf("lookup = %d, table %v, want sequence 3's %v", got, p.BlockTable(5), p.BlockTable(3))
+	}
+	check(t, p)
+}
+
+// freeOrder returns the free queue, front (taken next) first.
+func freeOrder(p *Pool) []BlockID {
+	var out []BlockID
+	s := p.free.sentinel()
+	for b := p.free.next[s]; b != s; b = p.free.next[b] {
+		out = append(out, BlockID(b))
+	}
+	return out
+}
+
+func TestFindPrefixHasNoSideEffects(t *testing.T) {
+	p := newTestPool(t, 8, 4, true)
+	prompt := seqTokens(7, 10)
+	startSeq(t, p, 1, prompt, 0)
+	p.Free(1) // two cached blocks at the back of the free queue
+	before, order := p.Stats(), freeOrder(p)
+	var hit PrefixHit
+	for range 3 {
+		p.FindPrefix(&hit, prompt, 0)
+		if hit.NumTokens() != 8 {
+			t.Fatalf("hit %d tokens, want 8", hit.NumTokens())
+		}
+	}
+	check(t, p)
+	if st := p.Stats(); st != before {
+		t.Errorf("FindPrefix changed the stats: %+v -> %+v", before, st)
+	}
+	if got := freeOrder(p); !slices.Equal(got, order) {
+		t.Errorf("FindPrefix moved blocks in the free queue: %v -> %v", order, got)
+	}
+	for b := range p.meta {
+		if p.meta[b].ref != 0 {
+			t.Errorf("block %d has reference count %d after a lookup", b, p.meta[b].ref)
+		}
+	}
+	if p.NumTokens(2) != 0 || p.BlockTable(2) != nil {
+		t.Error("FindPrefix created a sequence")
+	}
+}
+
+func TestAllocateSlotsIsAllOrNothing(t *testing.T) {
+	p := newTestPool(t, 4, 4, true)
+	prompt := seqTokens(7, 9) // blocks 0, 1 full and registered, block 2 partial
+	startSeq(t, p, 1, prompt, 0)
+	p.Free(1)             // free queue: 2, 3, 1, 0
+	mustAlloc(t, p, 5, 4) // takes block 2: blocks 3, 1, 0 free, 1 and 0 cached
+	var hit PrefixHit
+	p.FindPrefix(&hit, prompt, 0)
+	if hit.NumTokens() != 8 {
+		t.Fatalf("hit %d tokens, want 8", hit.NumTokens())
+	}
+	// 5 more tokens need 2 fresh blocks besides the 2 cached ones it revives: 4 > 3 free. A
+	// check of the fresh blocks alone would pass and then evict the hit's own blocks.
+	before, order := p.Stats(), freeOrder(p)
+	if table, cow, ok := p.AllocateSlots(2, &hit, 5); ok || cow != nil || table != nil {
+		t.Fatalf("AllocateSlots needing 4 of 3 free blocks = %v, %v", cow, ok)
+	}
+	check(t, p)
+	if st := p.Stats(); st != before || !slices.Equal(freeOrder(p), order) || p.BlockTable(2) != nil {
+		t.Fatalf("failed AllocateSlots changed the pool: %+v -> %+v, queue %v -> %v", before, st, order, freeOrder(p))
+	}
+	// One more token fits: the hit's blocks are revived and the fresh block is block 3.
+	table, _, ok := p.AllocateSlots(2, &hit, 1)
+	if !ok || !slices.Equal(table, p.BlockTable(2)) {
+		t.Fatalf("AllocateSlots needing 3 of 3 free blocks: %v, table %v", ok, table)
+	}
+	check(t, p)
+	if got := p.BlockTable(2); !slices.Equal(got, []BlockID{0, 1, 3}) || p.NumTokens(2) != 9 || p.NumCommittedTokens(2) != 8 {
+		t.Fatalf("table %v, %d tokens, %d committed", got, p.NumTokens(2), p.NumCommittedTokens(2))
+	}
+	if st := p.Stats(); st.PrefixQueriesTokens != before.PrefixQueriesTokens+9 || st.PrefixHitsTokens != before.PrefixHitsTokens+8 {
+		t.Errorf("counters %+v, before %+v", st, before)
+	}
+	// The chain continues from the attached blocks.
+	if err := p.Commit(2, 8, prompt[8:], 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+}
+
+func TestAllocateSlotsRejectsStaleHit(t *testing.T) {
+	p := newTestPool(t, 4, 4, true)
+	prompt := seqTokens(7, 9)
+	startSeq(t, p, 1, prompt, 0)
+	p.Free(1)
+	var hit PrefixHit
+	p.FindPrefix(&hit, prompt, 0)
+	// Another sequence takes every block, evicting the cached ones, and registers other
+	// content in them.
+	startSeq(t, p, 9, seqTokens(100, 16), 0)
+	p.Free(9)
+	before := p.Stats()
+	if _, _, ok := p.AllocateSlots(2, &hit, 1); ok {
+		t.Fatalf("stale hit attached: table %v", p.BlockTable(2))
+	}
+	check(t, p)
+	if st := p.Stats(); st != before || p.BlockTable(2) != nil {
+		t.Fatalf("rejected stale hit changed the pool: %+v -> %+v", before, st)
+	}
+}
+
+func TestAllocateSlotsCountsAHitOnce(t *testing.T) {
+	p := newTestPool(t, 16, 4, true)
+	prompt := seqTokens(7, 13)
+	startSeq(t, p, 1, prompt, 0)
+	before := p.Stats()
+	var hit PrefixHit
+	p.FindPrefix(&hit, prompt, 0)
+	// The sequences of an n > 1 request share one lookup.
+	for seq := SeqID(2); seq <= 4; seq++ {
+		if _, _, ok := p.AllocateSlots(seq, &hit, 1); !ok {
+			t.Fatal("AllocateSlots failed")
+		}
+		if !slices.Equal(p.BlockTable(seq)[:3], p.BlockTable(1)[:3]) {
+			t.Fatalf("sequence %d table %v, want the prefix of %v", seq, p.BlockTable(seq), p.BlockTable(1))
+		}
+	}
+	check(t, p)
+	st := p.Stats()
+	if st.PrefixQueriesTokens-before.PrefixQueriesTokens != 13 || st.PrefixHitsTokens-before.PrefixHitsTokens != 12 {
+		t.Errorf("queries +%d hits +%d, want +13 +12", st.PrefixQueriesTokens-before.PrefixQueriesTokens, st.PrefixHitsTokens-before.PrefixHitsTokens)
+	}
+	// A sequence that holds blocks cannot take a hit; a nil hit is a plain Allocate.
+	if _, _, ok := p.AllocateSlots(2, &hit, 1); ok {
+		t.Error("AllocateSlots with a hit on a sequence holding blocks succeeded")
+	}
+	if table, _, ok := p.AllocateSlots(2, nil, 1); !ok || p.NumTokens(2) != 14 || !slices.Equal(table, p.BlockTable(2)) {
+		t.Errorf("AllocateSlots with a nil hit: ok %v, %d tokens", ok, p.NumTokens(2))
 	}
 	check(t, p)
 }

@@ -175,15 +175,46 @@ func (m *poolModel) start(c choices) {
 	seq := m.nextID
 	m.nextID++
 	before := m.p.Stats()
-	cached := m.p.LookupPrefix(seq, prompt, extra)
+	var hit PrefixHit
+	m.p.FindPrefix(&hit, prompt, extra)
+	cached := hit.NumTokens()
 	if cached < 0 || cached%m.bs != 0 || cached > (len(prompt)-1)/m.bs*m.bs {
 		m.fail("lookup of %d tokens returned %d", len(prompt), cached)
 	}
 	if !m.p.cfg.EnablePrefixCaching && cached != 0 {
 		m.fail("lookup hit with caching off")
 	}
+	if st := m.p.Stats(); st != before {
+		m.fail("FindPrefix changed the stats: %+v -> %+v", before, st)
+	}
+	// The allocation fits when the fresh blocks plus the cached blocks it revives from the
+	// free queue are free.
+	revive := 0
+	for _, b := range hit.blocks {
+		if m.p.meta[b].ref == 0 {
+			revive++
+		}
+	}
+	need := (len(prompt)+m.bs-1)/m.bs - cached/m.bs + revive
+	_, cow, ok := m.p.AllocateSlots(seq, &hit, len(prompt)-cached)
+	if ok != (need <= before.FreeBlocks) {
+		m.fail("AllocateSlots = %v needing %d blocks with %d free", ok, need, before.FreeBlocks)
+	}
+	if !ok {
+		m.ops["start rejected"]++
+		if st := m.p.Stats(); st != before || m.p.BlockTable(seq) != nil {
+			m.fail("rejected start changed the pool: %+v -> %+v, table %v", before, st, m.p.BlockTable(seq))
+		}
+		return
+	}
 	if got := m.p.Stats().PrefixHitsTokens - before.PrefixHitsTokens; got != int64(cached) {
 		m.fail("hits counter moved by %d for %d cached tokens", got, cached)
+	}
+	m.ops["evicted"] += before.CachedBlocks - revive - m.p.Stats().CachedBlocks
+	if m.p.cfg.EnablePrefixCaching {
+		if got := m.p.Stats().PrefixQueriesTokens - before.PrefixQueriesTokens; got != int64(len(prompt)) {
+			m.fail("queries counter moved by %d for a %d-token prompt", got, len(prompt))
+		}
 	}
 	table := m.p.BlockTable(seq)
 	for i := range cached {
@@ -194,19 +225,6 @@ func (m *poolModel) start(c choices) {
 		}
 	}
 	m.ops["hit tokens"] += cached
-	canAlloc := m.p.CanAllocate(seq, len(prompt)-cached)
-	cow, ok := m.allocate(seq, len(prompt)-cached)
-	if ok != canAlloc {
-		m.fail("CanAllocate = %v but Allocate = %v", canAlloc, ok)
-	}
-	if !ok {
-		m.ops["start rejected"]++
-		m.p.Free(seq)
-		if st := m.p.Stats(); st.FreeBlocks != before.FreeBlocks {
-			m.fail("rejected start leaked: free %d -> %d", before.FreeBlocks, st.FreeBlocks)
-		}
-		return
-	}
 	if len(cow) != 0 {
 		m.fail("new sequence got copy-on-write %v", cow)
 	}

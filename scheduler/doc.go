@@ -16,14 +16,18 @@
 //
 //	plan := s.Schedule()            // which sequences, how many tokens, block copies
 //	// engine: apply plan.Copies to storage; run ONE forward pass over every item's
-//	// Tokens(), reading the past [0, StartPos) through pool.BlockTable(id) and storing the
-//	// new K/V at [StartPos, StartPos+NumNewTokens); s.ObserveStep(its duration); sample
+//	// Tokens(), reading the past [0, StartPos) through item.Blocks and storing the new
+//	// K/V at [StartPos, StartPos+NumNewTokens); s.ObserveStep(its duration); sample
 //	// where item.Sample; end the sequences in plan.Failed.
 //	done, err := s.Update(plan, results) // results[i] belongs to plan.Items[i]
 //
-// The scheduler owns the pool's bookkeeping: LookupPrefix when a sequence is admitted,
-// Allocate (and Fork) in Schedule, Commit and Free in Update and Abort. The engine only
-// reads block tables and moves data in kvcache.Storage.
+// The scheduler owns the pool's bookkeeping: FindPrefix (a pure lookup) and AllocateSlots
+// (which takes the cached blocks and new ones all or nothing, and counts the lookup) when a
+// sequence is admitted, Allocate (and Fork) for running sequences in Schedule, Commit and
+// Free in Update and Abort. A sequence that does not fit leaves the pool untouched, so a
+// prompt waiting for blocks is counted in the prefix-cache statistics once, when admitted.
+// The engine never asks the pool for anything during a step: each item carries its block
+// table, and the engine moves data in kvcache.Storage.
 //
 // # Policies
 //

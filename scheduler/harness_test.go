@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +148,11 @@ func (h *harness) step() string {
 			h.t.Fatalf("%s: bad item start %d count %d (computed %d)", info.name, it.StartPos, it.NumNewTokens, q.NumComputed())
 		}
 		total += it.NumNewTokens
-		table := h.pool.BlockTable(q.ID)
+		// The model reads and writes the blocks the plan names, which must be the pool's.
+		table := it.Blocks
+		if !slices.Equal(table, h.pool.BlockTable(q.ID)) {
+			h.t.Fatalf("%s: plan names blocks %v, the pool's table is %v", info.name, table, h.pool.BlockTable(q.ID))
+		}
 		end := it.StartPos + it.NumNewTokens
 		if len(table)*h.bs < end {
 			h.t.Fatalf("%s: %d blocks cannot hold %d tokens", info.name, len(table), end)

@@ -9,7 +9,7 @@ import (
 
 // Item is one sequence's share of a forward pass: feed the model the sequence's tokens at
 // positions [StartPos, StartPos+NumNewTokens), with positions [0, StartPos) already in its
-// KV blocks (pool.BlockTable(Seq.ID)).
+// KV blocks (Blocks).
 type Item struct {
 	Seq *Sequence
 	// StartPos is the number of tokens already computed (the past length).
@@ -20,6 +20,12 @@ type Item struct {
 	// new position give the sequence's next token. It is false for a prompt chunk that is
 	// not the last one.
 	Sample bool
+	// Blocks is the sequence's block table for this pass: entry i holds positions
+	// [i*B, (i+1)*B) for the pool's block size B, and it covers at least
+	// StartPos+NumNewTokens positions. Read the past from it and write the new K/V into it.
+	// It is a read-only view of the pool's table, valid until Update (or an Abort of the
+	// sequence).
+	Blocks []kvcache.BlockID
 }
 
 // Tokens returns the token ids to feed the model for this item.
@@ -71,7 +77,7 @@ type Stats struct {
 }
 
 // Scheduler decides, step by step, which sequences run and how many tokens each computes.
-// It owns the KV pool's bookkeeping (prefix lookup, allocation, commit, free). It is not
+// It owns the KV pool's bookkeeping (prefix lookup and allocation, commit, free). It is not
 // safe for concurrent use: one goroutine owns it (and the pool).
 type Scheduler struct {
 	cfg         Config
@@ -90,7 +96,8 @@ type Scheduler struct {
 	batchRemaining int    // members of curBatch not finished
 
 	plan     Plan
-	pending  bool // plan returned by Schedule with items, not yet applied by Update
+	hit      kvcache.PrefixHit // admission's prefix lookup, reused
+	pending  bool              // plan returned by Schedule with items, not yet applied by Update
 	step     uint64
 	now      time.Time
 	finished []*Sequence

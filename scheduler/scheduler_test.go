@@ -378,3 +378,84 @@ func TestPrefixCachingComputesOnlyNewTokens(t *testing.T) {
 		t.Fatalf("with caching b generated %v, without %v (fed %d)", hc.output("b"), h.output("b"), h.fed)
 	}
 }
+
+// TestPrefixQueryCountedOnceAtAdmission: a prompt that waits several steps for KV blocks is
+// counted in the pool's prefix-cache query and hit counters once, when it is admitted, and
+// not at all while it waits (the lookup has no side effects; admission takes the blocks).
+func TestPrefixQueryCountedOnceAtAdmission(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxNumBatchedTokens = 32
+	cfg.EnablePrefixCaching = true
+	h := newHarness(t, cfg, 8, 4, true) // 8 blocks of 4 tokens
+	shared := seqTokens(1, 8)           // two full blocks
+	// b holds 5 blocks after its prompt and 6 while it decodes, and registers the shared blocks.
+	h.mustAdd(req{name: "b", prompt: slices.Concat(shared, seqTokens(100, 9)), maxNew: 5})
+	if got := h.step(); got != "b:0+17*" {
+		t.Fatalf("first step %q", got)
+	}
+	// c hits the two shared blocks but needs 4 fresh ones: it waits until b is done.
+	c := slices.Concat(shared, seqTokens(200, 16))
+	h.mustAdd(req{name: "c", prompt: c, maxNew: 1, saltFirst: 1})
+	before := h.pool.Stats()
+	if before.PrefixQueriesTokens != 17 || before.PrefixHitsTokens != 0 {
+		t.Fatalf("after b's admission: queries %d hits %d", before.PrefixQueriesTokens, before.PrefixHitsTokens)
+	}
+	waited := 0
+	for h.byName["c"].Status() == StatusWaiting {
+		h.step()
+		st := h.pool.Stats()
+		if h.byName["c"].Status() == StatusWaiting {
+			waited++
+			if st.PrefixQueriesTokens != before.PrefixQueriesTokens || st.PrefixHitsTokens != before.PrefixHitsTokens {
+				t.Fatalf("waiting step %d counted c: queries %d -> %d, hits %d -> %d", waited,
+					before.PrefixQueriesTokens, st.PrefixQueriesTokens, before.PrefixHitsTokens, st.PrefixHitsTokens)
+			}
+			continue
+		}
+		if q, hits := st.PrefixQueriesTokens-before.PrefixQueriesTokens, st.PrefixHitsTokens-before.PrefixHitsTokens; q != int64(len(c)) || hits != 8 {
+			t.Fatalf("c's admission counted %d query and %d hit tokens, want %d and 8", q, hits, len(c))
+		}
+	}
+	if waited < 3 {
+		t.Fatalf("c waited %d steps, the test wants several", waited)
+	}
+	if got := h.byName["c"].NumCachedPromptTokens(); got != 8 {
+		t.Fatalf("c: %d cached prompt tokens, want 8", got)
+	}
+	h.run(20)
+	if st := h.pool.Stats(); st.PrefixQueriesTokens != 17+int64(len(c)) || st.PrefixHitsTokens != 8 {
+		t.Fatalf("at the end: queries %d hits %d", st.PrefixQueriesTokens, st.PrefixHitsTokens)
+	}
+}
+
+// TestCachedGroupSharesOneLookup: the sequences of an n > 1 request whose prompt is cached up
+// to its last token are admitted together, share the cached blocks, and count one query.
+func TestCachedGroupSharesOneLookup(t *testing.T) {
+	cfg := testConfig()
+	cfg.EnablePrefixCaching = true
+	h := newHarness(t, cfg, 32, 4, true)
+	prompt := seqTokens(1, 9)
+	h.mustAdd(req{name: "a", prompt: prompt, maxNew: 1})
+	h.run(10)
+	before := h.pool.Stats()
+	h.mustAdd(req{name: "b", prompt: prompt, maxNew: 2, n: 3, saltFirst: 5})
+	if got := h.step(); got != "b:8+1* b1:8+1* b2:8+1*" {
+		t.Fatalf("first step %q", got)
+	}
+	st := h.pool.Stats()
+	if q, hits := st.PrefixQueriesTokens-before.PrefixQueriesTokens, st.PrefixHitsTokens-before.PrefixHitsTokens; q != 9 || hits != 8 {
+		t.Fatalf("the group counted %d query and %d hit tokens, want 9 and 8", q, hits)
+	}
+	head := h.pool.BlockTable(h.byName["b"].ID)[:2]
+	for _, n := range []string{"b1", "b2"} {
+		if got := h.pool.BlockTable(h.byName[n].ID)[:2]; !slices.Equal(got, head) {
+			t.Fatalf("%s's cached blocks %v, b's %v", n, got, head)
+		}
+	}
+	h.run(10)
+	for i, n := range []string{"b", "b1", "b2"} {
+		if got, want := h.output(n), reference(5+uint64(i), prompt, 2); !slices.Equal(got, want) {
+			t.Fatalf("%s generated %v, want %v", n, got, want)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"time"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // Schedule plans the next forward pass. Running sequences come first, in admission order:
@@ -52,22 +54,34 @@ func (s *Scheduler) Schedule() *Plan {
 
 // wantTokens returns how many tokens q should compute next: all it knows, except that a
 // parent whose children wait to fork stops one token short of its prompt.
-func (q *Sequence) wantTokens() int {
-	n := len(q.Tokens) - q.numComputed
+func (q *Sequence) wantTokens() int { return q.wantTokensFrom(q.numComputed) }
+
+// wantTokensFrom is wantTokens with computed tokens already computed.
+func (q *Sequence) wantTokensFrom(computed int) int {
+	n := len(q.Tokens) - computed
 	if len(q.awaiting) > 0 {
-		n = min(n, q.numPrompt-1-q.numComputed)
+		n = min(n, q.numPrompt-1-computed)
 	}
 	return n
 }
 
-func (s *Scheduler) addItem(q *Sequence, n int) {
-	start := q.numComputed
-	s.plan.Items = append(s.plan.Items, Item{
-		Seq:          q,
-		StartPos:     start,
-		NumNewTokens: n,
-		Sample:       start+n == len(q.Tokens),
-	})
+// addItem plans n tokens of q, whose block table (after this step's allocation) is blocks.
+func (s *Scheduler) addItem(q *Sequence, n int, blocks []kvcache.BlockID) {
+	items := s.plan.Items
+	if len(items) < cap(items) {
+		items = items[:len(items)+1]
+	} else {
+		items = append(items, Item{})
+	}
+	s.plan.Items = items
+	// Field by field into the slot: building the item on the stack and copying it costs
+	// a store-forwarding stall per item.
+	it := &items[len(items)-1]
+	it.Seq = q
+	it.StartPos = q.numComputed
+	it.NumNewTokens = n
+	it.Sample = it.StartPos+n == len(q.Tokens)
+	it.Blocks = blocks
 }
 
 // scheduleRunning plans the running sequences and returns the budget left.
@@ -84,26 +98,27 @@ func (s *Scheduler) scheduleRunning(budget int) int {
 		if n <= 0 {
 			continue
 		}
-		if !s.reserve(i, n) {
+		blocks, ok := s.reserve(i, n)
+		if !ok {
 			break // q left the running batch; it was the newest, so nothing follows it
 		}
-		s.addItem(q, n)
+		s.addItem(q, n, blocks)
 		budget -= n
 	}
 	return budget
 }
 
 // reserve allocates n more token slots for running[i], preempting the newest running
-// sequences while that does not fit. When running[i] is itself the newest, it is preempted
-// (older sequences will free blocks as they finish) or, when it is the only running
-// sequence, failed (it can never fit), and reserve returns false.
-func (s *Scheduler) reserve(i, n int) bool {
+// sequences while that does not fit, and returns its block table. When running[i] is itself
+// the newest, it is preempted (older sequences will free blocks as they finish) or, when it
+// is the only running sequence, failed (it can never fit), and reserve returns false.
+func (s *Scheduler) reserve(i, n int) ([]kvcache.BlockID, bool) {
 	q := s.running[i]
 	for {
-		cow, ok := s.pool.Allocate(q.ID, n)
+		blocks, cow, ok := s.pool.AllocateSlots(q.ID, nil, n)
 		if ok {
 			s.plan.Copies = append(s.plan.Copies, cow...)
-			return true
+			return blocks, true
 		}
 		last := len(s.running) - 1
 		switch {
@@ -111,11 +126,11 @@ func (s *Scheduler) reserve(i, n int) bool {
 			s.preempt(last)
 		case i > 0:
 			s.preempt(i)
-			return false
+			return nil, false
 		default:
 			s.removeRunning(i)
 			s.fail(q)
-			return false
+			return nil, false
 		}
 	}
 }
@@ -236,19 +251,20 @@ func (s *Scheduler) admit(budget int) int {
 		if len(s.running)+s.numAwaiting+1+len(q.awaiting) > s.cfg.MaxNumSeqs {
 			break
 		}
-		cached := 0
+		// A pure lookup: nothing to undo when q does not fit. The pool counts the query
+		// and takes the cached blocks only in AllocateSlots, when q is admitted.
+		hit := &s.hit
+		hit.Reset()
 		if s.cfg.EnablePrefixCaching {
-			cached = s.pool.LookupPrefix(q.ID, q.Tokens, q.PrefixKey)
+			s.pool.FindPrefix(hit, q.Tokens, q.PrefixKey)
 		}
-		q.numComputed = cached
+		cached := hit.NumTokens()
 		forkNow := len(q.awaiting) > 0 && cached >= q.numPrompt-1
 		n := len(q.Tokens) - cached
 		if !forkNow {
-			n = q.wantTokens()
+			n = q.wantTokensFrom(cached)
 		}
 		if !s.cfg.EnableChunkedPrefill && n > budget {
-			s.pool.Free(q.ID)
-			q.numComputed = 0
 			break
 		}
 		n = min(n, budget)
@@ -256,24 +272,11 @@ func (s *Scheduler) admit(budget int) int {
 			n = s.prefillTokens(cached, n)
 		}
 		if n <= 0 {
-			s.pool.Free(q.ID)
-			q.numComputed = 0
 			break
 		}
-
-		// Children fork before the parent grows, so they share only the computed prefix.
-		if forkNow && cached > 0 {
-			s.forkAttached(q)
-		}
-		cow, ok := s.pool.Allocate(q.ID, n)
+		// All or nothing; a new sequence's cached blocks are full, so no copy-on-write.
+		blocks, _, ok := s.pool.AllocateSlots(q.ID, hit, n)
 		if !ok {
-			if forkNow {
-				for _, c := range q.awaiting {
-					s.pool.Free(c.ID)
-				}
-			}
-			s.pool.Free(q.ID)
-			q.numComputed = 0
 			if len(s.running) == 0 && s.numAwaiting == 0 {
 				// Nothing else holds blocks: q cannot fit even alone.
 				s.waiting.popFront()
@@ -283,12 +286,14 @@ func (s *Scheduler) admit(budget int) int {
 			}
 			break
 		}
-		s.plan.Copies = append(s.plan.Copies, cow...)
-
+		// Children share only the cached prefix: each attaches the same hit (counted once).
+		if forkNow && cached > 0 {
+			s.attachChildren(q, hit)
+		}
 		s.waiting.popFront()
 		s.numWaitingSeqs -= 1 + len(q.awaiting)
 		s.startRunning(q, cached)
-		s.addItem(q, n)
+		s.addItem(q, n, blocks)
 		budget -= n
 		if !forkNow {
 			s.numAwaiting += len(q.awaiting)
@@ -305,32 +310,33 @@ func (s *Scheduler) admit(budget int) int {
 			if budget == 0 {
 				break
 			}
-			cow, ok := s.pool.Allocate(c.ID, 1)
+			blocks, cow, ok := s.pool.AllocateSlots(c.ID, nil, 1)
 			if !ok {
 				break
 			}
 			s.plan.Copies = append(s.plan.Copies, cow...)
-			s.addItem(c, 1)
+			s.addItem(c, 1, blocks)
 			budget--
 		}
 	}
 	return budget
 }
 
-// forkAttached makes each child waiting on q share q's blocks (still attached to q). A child
-// the pool refuses to fork becomes an ordinary waiting sequence right behind q, served by
-// the prefix cache instead.
-func (s *Scheduler) forkAttached(q *Sequence) {
+// attachChildren gives each child waiting on q (q is at the front of the queue and was just
+// admitted with hit) the cached prefix q got, as a fork of q before it grew would. A child
+// the pool refuses becomes an ordinary waiting sequence right behind q, served by the
+// prefix cache instead.
+func (s *Scheduler) attachChildren(q *Sequence, hit *kvcache.PrefixHit) {
 	kept := q.awaiting[:0]
 	var refused []*Sequence
 	for _, c := range q.awaiting {
-		if err := s.pool.Fork(q.ID, c.ID); err != nil {
-			s.pool.Free(c.ID)
+		if _, _, ok := s.pool.AllocateSlots(c.ID, hit, 0); !ok {
 			refused = append(refused, c)
 			continue
 		}
 		kept = append(kept, c)
 	}
+	clear(q.awaiting[len(kept):])
 	q.awaiting = kept
 	if len(refused) > 0 {
 		s.waiting.insert(1, refused...)

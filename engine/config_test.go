@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/scheduler"
+)
+
+// TestConfigNestsSchedulerConfig: the batching fields are the scheduler's own configuration,
+// with the scheduler's defaults, reachable by their old names, and checked by its Validate.
+func TestConfigNestsSchedulerConfig(t *testing.T) {
+	c := DefaultConfig()
+	want := scheduler.DefaultConfig()
+	want.MaxModelLen = 0
+	if c.SchedulerConfig != want {
+		t.Fatalf("default batching config %+v, want the scheduler's %+v", c.SchedulerConfig, want)
+	}
+	c.MaxNumSeqs, c.MaxQueue = 7, 3
+	if c.SchedulerConfig.MaxNumSeqs != 7 {
+		t.Fatal("MaxNumSeqs is not the nested field")
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sc := c.schedulerConfig(100)
+	if sc.MaxModelLen != 100 || sc.MaxQueue != 3+7+1 || sc.MaxBatchSize != 0 || !sc.EnableChunkedPrefill {
+		t.Fatalf("scheduler config %+v", sc)
+	}
+	for name, mutate := range map[string]func(*Config){
+		"MaxNumSeqs":          func(c *Config) { c.MaxNumSeqs = 0 },
+		"MaxNumBatchedTokens": func(c *Config) { c.MaxNumBatchedTokens = c.MaxNumSeqs - 1 },
+		"MaxQueue":            func(c *Config) { c.MaxQueue = 0 },
+		"MaxBatchSize":        func(c *Config) { c.Policy, c.MaxBatchSize = PolicyStatic, 0 },
+		"policy":              func(c *Config) { c.Policy = 9 },
+		"MaxModelLen":         func(c *Config) { c.MaxModelLen = -1 },
+		"KVCacheBytes":        func(c *Config) { c.KVCacheBytes = 0 },
+	} {
+		c := DefaultConfig()
+		mutate(&c)
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: Validate = %v", name, err)
+		}
+	}
+	// Without chunked prefill the step budget must hold the model's whole context, which
+	// only New knows.
+	c = testConfig()
+	c.EnableChunkedPrefill = false
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newEngine(c, newFakeModel(1024), nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("no chunked prefill, a 256-token budget, a 1024-token context: %v", err)
+	}
+	c.MaxModelLen = c.MaxNumBatchedTokens
+	if _, err := newEngine(c, newFakeModel(1024), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpdateErrorIsLoggedAndCounted: a scheduler Update error in a step is not dropped.
+func TestUpdateErrorIsLoggedAndCounted(t *testing.T) {
+	var logs bytes.Buffer
+	cfg := testConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	e, err := newEngine(cfg, newFakeModel(1024), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Close() }()
+	ch, err := e.Submit(context.Background(), greedyRequest("a", testPrompt(1, 20), 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Play the engine loop by hand, with a plan the scheduler has already applied: the
+	// step's own Update then fails.
+	e.takeInbox()
+	plan := e.sched.Schedule()
+	if len(plan.Items) != 1 {
+		t.Fatalf("plan %+v", plan)
+	}
+	if _, err := e.sched.Update(plan, make([]scheduler.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	e.step(plan, time.Now())
+	if e.counts.schedulerErrors != 1 {
+		t.Fatalf("%d scheduler errors counted, want 1", e.counts.schedulerErrors)
+	}
+	if !strings.Contains(logs.String(), "scheduler update failed") || !strings.Contains(logs.String(), "already applied") {
+		t.Fatalf("log %q", logs.String())
+	}
+	if ev := <-ch; len(ev.TokenIDs) != 1 {
+		t.Fatalf("the step's event %+v", ev)
+	}
+}
