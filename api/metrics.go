@@ -129,6 +129,7 @@ var (
 	descWaiting   = prometheus.NewDesc("conveyor_num_requests_waiting", "Sequences waiting to be scheduled.", nil, nil)
 	descKVUsage   = prometheus.NewDesc("conveyor_kv_cache_usage_perc", "Fraction of KV-cache blocks in use, 0..1 (1 means 100%).", nil, nil)
 	descPreempt   = prometheus.NewDesc("conveyor_num_preemptions_total", "Sequences preempted (blocks freed, recomputed later).", nil, nil)
+	descSchedErr  = prometheus.NewDesc("conveyor_scheduler_errors_total", "Scheduler bookkeeping errors (logged); 0 unless there is a bug.", nil, nil)
 	descPromptTok = prometheus.NewDesc("conveyor_prompt_tokens_total", "Prompt tokens computed (not served from the prefix cache).", nil, nil)
 	descGenTok    = prometheus.NewDesc("conveyor_generation_tokens_total", "Tokens generated.", nil, nil)
 	descPrefixQ   = prometheus.NewDesc("conveyor_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", nil, nil)
@@ -138,7 +139,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo} {
 		ch <- d
 	}
 }
@@ -160,6 +161,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descWaiting, float64(st.Waiting))
 	gauge(descKVUsage, st.KVUsage)
 	counter(descPreempt, st.Preemptions)
+	counter(descSchedErr, st.SchedulerErrors)
 	counter(descPromptTok, st.PromptTokens)
 	counter(descGenTok, st.GenerationTokens)
 	counter(descPrefixQ, st.PrefixQueryTokens)

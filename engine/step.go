@@ -232,6 +232,7 @@ func (e *Engine) publishStats() {
 	s.KVUsage = ps.UsedFraction
 	s.BlockSizeTokens = e.blockSize
 	s.Preemptions = ss.Preemptions
+	s.SchedulerErrors = c.schedulerErrors
 	s.PrefixQueryTokens, s.PrefixHitTokens = ps.PrefixQueriesTokens, ps.PrefixHitsTokens
 	s.PromptTokens, s.GenerationTokens = c.promptTokens, c.generationTokens
 	s.Steps = c.steps

@@ -136,6 +136,7 @@ type Stats struct {
 	KVUsage           float64 // used fraction of the KV pool, 0..1
 	BlockSizeTokens   int
 	Preemptions       int64
+	SchedulerErrors   int64 // scheduler.Update errors (bookkeeping bugs, logged); 0 unless there is a bug
 	PrefixQueryTokens int64
 	PrefixHitTokens   int64
 	PromptTokens      int64 // prompt tokens computed (not served from cache)
