@@ -53,6 +53,12 @@ func TestRunMainErrorsAreOneLine(t *testing.T) {
 		{[]string{"perplexity", "--model", "x"}, "conveyor: perplexity: --model and --file are required"},
 		{[]string{"perplexity", "--model", "x", "--file", "y", "--quantize", "fp8"}, `conveyor: perplexity: --quantize: unknown quantization "fp8"`},
 		{[]string{"serve", "--model", "x", "--quantize", "int2"}, `conveyor: serve: --quantize: unknown quantization "int2"`},
+		{[]string{"run-batch", "--output", "x"}, "conveyor: run-batch: --input is required"},
+		{[]string{"run-batch", "--input", "x"}, "conveyor: run-batch: --output is required"},
+		{[]string{"run-batch", "--input", "x", "--output", "y", "--max-in-flight", "-1"}, "conveyor: run-batch: --max-in-flight -1 must be >= 0"},
+		{[]string{"run-batch", "--input", "x", "--output", "y", "--quantize", "int2"}, `conveyor: run-batch: --quantize: unknown quantization "int2"`},
+		{[]string{"run-batch", "--input", "/nonexistent/in.jsonl", "--output", "y"}, "conveyor: run-batch: open /nonexistent/in.jsonl: no such file or directory"},
+		{[]string{"run-batch", "--input", "x", "--output", "y", "--bogus"}, "conveyor: run-batch: flag provided but not defined: -bogus"},
 	} {
 		var out, errOut bytes.Buffer
 		code := runMain(tc.args, &out, &errOut)

@@ -20,7 +20,6 @@ import (
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/build"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 func init() {
@@ -31,8 +30,10 @@ func init() {
 	})
 }
 
-// serveOptions are the flags of `conveyor serve`.
+// serveOptions are the flags of `conveyor serve`. Its model and engine flags (modelFlags)
+// are shared with `conveyor run-batch`, which sets cmd to name itself in errors.
 type serveOptions struct {
+	cmd             string // the command errors name: "serve" (the default) or "run-batch"
 	modelDir        string
 	attention       string
 	kvCacheDType    string
@@ -123,14 +124,25 @@ func formatBytes(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// serveFlags defines the flags of `conveyor serve` on fs with their defaults.
+// serveFlags defines the flags of `conveyor serve` on fs with their defaults: the model
+// and engine flags, then the HTTP server's own.
 func serveFlags(fs *flag.FlagSet, o *serveOptions) {
-	ec := engine.DefaultConfig()
 	ac := api.DefaultConfig()
-	o.kvCacheBytes = byteSize(ec.KVCacheBytes)
-	fs.StringVar(&o.modelDir, "model", "models/default", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face Llama checkpoint (built to ONNX once, cached)")
+	modelFlags(fs, o)
 	fs.StringVar(&o.host, "host", "127.0.0.1", "address to listen on (0.0.0.0 for every interface)")
 	fs.IntVar(&o.port, "port", 8000, "TCP port to listen on")
+	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize, /detokenize (/health and /metrics stay open)")
+	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
+	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
+}
+
+// modelFlags defines the flags that load the model and configure the engine, shared by
+// `conveyor serve` and `conveyor run-batch`.
+func modelFlags(fs *flag.FlagSet, o *serveOptions) {
+	ec := engine.DefaultConfig()
+	o.kvCacheBytes = byteSize(ec.KVCacheBytes)
+	fs.StringVar(&o.modelDir, "model", "models/default", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face Llama checkpoint (built to ONNX once, cached)")
 	fs.StringVar(&o.servedName, "served-model-name", "", "model id clients send in \"model\" (default: the model directory's base name)")
 	fs.StringVar(&o.scheduler, "scheduler", "continuous", "batching policy: continuous, static or sequential")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", ec.MaxNumSeqs, "sequences in one forward pass at most")
@@ -142,16 +154,12 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.DurationVar(&o.maxBatchDelay, "max-batch-delay", ec.MaxBatchDelay, "how long a static batch waits to fill (e.g. 50ms)")
 	fs.IntVar(&o.maxQueue, "max-queue", ec.MaxQueue, "requests waiting at most; more get HTTP 429")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "tokens per sequence (prompt + completion) at most; 0 = the model's context")
-	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize, /detokenize (/health and /metrics stay open)")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", "", "KV cache element type: float32 or float16 (half the memory per token: twice the blocks in the same --kv-cache-memory; paged attention only); default the model's own (float32 on the paged path)")
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights (block-quantized linear layers, ONNX Runtime's MatMulNBits); a built directory is served as it was built")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
-	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
-	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&o.genConfig, "generation-config", "none", "sampling defaults for fields a request leaves out: none (OpenAI's: temperature 1, top_p 1) or auto (the model's generation_config.json, as vLLM)")
 }
@@ -159,7 +167,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 // parseServeFlags parses args over the environment: every flag can also be set as
 // CONVEYOR_<NAME> (e.g. CONVEYOR_MAX_NUM_SEQS=64); a flag on the command line wins.
 func parseServeFlags(args []string, getenv func(string) string, output io.Writer) (*serveOptions, error) {
-	o := &serveOptions{}
+	o := &serveOptions{cmd: "serve"}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(output)
 	serveFlags(fs, o)
@@ -175,6 +183,17 @@ func parseServeFlags(args []string, getenv func(string) string, output io.Writer
 		fmt.Fprintln(w, "flags:")
 		fs.PrintDefaults()
 	}
+	if err := parseEnvFlags(fs, args, getenv, output); err != nil {
+		return nil, err
+	}
+	return o, o.validate()
+}
+
+// parseEnvFlags parses args into fs over the environment: each flag is first set from
+// CONVEYOR_<NAME> when that is set, then from args, so the command line wins. Errors name
+// fs (its name is the command's) in one line; -h prints the usage to output and returns
+// flag.ErrHelp.
+func parseEnvFlags(fs *flag.FlagSet, args []string, getenv func(string) string, output io.Writer) error {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		v := getenv(envName(f.Name))
@@ -182,53 +201,53 @@ func parseServeFlags(args []string, getenv func(string) string, output io.Writer
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
-			envErr = fmt.Errorf("serve: %s=%q: %v", envName(f.Name), v, err)
+			envErr = fmt.Errorf("%s: %s=%q: %v", fs.Name(), envName(f.Name), v, err)
 		}
 	})
 	if envErr != nil {
-		return nil, envErr
+		return envErr
 	}
 	fs.SetOutput(io.Discard) // a bad flag is reported in one line, not with the usage text
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(output)
 			fs.Usage()
-			return nil, err
+			return err
 		}
-		return nil, fmt.Errorf("serve: %v", err)
+		return fmt.Errorf("%s: %v", fs.Name(), err)
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
 	}
-	return o, o.validate()
+	return nil
 }
 
 // validate checks values the engine and server configs do not check themselves.
 func (o *serveOptions) validate() error {
 	switch {
 	case o.modelDir == "":
-		return errors.New("serve: --model is required")
+		return fmt.Errorf("%s: --model is required", o.name())
 	case o.port < 0 || o.port > 65535:
-		return fmt.Errorf("serve: --port %d is not a TCP port", o.port)
+		return fmt.Errorf("%s: --port %d is not a TCP port", o.name(), o.port)
 	case o.threads < 0:
-		return fmt.Errorf("serve: --threads %d must be >= 0", o.threads)
+		return fmt.Errorf("%s: --threads %d must be >= 0", o.name(), o.threads)
 	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
-		return fmt.Errorf("serve: --attention %q: want paged or dense", o.attention)
+		return fmt.Errorf("%s: --attention %q: want paged or dense", o.name(), o.attention)
 	case o.kvCacheDType != "" && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
-		return fmt.Errorf("serve: --kv-cache-dtype %q: want float32 or float16", o.kvCacheDType)
+		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32 or float16", o.name(), o.kvCacheDType)
 	}
 	if _, err := build.ParseQuantization(o.quantize); err != nil {
-		return fmt.Errorf("serve: --quantize: %w", err)
+		return fmt.Errorf("%s: --quantize: %w", o.name(), err)
 	}
 	switch {
 	case o.maxModelLen < 0:
-		return fmt.Errorf("serve: --max-model-len %d must be >= 0", o.maxModelLen)
+		return fmt.Errorf("%s: --max-model-len %d must be >= 0", o.name(), o.maxModelLen)
 	case o.shutdownTimeout < 0:
-		return fmt.Errorf("serve: --shutdown-timeout %v must be >= 0", o.shutdownTimeout)
+		return fmt.Errorf("%s: --shutdown-timeout %v must be >= 0", o.name(), o.shutdownTimeout)
 	case o.logFormat != "text" && o.logFormat != "json":
-		return fmt.Errorf("serve: --log-format %q must be text or json", o.logFormat)
+		return fmt.Errorf("%s: --log-format %q must be text or json", o.name(), o.logFormat)
 	case o.genConfig != "auto" && o.genConfig != "none":
-		return fmt.Errorf("serve: --generation-config %q must be auto or none", o.genConfig)
+		return fmt.Errorf("%s: --generation-config %q must be auto or none", o.name(), o.genConfig)
 	}
 	if _, err := o.engineConfig(nil); err != nil {
 		return err
@@ -244,7 +263,7 @@ func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config
 	c := engine.DefaultConfig()
 	p, err := engine.ParsePolicy(o.scheduler)
 	if err != nil {
-		return c, fmt.Errorf("serve: --scheduler: %v", err)
+		return c, fmt.Errorf("%s: --scheduler: %v", o.name(), err)
 	}
 	c.Policy = p
 	c.MaxNumSeqs = o.maxNumSeqs
@@ -264,15 +283,23 @@ func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config
 	default:
 		d, err := time.ParseDuration(o.targetStepTime)
 		if err != nil || d <= 0 {
-			return c, fmt.Errorf("serve: --target-step-time %q: want auto, off or a positive duration such as 50ms", o.targetStepTime)
+			return c, fmt.Errorf("%s: --target-step-time %q: want auto, off or a positive duration such as 50ms", o.name(), o.targetStepTime)
 		}
 		c.TargetStepTime = d
 	}
 	c.OnStep = onStep
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("serve: %v", err)
+		return c, fmt.Errorf("%s: %v", o.name(), err)
 	}
 	return c, nil
+}
+
+// name is the command errors name.
+func (o *serveOptions) name() string {
+	if o.cmd == "" {
+		return "serve"
+	}
+	return o.cmd
 }
 
 // modelName is the served model id.
@@ -293,7 +320,7 @@ func (o *serveOptions) apiConfig(log *slog.Logger, m *api.Metrics) (api.Config, 
 	c.Logger = log
 	c.Metrics = m
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("serve: %v", err)
+		return c, fmt.Errorf("%s: %v", o.name(), err)
 	}
 	return c, nil
 }
@@ -332,11 +359,11 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	}
 	srv, err := api.New(acfg)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("%s: %w", o.name(), err)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
+		return fmt.Errorf("%s: %w", o.name(), err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -349,48 +376,14 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 		<-served
 	}
 
-	log.Info("loading model", "dir", o.modelDir)
-	start := time.Now()
-	quant, _ := build.ParseQuantization(o.quantize) // validated
-	dir, built, err := build.PrepareWith(o.modelDir, build.Options{Quantize: quant})
+	m, err := o.loadModel(log, ecfg)
 	if err != nil {
 		drain()
-		return fmt.Errorf("serve: %w", err)
+		return err
 	}
-	if built {
-		log.Info("built the checkpoint's ONNX graph", "dir", dir, "seconds", time.Since(start).Seconds())
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		drain()
-		return fmt.Errorf("serve: %w", err)
-	}
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention, KVCacheDType: o.kvCacheDType})
-	if err != nil {
-		drain()
-		return fmt.Errorf("serve: %w", err)
-	}
-	defer runner.Close()
-	eng, err := engine.New(ecfg, runner, tok)
-	if err != nil {
-		drain()
-		return fmt.Errorf("serve: %w", err)
-	}
-	engCtx, stopEngine := context.WithCancel(context.Background())
-	defer stopEngine()
-	eng.Start(engCtx)
-	defaults, err := o.samplingDefaults(log, dir)
-	if err != nil {
-		drain()
-		return fmt.Errorf("serve: %w", err)
-	}
-	quantization := build.BuiltQuantization(dir)
-	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
-		Quantization: quantization, KVCacheDType: runner.Spec().KVDType.String()})
+	srv.SetBackend(m.backend)
 	addr := ln.Addr().String()
-	log.Info("ready", "addr", addr, "model", acfg.ModelName, "load_seconds", time.Since(start).Seconds(),
-		"max_model_len", eng.MaxModelLen(), "kv_blocks", eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", runner.Attention(),
-		"kv_cache_dtype", runner.Spec().KVDType.String(), "quantization", quantization)
+	m.logReady(log, o, acfg.ModelName, "addr", addr)
 	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "")
 	if ready != nil {
 		ready <- addr
@@ -404,11 +397,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 		log.Error("server stopped", "err", err)
 	}
 	drain()
-	ectx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := eng.Shutdown(ectx); err != nil {
-		log.Warn("engine aborted remaining requests", "err", err)
-	}
+	m.shutdown(log, 5*time.Second)
 	log.Info("stopped")
 	return nil
 }

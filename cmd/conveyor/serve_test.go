@@ -142,7 +142,7 @@ func TestServeLoadsServesAndDrains(t *testing.T) {
 	}
 	resp.Body.Close()
 	resp, err = http.Post("http://"+addr+"/v1/completions", "application/json",
-		strings.NewReader(`{"model":"tiny","prompt":"Once upon a time","max_tokens":4}`))
+		strings.NewReader(`{"model":"tiny","prompt":"Once upon a time","max_tokens":4,"temperature":0}`))
 	if err != nil {
 		t.Fatal(err)
 	}
