@@ -25,7 +25,8 @@ type serveFlag struct {
 }
 
 // serveFlags reads the flags `conveyor serve` defines from the fs.XxxVar(&o.field, "name",
-// default, usage) calls in cmd/conveyor/serve.go. The command lives in package main, so
+// default, usage) calls in cmd/conveyor/serve.go: its own (serveFlags) and those it
+// shares with run-batch (modelFlags). The command lives in package main, so
 // its flag set cannot be imported; reading its source keeps one definition of the flags.
 func serveFlags(t *testing.T) map[string]serveFlag {
 	t.Helper()
@@ -37,7 +38,7 @@ func serveFlags(t *testing.T) map[string]serveFlag {
 	flags := map[string]serveFlag{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		fn, ok := n.(*ast.FuncDecl)
-		if !ok || fn.Name.Name != "serveFlags" {
+		if !ok || (fn.Name.Name != "serveFlags" && fn.Name.Name != "modelFlags") {
 			return true
 		}
 		ast.Inspect(fn.Body, func(n ast.Node) bool {
