@@ -375,9 +375,9 @@ func (e *Engine) send(r *request, ev Event) {
 	}
 }
 
-// finishRequest closes r's channel and forgets r.
+// finishRequest forgets r and closes its channel, in that order: a client that sees the
+// channel close may submit the same request id again at once.
 func (e *Engine) finishRequest(r *request) {
-	close(r.ch)
 	delete(e.live, r)
 	e.mu.Lock()
 	r.ended = true
@@ -393,6 +393,7 @@ func (e *Engine) finishRequest(r *request) {
 	if stop != nil {
 		stop()
 	}
+	close(r.ch)
 }
 
 // markAdmitted stops counting admitted requests against MaxQueue.

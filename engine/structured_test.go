@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -84,7 +85,7 @@ func TestStructuredOutputValidates(t *testing.T) {
 		seed := int64(i)
 		p.Seed = &seed
 		p.Constraint = structured.NewConstraint(g, vocab)
-		res := runAll(t, e, []*Request{{ID: "s", Prompt: prompt, Params: p}})[0]
+		res := runAll(t, e, []*Request{{ID: fmt.Sprintf("schema-%d", i), Prompt: prompt, Params: p}})[0]
 		finished := 0
 		for j := 0; j < p.N; j++ {
 			ev := res.seqs[j]
@@ -135,4 +136,24 @@ func engineValidator(t *testing.T, schema string) *jsonschema.Schema {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestRequestIDReusableOnceClosed submits the same request id again as soon as its
+// channel closes, many times: the id must be free by then.
+func TestRequestIDReusableOnceClosed(t *testing.T) {
+	m, tok := defaultModel(t)
+	e, err := New(tinyConfig(), m, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start(context.Background())
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	for i := 0; i < 30; i++ {
+		ch, err := e.Submit(context.Background(), greedyRequest("same", []int32{1, 5, 9}, 1))
+		if err != nil {
+			t.Fatalf("submission %d: %v", i, err)
+		}
+		for range ch {
+		}
+	}
 }
