@@ -106,15 +106,9 @@
 // Metrics.OnStep, wired to the engine's Config.OnStep, records conveyor_batch_size and
 // conveyor_step_duration_seconds.
 //
-// A Kubernetes Gateway API Inference Extension endpoint picker (EPP) scrapes every model
-// server's /metrics and routes on three gauges: queued requests, running requests and
-// KV-cache utilisation as a 0..1 fraction. Its model-server protocol fixes the metric
-// types and meanings, not the names; the picker's defaults are vLLM's names. For
-// Conveyor they are conveyor_num_requests_waiting, conveyor_num_requests_running and
-// conveyor_kv_cache_usage_perc, with no LoRA metric, and conveyor_cache_config_info
-// (block_size, num_blocks labels). Since v1.4 the picker reads them from its
-// EndpointPickerConfig (deploy/kubernetes/epp-configmap.yaml); releases up to v1.3 take
-// them as flags (--total-queued-requests-metric and the like).
+// Running replicas behind the Kubernetes Gateway API Inference Extension, whose endpoint
+// picker routes on the queue, running and KV-cache gauges above, is described in
+// docs/deploy.md (manifests in deploy/kubernetes).
 //
 // # Example
 //
