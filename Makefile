@@ -80,7 +80,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # Every test, then the concurrent packages again under the race detector.
-RACE_PKGS := ./models/attention/ ./kvcache/ ./scheduler/ ./engine/ ./api/ ./bench/ ./cmd/conveyor/
+RACE_PKGS := ./models/attention/ ./kvcache/ ./scheduler/ ./engine/ ./engine/structured/ ./api/ ./bench/ ./cmd/conveyor/
 
 test: ort tokenizer-files vet
 	CONVEYOR_TOKENIZER_FILES=$(abspath $(TOK_DIR)) $(GO) test -count=1 -timeout 30m ./...

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -326,5 +327,47 @@ func TestCacheShares(t *testing.T) {
 	}
 	if _, err := c.Schema([]byte(`{"type":"string","pattern":"x"}`), true); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("unsupported schema: %v", err)
+	}
+}
+
+// TestConcurrentMatchers runs walks of one shared Constraint from several goroutines
+// (the engine samples while the API compiles and other requests share the schema):
+// every finished output still validates. Run under -race by make test.
+func TestConcurrentMatchers(t *testing.T) {
+	vocab := defaultVocab(t)
+	cache := NewCache(vocab, 8)
+	v := validator(t, testSchemas[2])
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := cache.Schema([]byte(testSchemas[2]), true)
+			if err != nil {
+				errs <- err
+				return
+			}
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for w := 0; w < 5; w++ {
+				out, done := walk(t, c, rng, 300, 0.5)
+				if !done {
+					continue
+				}
+				inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(out))
+				if err == nil {
+					err = v.Validate(inst)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%q: %v", out, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
