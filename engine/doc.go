@@ -41,10 +41,12 @@
 //     model (Scheduler.ObserveStep), which sizes prompt chunks so that a step with
 //     decoding rows stays within Config.TargetStepTime;
 //  6. for every sequence that computed its last known token, sample the next token
-//     (logit bias, min_tokens, repetition/presence/frequency penalties, temperature,
+//     (a structured-output constraint's token mask first — SamplingParams.Constraint,
+//     package structured — then logit bias, min_tokens, repetition/presence/frequency
+//     penalties, temperature,
 //     top_k, top_p, min_p, a per-sequence seeded random stream) and run the stop checks
 //     (eos, stop token ids, max_tokens, stop strings matched across token boundaries
-//     with held-back text);
+//     with held-back text, and a constrained value that is complete);
 //  7. scheduler.Update commits the computed tokens to the pool (registering full blocks
 //     for prefix caching), appends the sampled tokens and frees finished sequences; an
 //     error there ends no request but is logged (Config.Logger) and counted;
