@@ -2,6 +2,7 @@ package structured
 
 import (
 	"container/list"
+	"fmt"
 	"sync"
 )
 
@@ -68,4 +69,10 @@ func (c *Cache) get(key string, compile func() (*Grammar, error)) (*Constraint, 
 		delete(c.byKey, last.Value.(*cacheEntry).key)
 	}
 	return con, nil
+}
+
+// Wrapped returns the constraint of CompileWrapped's arguments.
+func (c *Cache) Wrapped(prefix string, schema []byte, suffix, sep string, min, max int, strict bool) (*Constraint, error) {
+	key := fmt.Sprintf("wrapped:%q %q %q %d %d %v:%s", prefix, suffix, sep, min, max, strict, schema)
+	return c.get(key, func() (*Grammar, error) { return CompileWrapped(prefix, schema, suffix, sep, min, max, strict) })
 }

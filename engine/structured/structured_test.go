@@ -371,3 +371,52 @@ func TestConcurrentMatchers(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCompileWrapped checks values wrapped in literals, one or several: every finished
+// walk is the literals around values that validate.
+func TestCompileWrapped(t *testing.T) {
+	schema := `{"type":"object","properties":{"name":{"const":"get_weather"},"arguments":{"type":"object",
+		"properties":{"city":{"type":"string","maxLength":10},"days":{"type":"integer","minimum":1,"maximum":7}},
+		"required":["city","days"],"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false}`
+	g, err := CompileWrapped("<tool_call>\n", []byte(schema), "\n</tool_call>", "\n", 1, 3, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewConstraint(g, defaultVocab(t))
+	v := validator(t, schema)
+	rng := rand.New(rand.NewPCG(11, 12))
+	finished := 0
+	for w := 0; w < 30; w++ {
+		out, done := walk(t, c, rng, 400, 0.5)
+		if !done {
+			continue
+		}
+		finished++
+		parts := strings.Split(string(out), "\n</tool_call>")
+		if len(parts) < 2 || len(parts) > 4 || parts[len(parts)-1] != "" {
+			t.Fatalf("%q: want 1 to 3 wrapped calls", out)
+		}
+		for i, p := range parts[:len(parts)-1] {
+			if i > 0 {
+				p = strings.TrimPrefix(p, "\n")
+			}
+			body, ok := strings.CutPrefix(p, "<tool_call>\n")
+			if !ok {
+				t.Fatalf("%q: call %d lacks its prefix", out, i)
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(body))
+			if err == nil {
+				err = v.Validate(inst)
+			}
+			if err != nil {
+				t.Fatalf("%q: call %d: %v", out, i, err)
+			}
+		}
+	}
+	if finished < 5 {
+		t.Errorf("only %d of 30 walks finished", finished)
+	}
+	if _, err := CompileWrapped("a", []byte(`{}`), "b", ",", 2, 1, true); !errors.Is(err, ErrBadSchema) {
+		t.Errorf("max < min: %v", err)
+	}
+}

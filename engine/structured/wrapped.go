@@ -1,0 +1,46 @@
+package structured
+
+import "fmt"
+
+// CompileWrapped compiles between min and max values of schema, each written as
+// prefix + value + suffix and separated by sep (max < 0: no limit): the shape of tool
+// calls in a model's own format, e.g. `<tool_call>\n` + {"name": ..., "arguments": ...}
+// + `\n</tool_call>`. Inside the value the rules of CompileSchema hold; the literals are
+// matched byte for byte.
+func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max int, strict bool) (*Grammar, error) {
+	if min < 1 || (max >= 0 && max < min) {
+		return nil, fmt.Errorf("%w: between %d and %d values", ErrBadSchema, min, max)
+	}
+	root, err := parseOrdered(schema)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSchema, err)
+	}
+	c := &compiler{b: newBuilder(), root: root, strict: strict}
+	b := c.b
+	// The value is a rule, so the repeated calls share one copy of it.
+	r := b.rule("wrapped")
+	b.define(r, c.value(root, "#"))
+	one := func() frag { return b.seq(b.lit(prefix), b.call(r), b.lit(suffix)) }
+	body := b.seq(one(), b.repeat(func() frag { return b.seq(b.lit(sep), one()) }, min-1, minus1(max)))
+	for len(c.pending) > 0 && c.err == nil && b.err == nil {
+		p := c.pending[0]
+		c.pending = c.pending[1:]
+		b.define(p.rule, c.value(p.schema, p.ref))
+	}
+	if c.err == nil {
+		c.err = b.err
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	// No free whitespace around the literals: the format fixes them.
+	b.g.start, b.g.final = body.in, body.out
+	return b.g, b.err
+}
+
+func minus1(n int) int {
+	if n < 0 {
+		return -1
+	}
+	return n - 1
+}
