@@ -484,11 +484,17 @@ func (c *compiler) char() frag {
 	b := c.b
 	cont := func() frag { return b.class(0x80, 0xBF) }
 	hex := func() frag { return b.class('0', '9', 'a', 'f', 'A', 'F') }
+	// Well-formed UTF-8 only (Unicode's table 3-7: no overlong forms, no surrogates,
+	// nothing above U+10FFFF), so a decoder counts exactly the characters counted here.
 	return b.alt(
 		b.class(0x20, 0x21, 0x23, 0x5B, 0x5D, 0x7E),
 		b.seq(b.class(0xC2, 0xDF), cont()),
-		b.seq(b.class(0xE0, 0xEF), cont(), cont()),
-		b.seq(b.class(0xF0, 0xF4), cont(), cont(), cont()),
+		b.seq(b.lit("\xE0"), b.class(0xA0, 0xBF), cont()),
+		b.seq(b.class(0xE1, 0xEC, 0xEE, 0xEF), cont(), cont()),
+		b.seq(b.lit("\xED"), b.class(0x80, 0x9F), cont()),
+		b.seq(b.lit("\xF0"), b.class(0x90, 0xBF), cont(), cont()),
+		b.seq(b.class(0xF1, 0xF3), cont(), cont(), cont()),
+		b.seq(b.lit("\xF4"), b.class(0x80, 0x8F), cont(), cont()),
 		b.seq(b.lit(`\`), b.alt(b.class('"', '"', '\\', '\\', '/', '/', 'b', 'b', 'f', 'f', 'n', 'n', 'r', 'r', 't', 't'),
 			b.seq(b.lit("u"), hex(), hex(), hex(), hex()))),
 	)

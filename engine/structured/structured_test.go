@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -119,6 +120,9 @@ func TestRandomWalksValidate(t *testing.T) {
 				continue
 			}
 			finished++
+			if !utf8.Valid(out) {
+				t.Fatalf("schema %d: output %q is not well-formed UTF-8", i, out)
+			}
 			var inst any
 			if err := json.Unmarshal(out, &inst); err != nil {
 				t.Fatalf("schema %d: output %q is not JSON: %v", i, out, err)

@@ -166,3 +166,9 @@ func (v *Vocabulary) bytes(id int32) []byte {
 	}
 	return v.toks[id]
 }
+
+// IsEOS reports whether id ends the sequence.
+func (v *Vocabulary) IsEOS(id int32) bool { return v.isEOS(id) }
+
+// Bytes returns token id's bytes (nil for ids that never match).
+func (v *Vocabulary) Bytes(id int32) []byte { return v.bytes(id) }

@@ -1,0 +1,171 @@
+package toolcall
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// TestParseRecordedOutputs runs each format's parser over replies in that format,
+// well-formed and not: a malformed call is returned as text, never dropped or an error.
+func TestParseRecordedOutputs(t *testing.T) {
+	for _, tc := range []struct {
+		f       Format
+		text    string
+		content string
+		calls   []Call
+	}{
+		{Hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>", "",
+			[]Call{{"get_weather", `{"city":"Paris","days":3}`}}},
+		{Hermes, "Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": [1, 2]}}\n</tool_call>",
+			"Let me check.", []Call{{"a", `{}`}, {"b", `{"x":[1,2]}`}}},
+		{Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": \"{\\\"q\\\": 1}\"}\n</tool_call>", "", []Call{{"a", `{"q":1}`}}},
+		{Hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"q\": 1}\n</tool_call>", "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"q\": 1}\n</tool_call>", nil},
+		{Hermes, "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", nil},
+		{Hermes, "Plain answer.", "Plain answer.", nil},
+		{Llama3JSON, `{"name": "get_weather", "parameters": {"city": "Oslo"}}`, "", []Call{{"get_weather", `{"city":"Oslo"}`}}},
+		{Llama3JSON, `<|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"k": "v"}}`, "",
+			[]Call{{"a", `{}`}, {"b", `{"k":"v"}`}}},
+		{Llama3JSON, `{"name": "a", "parameters": {}} and then some prose`, `{"name": "a", "parameters": {}} and then some prose`, nil},
+		{Llama3JSON, `{"name": "a", "parameters": [1]}`, `{"name": "a", "parameters": [1]}`, nil},
+		{Llama3JSON, "The weather is fine.", "The weather is fine.", nil},
+		{Mistral, `[TOOL_CALLS][{"name": "a", "arguments": {"n": 1}}, {"name": "b", "arguments": {}}]`, "",
+			[]Call{{"a", `{"n":1}`}, {"b", `{}`}}},
+		{Mistral, `[TOOL_CALLS][{"name": "a", "arguments": {"n": 1}`, `[TOOL_CALLS][{"name": "a", "arguments": {"n": 1}`, nil},
+		{Generic, ` {"name": "lookup", "arguments": {"term": "x"}} `, "", []Call{{"lookup", `{"term":"x"}`}}},
+		{Generic, `{"answer": 1}`, `{"answer": 1}`, nil},
+	} {
+		content, calls := tc.f.Parse(tc.text)
+		if content != tc.content || !reflect.DeepEqual(calls, tc.calls) {
+			t.Errorf("%s %q: got %q %+v, want %q %+v", tc.f.Name, tc.text, content, calls, tc.content, tc.calls)
+		}
+	}
+}
+
+// TestDetect picks the format from the markers a template uses.
+func TestDetect(t *testing.T) {
+	for tpl, want := range map[string]string{
+		`{%- if tools %}<tools>{{ tool | tojson }}</tools> ... <tool_call>`:                    "hermes",
+		`{{- "Environment: ipython\n" }}{%- if tool_call %}<|python_tag|>{{ tool_call.name }}`: "llama3_json",
+		`[AVAILABLE_TOOLS]{{ tools }}[/AVAILABLE_TOOLS] ... [TOOL_CALLS]`:                      "mistral",
+		`{% for m in messages %}{{ m.content }}{% endfor %}`:                                   "generic",
+	} {
+		if got := Detect(tpl).Name; got != want {
+			t.Errorf("%q: %s, want %s", tpl, got, want)
+		}
+	}
+	if _, err := ByName("pythonic"); err == nil {
+		t.Error("unknown format accepted")
+	}
+}
+
+var testTools = []Tool{
+	{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","maxLength":12},
+		"unit":{"enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"],"additionalProperties":false}`)},
+	{Name: "search", Parameters: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string","maxLength":20},
+		"filters":{"type":"object","properties":{"year":{"type":"integer","minimum":1900,"maximum":2030}},"additionalProperties":false}},"required":["query"]}`)},
+}
+
+// TestConstrainedCallsParseAndValidate walks the constraint of each format's calls
+// over the default tokenizer's vocabulary: every finished reply parses into calls whose
+// arguments validate against the called tool's parameters.
+func TestConstrainedCallsParseAndValidate(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join("..", "..", "models", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := structured.NewVocabulary(tok.VocabSize(), tok.TokenBytes, tok.IsSpecial, tok.EOS())
+	validators := map[string]*jsonschema.Schema{}
+	for _, tl := range testTools {
+		doc, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(tl.Parameters)))
+		c := jsonschema.NewCompiler()
+		if err := c.AddResource("p.json", doc); err != nil {
+			t.Fatal(err)
+		}
+		validators[tl.Name], _ = c.Compile("p.json")
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, f := range []Format{Hermes, Llama3JSON, Generic} {
+		for _, named := range []string{"", "search"} {
+			schema, err := f.CallSchema(testTools, named)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := structured.CompileWrapped(f.Prefix, schema, f.Suffix, f.Sep, 1, 2, false)
+			if err != nil {
+				t.Fatalf("%s: %v", f.Name, err)
+			}
+			c := structured.NewConstraint(g, vocab)
+			finished := 0
+			for w := 0; w < 25; w++ {
+				out, done := walkOut(c, vocab, rng, 400)
+				if !done {
+					continue
+				}
+				finished++
+				content, calls := f.Parse(out)
+				if content != "" || len(calls) == 0 {
+					t.Fatalf("%s: %q parses to content %q and %d calls", f.Name, out, content, len(calls))
+				}
+				for _, call := range calls {
+					if named != "" && call.Name != named {
+						t.Fatalf("%s: called %s, want %s", f.Name, call.Name, named)
+					}
+					v := validators[call.Name]
+					inst, err := jsonschema.UnmarshalJSON(strings.NewReader(call.Arguments))
+					if err == nil && v != nil {
+						err = v.Validate(inst)
+					}
+					if v == nil || err != nil {
+						t.Fatalf("%s: call %+v does not validate: %v", f.Name, call, err)
+					}
+				}
+			}
+			if finished < 5 {
+				t.Errorf("%s %q: only %d of 25 walks finished", f.Name, named, finished)
+			}
+		}
+	}
+	if _, err := Generic.CallSchema(testTools, "nope"); err == nil {
+		t.Error("a call schema for an unknown tool")
+	}
+}
+
+// walkOut samples one reply of c: a random allowed token each step, end of sequence
+// with probability 1/2 once allowed.
+func walkOut(c *structured.Constraint, v *structured.Vocabulary, rng *rand.Rand, max int) (string, bool) {
+	m := c.NewMatcher()
+	var out []byte
+	for n := 0; n < max; n++ {
+		mask := m.Mask()
+		var allowed []int32
+		eos := int32(-1)
+		for id := int32(0); int(id) < v.Size(); id++ {
+			if structured.Allowed(mask, id) {
+				if v.IsEOS(id) {
+					eos = id
+				} else {
+					allowed = append(allowed, id)
+				}
+			}
+		}
+		if eos >= 0 && (len(allowed) == 0 || rng.IntN(2) == 0) {
+			return string(out), true
+		}
+		if len(allowed) == 0 {
+			return string(out), false
+		}
+		id := allowed[rng.IntN(len(allowed))]
+		m.Accept(id)
+		out = append(out, v.Bytes(id)...)
+	}
+	return string(out), false
+}
