@@ -20,10 +20,27 @@ type Engine interface {
 	Stats() engine.Stats
 }
 
-// Message is one chat message after parsing: a role and its text.
+// Message is one chat message after parsing: a role and its text, and what else the chat
+// template is given of it.
 type Message struct {
 	Role    string
-	Content string
+	Content string // the text (the text parts joined when content was an array)
+	// Parts is the content as sent when it was an array of text parts (nil for a
+	// string); templates that iterate over a message's content get it as such.
+	Parts      []ContentPart
+	Name       string     // name, when set
+	ToolCallID string     // tool_call_id of a tool message, when set
+	ToolCalls  []ToolCall // tool_calls of an assistant message
+}
+
+// ContentPart is one text content part of a message.
+type ContentPart struct{ Type, Text string }
+
+// ToolCall is one tool call of an assistant message in the history. Arguments is the
+// JSON text of the arguments, as the OpenAI API carries it.
+type ToolCall struct {
+	ID, Type        string
+	Name, Arguments string
 }
 
 // Tokenizer is what the server needs from the model's tokenizer. NewTokenizer adapts

@@ -18,11 +18,28 @@ type chatRequest struct {
 }
 
 // chatMessage is one element of messages. Members the chat template does not use
-// (tool_calls, tool_call_id, refusal) are ignored.
+// (refusal, ...) are ignored; tool_calls are used on assistant messages and tool_call_id
+// on tool messages only (as vLLM does).
 type chatMessage struct {
-	Role    opt[string]         `json:"role"`
-	Content opt[messageContent] `json:"content"`
-	Name    opt[string]         `json:"name"` // accepted, not rendered
+	Role       opt[string]              `json:"role"`
+	Content    opt[messageContent]      `json:"content"`
+	Name       opt[string]              `json:"name"`
+	ToolCallID opt[string]              `json:"tool_call_id"`
+	ToolCalls  opt[[]opt[chatToolCall]] `json:"tool_calls"`
+}
+
+// chatToolCall is one element of an assistant message's tool_calls.
+type chatToolCall struct {
+	ID       opt[string]           `json:"id"`
+	Type     opt[string]           `json:"type"`
+	Function opt[chatToolFunction] `json:"function"`
+}
+
+// chatToolFunction is a tool call's function: its name and arguments (JSON text; a JSON
+// object is taken as its text too).
+type chatToolFunction struct {
+	Name      opt[string]          `json:"name"`
+	Arguments opt[json.RawMessage] `json:"arguments"`
 }
 
 // messageContent is a message's content: a string or an array of content parts.
@@ -139,35 +156,95 @@ func parseMessages(c *check, o opt[[]opt[chatMessage]]) []Message {
 		if !c.failed() && !chatRoles[role] {
 			c.fail(invalidParam(prefix+"role", "messages[%d].role %q is not one of system, developer, user, assistant, tool", i, role))
 		}
-		content := parseContent(c, prefix+"content", m.Content, role)
-		c.str(prefix+"name", m.Name)
+		content, parts := parseContent(c, prefix+"content", m.Content, role)
+		name, _ := c.str(prefix+"name", m.Name)
+		msg := Message{Role: role, Content: content, Parts: parts, Name: name}
+		switch role {
+		case "tool":
+			msg.ToolCallID, _ = c.str(prefix+"tool_call_id", m.ToolCallID)
+		case "assistant":
+			msg.ToolCalls = parseToolCalls(c, prefix+"tool_calls", m.ToolCalls)
+		}
 		if c.failed() {
 			return nil
 		}
-		out = append(out, Message{Role: role, Content: content})
+		out = append(out, msg)
 	}
 	return out
 }
 
-// parseContent returns a message's text: the string, or its text parts joined. Content
-// may be absent only on assistant messages (which then carry tool calls the template
-// ignores).
-func parseContent(c *check, name string, o opt[messageContent], role string) string {
+// parseToolCalls validates an assistant message's tool_calls: [{id, type: "function",
+// function: {name, arguments}}], arguments a string (or a JSON object).
+func parseToolCalls(c *check, name string, o opt[[]opt[chatToolCall]]) []ToolCall {
+	if !shape(c, name, "an array", o) {
+		return nil
+	}
+	var out []ToolCall
+	for k, e := range o.V {
+		if !e.OK {
+			kind := "null"
+			if e.Set {
+				kind = e.kind()
+			}
+			c.fail(invalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
+			return nil
+		}
+		pname := fmt.Sprintf("%s[%d].", name, k)
+		id, _ := c.str(pname+"id", e.V.ID)
+		typ, ok := c.str(pname+"type", e.V.Type)
+		if !c.failed() && ok && typ != "function" {
+			c.fail(invalidParam(pname+"type", "%stype must be \"function\", got %q", pname, typ))
+		}
+		fn := e.V.Function
+		if !c.failed() && !fn.Set {
+			c.fail(invalidParam(pname+"function", "%sfunction is required", pname))
+		}
+		if !shape(c, pname+"function", "an object", fn) {
+			return nil
+		}
+		fname, ok := c.str(pname+"function.name", fn.V.Name)
+		if !c.failed() && !ok {
+			c.fail(invalidParam(pname+"function.name", "%sfunction.name is required", pname))
+		}
+		args := ""
+		if a := fn.V.Arguments; !c.failed() && a.Set {
+			switch jsonKind(a.V) {
+			case "a string":
+				_ = json.Unmarshal(a.V, &args)
+			case "an object":
+				args = string(a.V)
+			default:
+				c.fail(invalidParam(pname+"function.arguments", "%sfunction.arguments must be a string, got %s", pname, jsonKind(a.V)))
+			}
+		}
+		if c.failed() {
+			return nil
+		}
+		out = append(out, ToolCall{ID: id, Type: "function", Name: fname, Arguments: args})
+	}
+	return out
+}
+
+// parseContent returns a message's text: the string, or its text parts joined (and then
+// the parts). Content may be absent only on assistant messages (which then carry tool
+// calls).
+func parseContent(c *check, name string, o opt[messageContent], role string) (string, []ContentPart) {
 	if c.failed() {
-		return ""
+		return "", nil
 	}
 	if !o.Set {
 		if role != "assistant" {
 			c.fail(invalidParam(name, "%s is required", name))
 		}
-		return ""
+		return "", nil
 	}
 	if !shape(c, name, "a string or an array of content parts", o) {
-		return ""
+		return "", nil
 	}
 	if o.V.parts == nil {
-		return o.V.text
+		return o.V.text, nil
 	}
+	parts := make([]ContentPart, 0, len(o.V.parts))
 	var sb strings.Builder
 	for k, p := range o.V.parts {
 		if !p.OK {
@@ -176,7 +253,7 @@ func parseContent(c *check, name string, o opt[messageContent], role string) str
 				kind = p.kind()
 			}
 			c.fail(invalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
-			return ""
+			return "", nil
 		}
 		pname := fmt.Sprintf("%s[%d].", name, k)
 		typ, _ := c.str(pname+"type", p.V.Type)
@@ -192,9 +269,10 @@ func parseContent(c *check, name string, o opt[messageContent], role string) str
 			c.fail(invalidParam(pname+"text", "%stext is required", pname))
 		}
 		if c.failed() {
-			return ""
+			return "", nil
 		}
 		sb.WriteString(text)
+		parts = append(parts, ContentPart{Type: "text", Text: text})
 	}
-	return sb.String()
+	return sb.String(), parts
 }

@@ -15,7 +15,9 @@ func NewFormats(t *tokenizer.Tokenizer, vocabSize int, eos []int32) *structured.
 }
 
 // NewTokenizer adapts a loaded model tokenizer to the server's Tokenizer interface.
-// Chat prompts are rendered with the model's chat template and tokenized without adding
+// Chat prompts are rendered with the model's chat template (with the messages' names,
+// tool calls and tool call ids; content parts as a list when the template iterates over
+// content, as vLLM decides, else as their joined text) and tokenized without adding
 // special tokens (the template writes BOS itself); with the tokenizer's plain fallback
 // format (no template in tokenizer_config.json) the usual special tokens are added.
 func NewTokenizer(t *tokenizer.Tokenizer) Tokenizer { return tokAdapter{t} }
@@ -33,8 +35,21 @@ func (a tokAdapter) VocabSize() int                              { return a.t.Vo
 
 func (a tokAdapter) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
 	tm := make([]tokenizer.Message, len(msgs))
+	parts := a.t.ChatUsesContentParts()
 	for i, m := range msgs {
-		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		tm[i] = tokenizer.Message{Role: m.Role, Content: m.Content, Name: m.Name, ToolCallID: m.ToolCallID}
+		if parts && m.Parts != nil {
+			// As vLLM's "openai" content format: a template that iterates over content
+			// gets the parts; others get the text.
+			tm[i].Parts = make([]tokenizer.ContentPart, len(m.Parts))
+			for j, p := range m.Parts {
+				tm[i].Parts[j] = tokenizer.ContentPart{Type: p.Type, Text: p.Text}
+			}
+		}
+		for _, tc := range m.ToolCalls {
+			tm[i].ToolCalls = append(tm[i].ToolCalls, tokenizer.ToolCall{ID: tc.ID, Type: tc.Type,
+				Function: tokenizer.ToolCallFunction{Name: tc.Name, Arguments: tc.Arguments}})
+		}
 	}
 	text, err := a.t.ApplyChatTemplate(tm, addGenerationPrompt)
 	if err != nil {

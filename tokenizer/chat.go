@@ -27,6 +27,8 @@ import (
 type chatTemplate struct {
 	tpl *exec.Template
 	err error // parse error, reported by every ApplyChatTemplate
+	// contentParts: the template iterates over a message's content (ChatUsesContentParts).
+	contentParts bool
 }
 
 // chatEnv is the Jinja environment of chat templates: gonja's built-ins with tojson
@@ -39,6 +41,8 @@ var chatEnv = sync.OnceValue(func() *exec.Environment {
 	_ = filters.Replace("trim", filterTrim)
 	methods := builtins.Methods
 	methods.Str = strMethods(builtins.Methods.Str)
+	methods.Dict = dictMethods(builtins.Methods.Dict)
+	exec.MapKeyOrder = registeredKeys
 	return &exec.Environment{
 		Context:           gonja.DefaultContext,
 		Filters:           filters,
@@ -51,7 +55,7 @@ var chatEnv = sync.OnceValue(func() *exec.Environment {
 // compileChatTemplate parses src with the options transformers renders chat templates with
 // (trim_blocks and lstrip_blocks on).
 func compileChatTemplate(src string) *chatTemplate {
-	ct := &chatTemplate{}
+	ct := &chatTemplate{contentParts: contentLoop.MatchString(src)}
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
@@ -94,27 +98,41 @@ type raisedError struct{ msg string }
 
 func (e *raisedError) Error() string { return e.msg }
 
-// ApplyChatTemplate renders msgs with the model's chat template (chat_template of
-// tokenizer_config.json). The template sees messages (a list of {"role", "content"}),
-// add_generation_prompt, bos_token, eos_token, unk_token, pad_token, raise_exception(msg)
-// and strftime_now(fmt).
-// A model without a template gets the fallback format described in the package
-// documentation. Template errors, including raise_exception, wrap ErrTemplate.
+// ApplyChatTemplate renders msgs with the model's chat template: ApplyChatTemplateWith
+// with no tools.
 func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.ApplyChatTemplateWith(msgs, ChatOptions{AddGenerationPrompt: addGenerationPrompt})
+}
+
+// ApplyChatTemplateWith renders msgs with the model's chat template (chat_template of
+// tokenizer_config.json). The template sees messages (a list of dicts: see Message),
+// tools (opts.Tools as a list of dicts, or none), documents (none), add_generation_prompt,
+// bos_token, eos_token, unk_token, pad_token, raise_exception(msg) and strftime_now(fmt).
+// Dicts built from JSON (tools, tool call arguments) and the message dicts keep their key
+// order in tojson and in keys(), values() and items(), as Python's dicts do.
+// A model without a template gets the fallback format described in the package
+// documentation (which ignores tools and tool calls). Template errors, including
+// raise_exception, wrap ErrTemplate.
+func (t *Tokenizer) ApplyChatTemplateWith(msgs []Message, opts ChatOptions) (string, error) {
 	if t.chat == nil {
-		return fallbackChat(msgs, addGenerationPrompt), nil
+		return fallbackChat(msgs, opts.AddGenerationPrompt), nil
 	}
 	if t.chat.err != nil {
 		return "", t.chat.err
 	}
-	messages := make([]any, len(msgs))
-	for i, m := range msgs {
-		messages[i] = map[string]any{"role": m.Role, "content": m.Content}
+	scope := &orderScope{}
+	defer scope.release()
+	messages := templateMessages(msgs, scope)
+	tools, err := templateTools(opts.Tools, scope)
+	if err != nil {
+		return "", err
 	}
 	var raised *raisedError
 	ctx := exec.NewContext(map[string]any{
 		"messages":              messages,
-		"add_generation_prompt": addGenerationPrompt,
+		"tools":                 tools,
+		"documents":             nil,
+		"add_generation_prompt": opts.AddGenerationPrompt,
 		"bos_token":             t.specialText(t.bos),
 		"eos_token":             t.specialText(t.firstEOS()),
 		"unk_token":             t.unkText,
@@ -139,7 +157,13 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 // of Encode(text, true) are added only when the rendered text does not already start with
 // the BOS token (templates usually write it themselves; the fallback format does not).
 func (t *Tokenizer) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
-	text, err := t.ApplyChatTemplate(msgs, addGenerationPrompt)
+	return t.EncodeChatWith(msgs, ChatOptions{AddGenerationPrompt: addGenerationPrompt})
+}
+
+// EncodeChatWith renders msgs with ApplyChatTemplateWith and encodes the result as
+// EncodeChat does.
+func (t *Tokenizer) EncodeChatWith(msgs []Message, opts ChatOptions) ([]int32, error) {
+	text, err := t.ApplyChatTemplateWith(msgs, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +207,15 @@ func (t *Tokenizer) specialText(id int32) string {
 func fallbackChat(msgs []Message, addGenerationPrompt bool) string {
 	var b strings.Builder
 	for _, m := range msgs {
-		b.WriteString("<|" + m.Role + "|>\n" + m.Content + "\n")
+		content := m.Content
+		if m.Parts != nil {
+			var sb strings.Builder
+			for _, p := range m.Parts {
+				sb.WriteString(p.Text)
+			}
+			content = sb.String()
+		}
+		b.WriteString("<|" + m.Role + "|>\n" + content + "\n")
 	}
 	if addGenerationPrompt {
 		b.WriteString("<|assistant|>\n")
@@ -192,9 +224,9 @@ func fallbackChat(msgs []Message, addGenerationPrompt bool) string {
 }
 
 // filterToJSON is the tojson filter as transformers defines it: json.dumps(x,
-// ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys), with the
-// difference that keys of mappings always come out sorted (the engine's mappings keep no
-// insertion order).
+// ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys). Keys of
+// mappings come out in insertion order for dict literals and the dicts built from JSON
+// and messages (keyOrders), sorted for other Go maps (which keep no order).
 func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
@@ -220,7 +252,11 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 		o.itemSep, o.keySep = v.Index(0).String(), v.Index(1).String()
 	}
 	var b strings.Builder
-	if err := o.write(&b, jsonable(in.ToGoSimpleType(true)), 0); err != nil {
+	v := jsonValue(in)
+	if a[3] != nil && a[3].IsTrue() {
+		v = sortKeys(v)
+	}
+	if err := o.write(&b, v, 0); err != nil {
 		return exec.AsValue(fmt.Errorf("tojson: %v", err))
 	}
 	return exec.AsSafeValue(b.String())
@@ -230,8 +266,8 @@ func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec
 // maps keyed by strings, slices of any and scalars.
 func jsonable(v any) any {
 	switch x := v.(type) {
-	case nil:
-		return nil
+	case nil, ordered:
+		return v
 	case *exec.Value:
 		return jsonable(x.ToGoSimpleType(true))
 	case map[string]any:
@@ -281,6 +317,27 @@ type pyJSON struct {
 	itemSep, keySep string
 }
 
+// sortKeys returns v with the keys of every object sorted (tojson's sort_keys).
+func sortKeys(v any) any {
+	switch x := v.(type) {
+	case ordered:
+		keys := append([]string(nil), x.keys...)
+		sort.Strings(keys)
+		vals := make(map[string]any, len(x.vals))
+		for k, e := range x.vals {
+			vals[k] = sortKeys(e)
+		}
+		return ordered{keys: keys, vals: vals}
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = sortKeys(e)
+		}
+		return out
+	}
+	return v
+}
+
 func (o *pyJSON) write(b *strings.Builder, v any, depth int) error {
 	newline := func(d int) {
 		if o.indent >= 0 {
@@ -302,24 +359,26 @@ func (o *pyJSON) write(b *strings.Builder, v any, depth int) error {
 		b.WriteString(x.String())
 		return nil
 	case map[string]any:
-		if len(x) == 0 {
-			b.WriteString("{}")
-			return nil
-		}
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		return o.write(b, ordered{keys: keys, vals: x}, depth)
+	case ordered:
+		if len(x.keys) == 0 {
+			b.WriteString("{}")
+			return nil
+		}
 		b.WriteByte('{')
-		for i, k := range keys {
+		for i, k := range x.keys {
 			if i > 0 {
 				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
 			o.writeString(b, k)
 			b.WriteString(o.keySep)
-			if err := o.write(b, x[k], depth+1); err != nil {
+			if err := o.write(b, jsonable(x.vals[k]), depth+1); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -97,7 +98,7 @@ func TestChatTemplateFilters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "  {\"content\": \"é <b>&\", \"role\": \"user\"}\né <b>&|{\n  \"content\": \"é <b>&\",\n  \"role\": \"user\"\n}\n"
+	want := "  {\"role\": \"user\", \"content\": \"é <b>&\"}\né <b>&|{\n  \"role\": \"user\",\n  \"content\": \"é <b>&\"\n}\n"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
@@ -233,5 +234,36 @@ func TestChatTemplateInlineConditionals(t *testing.T) {
 	}
 	if want := "<s><system>\nNote: Be brief.\n<user>\nHi there!\n<assistant>\nHello!\n<user>\nBye!\n1,3 b 2"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestChatTemplateToolsOrder renders tools, tool calls and tool results: dicts built from
+// JSON keep their key order in iteration, keys(), str() and tojson, and a message's
+// optional keys are defined only when set. The expected text is Python jinja2's (rendered
+// with transformers' tojson, messages and tools as vLLM passes them).
+func TestChatTemplateToolsOrder(t *testing.T) {
+	tk := chatFixture(t, "{% set p = tools[0].function.parameters.properties %}{% for k, v in p.items() %}{{ k }}={{ v.type }},{% endfor %}|{% for k in p %}{{ k }},{% endfor %}|{{ p.keys() | list }}|{{ p['zeta'] }}|{{ tools[0] | tojson }}|{% for m in messages %}{{ m.tool_calls is defined }},{{ m.name is defined }},{{ m.tool_call_id is defined }};{% endfor %}{{ messages[1].tool_calls[0].function.arguments }}|{{ messages[1].tool_calls[0] | tojson }}|{{ messages[2] | tojson }}")
+	tools := []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"zeta":{"type":"string","enum":["b","a"]},"alpha":{"type":"integer"},"Mid":{"type":"number","default":1.5}}}}}`)}
+	msgs := []Message{
+		{Role: "user", Content: "hi", Name: "ann"},
+		{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1", Type: "function", Function: ToolCallFunction{Name: "f", Arguments: `{"zeta": "x", "alpha": 2, "Mid": [1.0, {"y": 1, "x": null}]}`}}}},
+		{Role: "tool", Content: "ok", ToolCallID: "c1"},
+	}
+	want := "zeta=string,alpha=integer,Mid=number,|zeta,alpha,Mid,|['zeta', 'alpha', 'Mid']|{'type': 'string', 'enum': ['b', 'a']}|{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"zeta\": {\"type\": \"string\", \"enum\": [\"b\", \"a\"]}, \"alpha\": {\"type\": \"integer\"}, \"Mid\": {\"type\": \"number\", \"default\": 1.5}}}}}|False,True,False;True,False,False;False,False,True;{'zeta': 'x', 'alpha': 2, 'Mid': [1.0, {'y': 1, 'x': None}]}|{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"zeta\": \"x\", \"alpha\": 2, \"Mid\": [1.0, {\"y\": 1, \"x\": null}]}}}|{\"role\": \"tool\", \"content\": \"ok\", \"tool_call_id\": \"c1\"}"
+	got, err := tk.ApplyChatTemplateWith(msgs, ChatOptions{Tools: tools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("\n got %q\nwant %q", got, want)
+	}
+	// The orders are forgotten after the render.
+	n := 0
+	keyOrders.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("%d key orders left registered after the render", n)
+	}
+	if _, err := tk.ApplyChatTemplateWith(msgs, ChatOptions{Tools: []json.RawMessage{json.RawMessage(`{"a":`)}}); !errors.Is(err, ErrTemplate) {
+		t.Errorf("invalid tool JSON: err = %v, want ErrTemplate", err)
 	}
 }

@@ -88,13 +88,19 @@
 //
 // # Chat templates
 //
-// ApplyChatTemplate renders chat_template from tokenizer_config.json (a string, or a list
-// of {name, template} where "default" wins) with github.com/nikolalohinski/gonja/v2, with
-// trim_blocks and lstrip_blocks on as transformers renders. Templates see messages (each
-// {"role", "content"}), add_generation_prompt, bos_token, eos_token, unk_token, pad_token,
-// raise_exception(msg) and strftime_now(format). tojson is transformers' (json.dumps with
-// ensure_ascii=False, indent, separators; mapping keys come out sorted, as the engine's
-// mappings keep no insertion order), and trim and the string methods strip, lstrip,
+// ApplyChatTemplate and ApplyChatTemplateWith render chat_template from
+// tokenizer_config.json (a string, or a list of {name, template} where "default" wins)
+// with github.com/nikolalohinski/gonja/v2, with trim_blocks and lstrip_blocks on as
+// transformers renders. Templates see messages (each {"role", "content"}, content a
+// string or a list of {"type", "text"} parts, plus "tool_calls" (arguments parsed into a
+// dict when they are a JSON object, as vLLM does), "tool_call_id" and "name" when set),
+// tools (ChatOptions.Tools as a list of dicts, or none), documents (none),
+// add_generation_prompt, bos_token, eos_token, unk_token, pad_token, raise_exception(msg)
+// and strftime_now(format). Dicts keep their insertion order, as Python's do, where it is
+// known: dict literals, the message dicts and the dicts parsed from JSON (tools,
+// arguments), in tojson, str(), iteration and keys()/values()/items(); other Go maps come
+// out sorted. tojson is transformers' (json.dumps with ensure_ascii=False, indent,
+// separators, sort_keys), and trim and the string methods strip, lstrip,
 // rstrip, split, rsplit, splitlines, isspace, startswith, endswith and replace behave as
 // Python's (Python's whitespace includes U+001C..U+001F). testdata/chat_refs.json holds
 // Python jinja2's renderings of the real templates of Llama 3.1, Qwen3, Gemma 3,

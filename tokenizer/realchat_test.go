@@ -43,13 +43,62 @@ type chatRefFamily struct {
 }
 
 type chatRefCase struct {
-	Family              string    `json:"family"`
-	Name                string    `json:"name"`
-	AddGenerationPrompt bool      `json:"add_generation_prompt"`
-	Messages            []Message `json:"messages"`
-	Text                *string   `json:"text"`
-	Error               string    `json:"error"`
-	ErrorType           string    `json:"error_type"` // TemplateError: raise_exception
+	Family              string            `json:"family"`
+	Name                string            `json:"name"`
+	AddGenerationPrompt bool              `json:"add_generation_prompt"`
+	Messages            []chatRefMessage  `json:"messages"`
+	Tools               []json.RawMessage `json:"tools"`
+	Text                *string           `json:"text"`
+	Error               string            `json:"error"`
+	ErrorType           string            `json:"error_type"` // TemplateError: raise_exception
+}
+
+// chatRefMessage is a message of chat_refs.json as the OpenAI API sends it: content a
+// string or a list of text parts, tool call arguments as JSON text.
+type chatRefMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCallID string          `json:"tool_call_id"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// messages converts the messages of a case into Messages.
+func (c chatRefCase) messages(t *testing.T) []Message {
+	t.Helper()
+	out := make([]Message, len(c.Messages))
+	for i, rm := range c.Messages {
+		m := Message{Role: rm.Role, Name: rm.Name, ToolCallID: rm.ToolCallID}
+		if len(rm.Content) > 0 && rm.Content[0] == '[' {
+			var parts []struct{ Type, Text string }
+			if err := json.Unmarshal(rm.Content, &parts); err != nil {
+				t.Fatalf("%s: messages[%d].content: %v", c.Name, i, err)
+			}
+			m.Parts = []ContentPart{}
+			for _, p := range parts {
+				m.Parts = append(m.Parts, ContentPart{Type: p.Type, Text: p.Text})
+			}
+		} else if err := json.Unmarshal(rm.Content, &m.Content); err != nil {
+			t.Fatalf("%s: messages[%d].content: %v", c.Name, i, err)
+		}
+		for _, tc := range rm.ToolCalls {
+			m.ToolCalls = append(m.ToolCalls, ToolCall{ID: tc.ID, Type: tc.Type,
+				Function: ToolCallFunction{Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
+		}
+		out[i] = m
+	}
+	return out
+}
+
+func (c chatRefCase) options() ChatOptions {
+	return ChatOptions{AddGenerationPrompt: c.AddGenerationPrompt, Tools: c.Tools}
 }
 
 func loadChatRefs(t *testing.T) chatRefs {
@@ -178,7 +227,7 @@ func TestRealChatTemplates(t *testing.T) {
 			}
 			bad := 0
 			for _, c := range cases {
-				got, err := tk.ApplyChatTemplate(c.Messages, c.AddGenerationPrompt)
+				got, err := tk.ApplyChatTemplateWith(c.messages(t), c.options())
 				switch {
 				case c.Text == nil && err == nil:
 					bad++
@@ -199,6 +248,7 @@ func TestRealChatTemplates(t *testing.T) {
 			}
 			t.Logf("%s (%s): %d/%d cases differ", name, fam.TemplateSource, bad, len(cases))
 			checkEncodeChat(t, tk, name)
+			checkEncodeChatCases(t, tk, name, cases)
 		})
 	}
 }
@@ -271,6 +321,38 @@ func checkEncodeChat(t *testing.T, tk *Tokenizer, family string) {
 		t.Errorf("%s: EncodeChat has %d × BOS, want %d", family, got, wantBOS)
 	}
 	t.Logf("%s: the template writes no BOS; EncodeChat starts %v", family, ids[:min(len(ids), 4)])
+}
+
+// checkEncodeChatCases requires EncodeChatWith of every case Python renders to give the
+// ids of encoding Python's text: without special tokens when the text starts with the BOS
+// token (or the model has none), with them otherwise.
+func checkEncodeChatCases(t *testing.T, tk *Tokenizer, family string, cases []chatRefCase) {
+	t.Helper()
+	bosText := ""
+	if bos, ok := tk.BOS(); ok {
+		bosText, _ = tk.Token(bos)
+	}
+	n := 0
+	for _, c := range cases {
+		if c.Text == nil {
+			continue
+		}
+		want, err := tk.Encode(*c.Text, bosText != "" && !strings.HasPrefix(*c.Text, bosText))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tk.EncodeChatWith(c.messages(t), c.options())
+		if err != nil {
+			t.Errorf("%s: %s (gen=%v): EncodeChatWith: %v", family, c.Name, c.AddGenerationPrompt, err)
+			continue
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: %s (gen=%v): EncodeChatWith = %v, want %v", family, c.Name, c.AddGenerationPrompt, got, want)
+			continue
+		}
+		n++
+	}
+	t.Logf("%s: EncodeChatWith gives the ids of Python's text in %d cases", family, n)
 }
 
 // TestChatTemplatePythonSemantics renders the small templates of chat_refs.json

@@ -51,10 +51,41 @@ type addedMatch struct {
 	singleWord     bool
 }
 
-// Message is one chat message handed to a chat template.
+// Message is one chat message handed to a chat template. The template sees it as a dict
+// with the keys role and content (Content, or the list of Parts as {"type", "text"} dicts
+// when Parts is set), and tool_calls, tool_call_id and name only when they are set.
 type Message struct {
 	Role    string
 	Content string
+	// Parts, when non-nil, is the content as content parts; the template then sees
+	// content as the list of part dicts, as transformers passes OpenAI-style content.
+	Parts      []ContentPart
+	Name       string
+	ToolCallID string
+	ToolCalls  []ToolCall
+}
+
+// ContentPart is one content part of a message: {"type": "text", "text": ...}.
+type ContentPart struct {
+	Type string // "text" when empty
+	Text string
+}
+
+// ToolCall is one tool call of an assistant message. The template sees it as
+// {"id", "type": "function", "function": {"name", "arguments"}}, with arguments the dict
+// of Function.Arguments when that is the JSON text of an object (as vLLM parses it before
+// rendering), the string itself otherwise.
+type ToolCall struct {
+	ID       string
+	Type     string // "function" when empty
+	Function ToolCallFunction
+}
+
+// ToolCallFunction is the function a tool call calls: its name and the raw JSON text of
+// its arguments.
+type ToolCallFunction struct {
+	Name      string
+	Arguments string
 }
 
 // Encode turns text into token ids. Added tokens (such as "<|im_start|>") are matched as

@@ -69,7 +69,8 @@ def m(role, content):
     return {"role": role, "content": content}
 
 
-# name -> messages. Contents are strings only (Conveyor's Message has Role and Content).
+# name -> messages: plain conversations (string contents). TOOL_CORPUS below has tool calls,
+# tool results, tools, content parts and names.
 CORPUS = [
     ("system_user", [m("system", "You are a helpful assistant."), m("user", "What is the capital of France?")]),
     ("user_only", [m("user", "Hello!")]),
@@ -115,6 +116,108 @@ CORPUS = [
 ]
 
 
+# Two tools with nested parameters (OpenAI tool objects, as a request's tools).
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "location": {"type": "object", "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Zürich"},
+                "country": {"type": "string", "enum": ["FR", "DE", "JP"]}}, "required": ["city"]},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"}},
+            "required": ["location"]}}},
+    {"type": "function", "function": {
+        "name": "search_docs", "description": "Search the documentation — «quoted» \"text\".",
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string"},
+            "filters": {"type": "object", "properties": {
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 50},
+                "score": {"type": "number", "default": 0.5}}}},
+            "required": ["query"]}}},
+]
+
+
+def call(id, name, args):
+    """A tool call as the OpenAI API sends it: arguments as JSON text (keys in the given order)."""
+    return {"id": id, "type": "function",
+            "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
+
+
+def assistant_calls(content, *calls):
+    return {"role": "assistant", "content": content, "tool_calls": list(calls)}
+
+
+def tool(call_id, content):
+    return {"role": "tool", "content": content, "tool_call_id": call_id}
+
+
+def parts(*texts):
+    return [{"type": "text", "text": t} for t in texts]
+
+
+WEATHER_CALL = call("call_1", "get_weather", {"unit": "celsius", "location": {"country": "FR", "city": "Paris"}})
+SEARCH_CALL = call("call_2", "search_docs", {"query": "tokenizer", "filters": {"tags": ["go", "é"], "max_results": 5, "score": 1.0}})
+
+# name -> (messages as the OpenAI API sends them, tools or None). Rendered as vLLM passes them
+# to the template (render_messages): tool call arguments that are the JSON text of an object
+# parsed into a dict, everything else as it is.
+TOOL_CORPUS = [
+    ("tools_call_result", [
+        m("system", "You are a weather bot."), m("user", "Weather in Paris?"),
+        assistant_calls("", WEATHER_CALL), tool("call_1", '{"temperature": 21, "sky": "clear"}'),
+        m("assistant", "It is 21 °C and clear."), m("user", "Thanks!"),
+    ], TOOLS),
+    ("tools_parallel_calls", [
+        m("user", "Weather in Paris, and docs about the tokenizer?"),
+        assistant_calls("Let me check both.", WEATHER_CALL, SEARCH_CALL),
+        tool("call_1", "21 °C"), tool("call_2", "[\"doc1\", \"doc2\"]"),
+    ], TOOLS),
+    ("tools_user_only", [m("user", "Hi, what can you do?")], TOOLS),
+    ("tools_think_calls", [
+        m("user", "Weather?"),
+        assistant_calls("<think>\nI should call the tool.\n</think>\n\n", WEATHER_CALL),
+        tool("call_1", "sunny"),
+    ], TOOLS),
+    ("tool_history_no_tools", [
+        m("system", "Be brief."), m("user", "Weather in Paris?"),
+        assistant_calls("", WEATHER_CALL), tool("call_1", "21 °C"), m("assistant", "21 °C."), m("user", "ok"),
+    ], None),
+    ("tool_call_string_arguments", [
+        m("user", "x"), assistant_calls("", call("call_9", "search_docs", "not json {")), tool("call_9", "r"),
+    ], TOOLS),
+    ("content_parts", [
+        m("system", parts("You are terse.")), m("user", parts("Describe ", "this.")),
+        m("assistant", "Done."), m("user", parts("And again?")),
+    ], None),
+    ("user_name", [
+        m("system", "Group chat."), {"role": "user", "content": "Hi, I'm Ann.", "name": "ann"},
+        m("assistant", "Hello Ann."), {"role": "user", "content": "And I'm Bob.", "name": "bob"},
+    ], None),
+]
+
+
+def render_messages(msgs):
+    """msgs as vLLM hands them to the template: tool call arguments that are a JSON object parsed."""
+    out = []
+    for msg in msgs:
+        msg = dict(msg)
+        if "tool_calls" in msg:
+            calls = []
+            for c in msg["tool_calls"]:
+                c = dict(c, function=dict(c["function"]))
+                try:
+                    args = json.loads(c["function"]["arguments"])
+                except ValueError:
+                    args = None
+                if isinstance(args, dict):
+                    c["function"]["arguments"] = args
+                calls.append(c)
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
+
+
 # Small templates on the Python semantics chat templates rely on (string methods and filters,
 # string literals, arithmetic, loops), rendered with EXPRESSION_VARS. Conveyor's test renders
 # them with a tokenizer whose bos_token is "<s>" and eos_token "</s>".
@@ -153,15 +256,16 @@ EXPRESSIONS = [
     "{% set ns = namespace(n=0) %}{% for m in messages[::-1] %}{% set ns.n = ns.n + loop.index %}{% endfor %}{{ ns.n }}|{{ messages | selectattr('role', 'equalto', 'user') | list | length }}|{{ messages | map(attribute='role') | join(',') }}",
     "{{ messages[0].get('x', 'd') }}|{{ (messages | last).role }}|{{ 'u' in messages[0].role }}|{{ x | default('d') }}|{{ messages[0].content is string }}|{{ messages is iterable }}|{{ messages[0]['content'] is defined }}|{{ messages[0].reasoning is defined }}",
     "{% for i in range(6) %}{% if i == 1 %}{% continue %}{% elif i == 4 %}{% break %}{% endif %}{{ i }}{{ ',' if not loop.last }}{% endfor %}|{{ messages[-1]['content'] | upper }}|{{ 'x' * 3 }}|{{ [1, 2] + [3] }}|{{ 'a' ~ 1 }}",
+    # Dicts keep their insertion order (messages, dict literals) in tojson and items().
+    "{{ messages[0] | tojson }}|{% for k, v in {'b': 1, 'a': 2}.items() %}{{ k }}{% endfor %}|{{ {'b': 1, 'a': 2} | tojson }}|{{ {'b': 1, 'a': {'d': 1, 'c': 2}} | tojson(sort_keys=true) }}|{{ {'b': 1, 'a': 2}.keys() | list }}",
+    "{{ {'b': 1, 'a': 2} }}|{% for k in {'b': 1, 'a': 2} %}{{ k }}{% endfor %}|{% for k in messages[0] %}{{ k }},{% endfor %}|{{ messages[0] }}|{{ messages[0].values() | list }}",
     "{%- for m in messages %}\n  {{- m.role }}\n  {% if m.content %}[{{ m.content }}]{% endif %}\n{% endfor -%}\n{{ bos_token }}{{ eos_token }}",
 ]
 
 # Known differences of Conveyor's engine (tokenizer/realchat_test.go logs them instead of
-# failing): None renders as "", tuples as lists, mappings keep no insertion order (tojson
-# and items() sort the keys), and str % args is not supported.
+# failing): None renders as "", tuples as lists, and str % args is not supported.
 KNOWN_DIFFERENCES = [
     "{{ none }}|{{ [1, none, true] }}|{{ (1, 2) }}",
-    "{{ messages[0] | tojson }}|{% for k, v in {'b': 1, 'a': 2}.items() %}{{ k }}{% endfor %}|{{ {'b': 1, 'a': 2} | tojson }}",
     "{{ '%s-%d' % ('a', 3) }}",
 ]
 
@@ -216,11 +320,14 @@ def main():
             info["template"] = embedded
         families[family] = info
         tpl = compile_template(src)
-        for name, msgs in CORPUS:
+        corpus = [(name, msgs, None) for name, msgs in CORPUS] + TOOL_CORPUS
+        for name, msgs, tools in corpus:
             for gen in (True, False):
                 case = {"family": family, "name": name, "add_generation_prompt": gen, "messages": msgs}
+                if tools is not None:
+                    case["tools"] = tools
                 try:
-                    case["text"] = tpl.render(messages=msgs, tools=None, documents=None,
+                    case["text"] = tpl.render(messages=render_messages(msgs), tools=tools, documents=None,
                                               add_generation_prompt=gen, **variables)
                 except Exception as e:  # noqa: BLE001 - the message is the reference
                     case["error"] = str(e)

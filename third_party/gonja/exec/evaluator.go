@@ -129,6 +129,10 @@ func (e *Evaluator) evalBinaryExpression(node *nodes.BinaryExpression) *Value {
 			return AsValue(left.Float() + right.Float())
 		}
 
+		if left.IsString() && (right.IsList() || right.IsDict()) || right.IsString() && left.IsDict() {
+			// As Python: str + list (or dict) is a TypeError.
+			return AsValue(errors.Errorf(`can only concatenate str (not "%s") to str`, map[bool]string{true: "list", false: "dict"}[right.IsList()]))
+		}
 		if left.IsString() || right.IsString() {
 			return AsValue(left.String() + right.String())
 		}

@@ -279,7 +279,18 @@ func (v *Value) String() string {
 		return out.String()
 	case reflect.Map:
 		pairs := []string{}
-		for _, key := range resolved.MapKeys() {
+		keys := resolved.MapKeys()
+		ordered := false
+		if m, ok := resolved.Interface().(map[string]any); ok && MapKeyOrder != nil {
+			if order := MapKeyOrder(m); order != nil {
+				keys = keys[:0]
+				for _, k := range order {
+					keys = append(keys, reflect.ValueOf(k))
+				}
+				ordered = true
+			}
+		}
+		for _, key := range keys {
 			keyLabel := key.String()
 			if key.Kind() == reflect.String {
 				keyLabel = pyRepr(keyLabel)
@@ -294,7 +305,9 @@ func (v *Value) String() string {
 			pair := fmt.Sprintf(`%s: %s`, keyLabel, valueLabel)
 			pairs = append(pairs, pair)
 		}
-		sort.Strings(pairs)
+		if !ordered {
+			sort.Strings(pairs)
+		}
 		return fmt.Sprintf("{%s}", strings.Join(pairs, ", "))
 	}
 
@@ -1004,12 +1017,25 @@ func (v *Value) Keys() ValuesList {
 	} else if resolved.Kind() != reflect.Map {
 		return keys
 	}
+	if m, ok := resolved.Interface().(map[string]any); ok && MapKeyOrder != nil {
+		if order := MapKeyOrder(m); order != nil {
+			for _, k := range order {
+				keys = append(keys, &Value{Val: reflect.ValueOf(k)})
+			}
+			return keys
+		}
+	}
 	for _, key := range resolved.MapKeys() {
 		keys = append(keys, &Value{Val: key})
 	}
 	sort.Sort(CaseInsensitive(keys))
 	return keys
 }
+
+// MapKeyOrder, when set, returns the keys of a map[string]any in the order its text and
+// iteration are to follow (a dict's insertion order, which Go's maps do not keep), or nil
+// for the default (sorted) order.
+var MapKeyOrder func(m map[string]any) []string
 
 func (v *Value) Items() []*Pair {
 	out := []*Pair{}

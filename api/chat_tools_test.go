@@ -1,0 +1,138 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/tokenizer"
+)
+
+// chatRefCase is a case of tokenizer/testdata/chat_refs.json (written by
+// tokenizer/testdata/gen_chat_refs.py): messages as the OpenAI API sends them and the text
+// Python's jinja2 renders with the family's real chat template.
+type chatRefCase struct {
+	Family              string            `json:"family"`
+	Name                string            `json:"name"`
+	AddGenerationPrompt bool              `json:"add_generation_prompt"`
+	Messages            json.RawMessage   `json:"messages"`
+	Tools               []json.RawMessage `json:"tools"`
+	Text                *string           `json:"text"`
+}
+
+// realChatTokenizer loads the real tokenizer files of family from
+// $CONVEYOR_TOKENIZER_FILES, skipping the test when they are absent.
+func realChatTokenizer(t *testing.T, family string) *tokenizer.Tokenizer {
+	t.Helper()
+	root := os.Getenv("CONVEYOR_TOKENIZER_FILES")
+	if root == "" {
+		t.Skip("CONVEYOR_TOKENIZER_FILES is not set")
+	}
+	dir := filepath.Join(root, family)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Skipf("no %s tokenizer files: %v", family, err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func chatRefCaseNamed(t *testing.T, family, name string, gen bool) chatRefCase {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "chat_refs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs struct {
+		Cases []chatRefCase `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &refs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range refs.Cases {
+		if c.Family == family && c.Name == name && c.AddGenerationPrompt == gen {
+			if c.Text == nil {
+				t.Fatalf("chat_refs.json: %s/%s raises", family, name)
+			}
+			return c
+		}
+	}
+	t.Fatalf("chat_refs.json has no case %s/%s (gen=%v)", family, name, gen)
+	return chatRefCase{}
+}
+
+// TestTokenizeChatHistoryMatchesPython posts histories with tool calls, tool results,
+// names and content parts to /tokenize with the real tokenizer files and requires exactly
+// the ids of encoding the text Python's jinja2 renders (transformers' apply_chat_template,
+// tool call arguments parsed as vLLM does).
+func TestTokenizeChatHistoryMatchesPython(t *testing.T) {
+	for _, tc := range []struct {
+		family, name string
+		gen          bool
+	}{
+		{"qwen3", "tool_history_no_tools", true},
+		{"qwen3", "tool_history_no_tools", false},
+		{"qwen3", "user_name", true},
+		{"llama3_1", "tool_history_no_tools", true},
+		{"gemma3", "content_parts", true}, // gemma3's template iterates over content: parts
+	} {
+		t.Run(tc.family+"/"+tc.name, func(t *testing.T) {
+			tok := realChatTokenizer(t, tc.family)
+			c := chatRefCaseNamed(t, tc.family, tc.name, tc.gen)
+			if len(c.Tools) != 0 {
+				t.Fatalf("%s has tools, which the API refuses", tc.name)
+			}
+			s := newTestServer(t, nil, nil)
+			s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: NewTokenizer(tok), MaxModelLen: 1 << 16})
+			body := `{"messages":` + string(c.Messages) + `,"add_generation_prompt":` + map[bool]string{true: "true", false: "false"}[tc.gen] + `}`
+			rec := do(t, s.Handler(), "POST", "/tokenize", body)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			var got struct{ Tokens []int32 }
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			want, err := tok.Encode(*c.Text, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equalIDs(got.Tokens, want) {
+				t.Fatalf("/tokenize = %v\nwant %v (the ids of %q)", got.Tokens, want, *c.Text)
+			}
+			if strings.Contains(tc.name, "tool") && !strings.Contains(*c.Text, "get_weather") && tc.family == "qwen3" {
+				t.Fatalf("the reference does not render the tool call: %q", *c.Text)
+			}
+		})
+	}
+}
+
+// TestChatToolCallsValidation: malformed tool_calls are a 400 naming them; non-empty tools
+// are still refused.
+func TestChatToolCallsValidation(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	for _, tc := range []struct{ body, want string }{
+		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":{}}]}`, "messages[0].tool_calls must be an array"},
+		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[1]}]}`, "messages[0].tool_calls[0] must be an object"},
+		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"type":"function"}]}]}`, "function is required"},
+		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"type":"x","function":{"name":"f"}}]}]}`, "tool_calls[0].type must be"},
+		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, "function.name is required"},
+		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":1}}]}]}`, "function.arguments must be a string"},
+		{`{"model":"test-model","messages":[{"role":"tool","content":"x","tool_call_id":5}]}`, "messages[0].tool_call_id must be a string"},
+		{`{"model":"test-model","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools are not supported"},
+	} {
+		rec := do(t, s.Handler(), "POST", "/v1/chat/completions", tc.body)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s: status %d %s, want 400 carrying %q", tc.body, rec.Code, rec.Body, tc.want)
+		}
+	}
+	ok := `{"model":"test-model","max_tokens":1,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"tools":[]}`
+	if rec := do(t, s.Handler(), "POST", "/v1/chat/completions", ok); rec.Code != http.StatusOK {
+		t.Errorf("a history with tool calls: status %d %s", rec.Code, rec.Body)
+	}
+}
