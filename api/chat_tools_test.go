@@ -136,3 +136,80 @@ func TestChatToolCallsValidation(t *testing.T) {
 		t.Errorf("a history with tool calls: status %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestTokenizeTextsMatchReferences posts every text of the tokenizer corpus
+// (tokenizer/testdata/hf_refs.json: 307 texts, ids from an independent implementation
+// of the Hugging Face tokenizers) to /tokenize with each family's real tokenizer files:
+// the ids must be the reference's, special tokens added as the files say.
+func TestTokenizeTextsMatchReferences(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "hf_refs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs struct {
+		AddSpecialTokens bool                 `json:"add_special_tokens"`
+		Texts            []string             `json:"texts"`
+		IDs              map[string][][]int32 `json:"ids"`
+	}
+	if err := json.Unmarshal(raw, &refs); err != nil {
+		t.Fatal(err)
+	}
+	for family, want := range refs.IDs {
+		t.Run(family, func(t *testing.T) {
+			tok := realChatTokenizer(t, family)
+			s := newTestServer(t, nil, nil)
+			s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: NewTokenizer(tok), MaxModelLen: 1 << 20})
+			for i, text := range refs.Texts {
+				body, _ := json.Marshal(map[string]any{"prompt": text, "add_special_tokens": refs.AddSpecialTokens})
+				rec := do(t, s.Handler(), "POST", "/tokenize", string(body))
+				if rec.Code != http.StatusOK {
+					if len(want[i]) == 0 && rec.Code == http.StatusBadRequest {
+						continue // an empty prompt is a 400, as the completions endpoint answers it
+					}
+					t.Fatalf("text %d: status %d: %s", i, rec.Code, rec.Body)
+				}
+				var got struct {
+					Tokens []int32 `json:"tokens"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+					t.Fatal(err)
+				}
+				if !slicesEqual(got.Tokens, want[i]) {
+					t.Fatalf("text %d %q: /tokenize gives %v, want %v", i, text, got.Tokens, want[i])
+				}
+			}
+		})
+	}
+}
+
+func slicesEqual(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTemplateRaiseIs400 sends Gemma 3's template a conversation it refuses (roles must
+// alternate): the answer is a 400 carrying the template's own message, on the chat
+// endpoint and /tokenize alike.
+func TestTemplateRaiseIs400(t *testing.T) {
+	tok := realChatTokenizer(t, "gemma3")
+	s := newTestServer(t, nil, nil)
+	s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: NewTokenizer(tok), MaxModelLen: 4096})
+	msgs := `[{"role":"user","content":"a"},{"role":"user","content":"b"}]`
+	for _, req := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"test-model","max_tokens":1,"messages":` + msgs + `}`},
+		{"/tokenize", `{"messages":` + msgs + `}`},
+	} {
+		rec := do(t, s.Handler(), "POST", req.path, req.body)
+		e := errorObject(t, rec.Body.Bytes())
+		if rec.Code != http.StatusBadRequest || !strings.Contains(e["message"].(string), "alternate") {
+			t.Errorf("%s: status %d, error %v; want a 400 carrying the template's message", req.path, rec.Code, e)
+		}
+	}
+}
