@@ -124,7 +124,7 @@ func TestChatToolCallsValidation(t *testing.T) {
 		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, "function.name is required"},
 		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":1}}]}]}`, "function.arguments must be a string"},
 		{`{"model":"test-model","messages":[{"role":"tool","content":"x","tool_call_id":5}]}`, "messages[0].tool_call_id must be a string"},
-		{`{"model":"test-model","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools are not supported"},
+		{`{"model":"test-model","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"}`, "tool_choice"},
 	} {
 		rec := do(t, s.Handler(), "POST", "/v1/chat/completions", tc.body)
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), tc.want) {

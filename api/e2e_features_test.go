@@ -141,8 +141,8 @@ func TestE2EStructuredOutput(t *testing.T) {
 }
 
 // TestE2EUnsupportedFeaturesAreRefused: {"type":"text"} is served; a schema keyword
-// the compiler does not implement, under strict, and a tool are refused with a 400
-// naming the parameter.
+// the compiler does not implement, under strict, and a tool_choice naming a tool that is
+// not in tools are refused with a 400 naming the parameter.
 func TestE2EUnsupportedFeaturesAreRefused(t *testing.T) {
 	e := startE2E(t, nil, nil)
 	ctx := context.Background()
@@ -165,8 +165,10 @@ func TestE2EUnsupportedFeaturesAreRefused(t *testing.T) {
 				JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "x", Strict: openai.Bool(true),
 					Schema: map[string]any{"type": "string", "pattern": "^[a-z]+$"}}}}
 		}},
-		{"tools", "tools", "unsupported_parameter", "tools", func(p *openai.ChatCompletionNewParams) {
+		{"named tool not in tools", "tool_choice", "invalid_value", "not in tools", func(p *openai.ChatCompletionNewParams) {
 			p.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "lookup"})}
+			p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{
+				Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "other"}}}
 		}},
 	} {
 		p := base

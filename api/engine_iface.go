@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/engine/structured"
@@ -59,6 +60,14 @@ type Tokenizer interface {
 	EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error)
 }
 
+// ToolTemplater is an optional Tokenizer capability: rendering a chat with the request's
+// tools passed to the template (as vLLM passes request.tools), and the template's text,
+// from which the tool-call format is chosen.
+type ToolTemplater interface {
+	EncodeChatTools(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error)
+	ChatTemplateSource() string
+}
+
 // TokenByter is an optional Tokenizer capability: the raw bytes of one token and whether
 // it is a special token (left out of generated text). The chat logprobs' "bytes" field
 // then carries a token's own bytes even when it holds only part of a multi-byte character
@@ -79,6 +88,9 @@ type Backend struct {
 	// Quantization and KVCacheDType describe the served weights ("none", "int8",
 	// "int4") and KV cache ("float32", "float16") in /v1/models; empty leaves them out.
 	Quantization, KVCacheDType string
+	// ToolCallParser names the tool-call format (hermes, llama3_json, mistral, generic);
+	// empty chooses it from the chat template.
+	ToolCallParser string
 	// Formats compiles response_format into structured-output constraints over the
 	// model's vocabulary; nil refuses the JSON formats.
 	Formats *structured.Cache

@@ -121,7 +121,7 @@ var badCases = []badCase{
 	{"chat max_completion_tokens zero", "POST", chp, chat(`,"max_completion_tokens":0`), 400, "max_completion_tokens"},
 	{"chat response_format json_object", "POST", chp, chat(`,"response_format":{"type":"json_object"}`), 400, "response_format"},
 	{"chat response_format string", "POST", chp, chat(`,"response_format":"json"`), 400, "response_format"},
-	{"chat tools", "POST", chp, chat(`,"tools":[{"type":"function","function":{"name":"f"}}]`), 400, "tools"},
+	{"chat tools", "POST", chp, chat(`,"tools":[{"type":"function","function":{"name":""}}]`), 400, "tools"},
 	{"chat tool_choice required", "POST", chp, chat(`,"tool_choice":"required"`), 400, "tool_choice"},
 	{"chat audio", "POST", chp, chat(`,"modalities":["text","audio"],"audio":{"voice":"alloy","format":"wav"}`), 400, "modalities"},
 	{"chat store", "POST", chp, chat(`,"store":true`), 400, "store"},

@@ -74,6 +74,7 @@ var chatRoles = map[string]bool{"system": true, "developer": true, "user": true,
 type parsedChat struct {
 	generation
 	prompt []int32
+	tools  *toolPlan // nil: no tool calls asked for
 }
 
 // parseChat validates a /v1/chat/completions request and renders its prompt.
@@ -86,6 +87,7 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
 	w.chatFeatures.check(c)
 	msgs := parseMessages(c, w.Messages)
+	plan, parallel := parseTools(c, &w.chatFeatures, b)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -98,7 +100,23 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	if logprobs {
 		r.params.Logprobs = max(int(top), 0)
 	}
-	ids, err := renderChat(b, msgs, addGen)
+	if plan != nil {
+		con, err := plan.constraint(b, parallel)
+		if err != nil {
+			return nil, err
+		}
+		if con != nil {
+			if r.params.Constraint != nil {
+				return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", plan.choice)
+			}
+			r.params.Constraint = con
+		}
+		if plan.format.Name == "generic" {
+			msgs = withToolsSystemPrompt(msgs, plan.systemPrompt())
+		}
+		r.tools = plan
+	}
+	ids, err := renderChat(b, msgs, addGen, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +127,16 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	return r, nil
 }
 
-// renderChat renders messages through the chat template into token ids.
-func renderChat(b *Backend, msgs []Message, addGen bool) ([]int32, error) {
-	ids, err := b.Tokenizer.EncodeChat(msgs, addGen)
+// renderChat renders messages through the chat template into token ids, with the
+// request's tools when the template can take them.
+func renderChat(b *Backend, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
+	var ids []int32
+	var err error
+	if tt, ok := b.Tokenizer.(ToolTemplater); ok && plan != nil {
+		ids, err = tt.EncodeChatTools(msgs, addGen, plan.raw)
+	} else {
+		ids, err = b.Tokenizer.EncodeChat(msgs, addGen)
+	}
 	if err != nil {
 		return nil, invalidParam("messages", "the messages could not be rendered with the chat template: %v", err)
 	}
@@ -275,4 +300,17 @@ func parseContent(c *check, name string, o opt[messageContent], role string) (st
 		parts = append(parts, ContentPart{Type: "text", Text: text})
 	}
 	return sb.String(), parts
+}
+
+// withToolsSystemPrompt puts the tools' description at the start of the system message
+// (adding one when there is none), for templates that know no tools.
+func withToolsSystemPrompt(msgs []Message, prompt string) []Message {
+	out := make([]Message, 0, len(msgs)+1)
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		first := msgs[0]
+		first.Content = prompt + "\n" + first.Content
+		first.Parts = nil
+		return append(append(out, first), msgs[1:]...)
+	}
+	return append(append(out, Message{Role: "system", Content: prompt}), msgs...)
 }

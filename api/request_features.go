@@ -103,7 +103,7 @@ func validSchemaName(name string) bool {
 // chatFeatures are the chat members beyond sampling: tools, other modalities, and the
 // hints and bookkeeping of OpenAI's platform.
 type chatFeatures struct {
-	// Refused when they ask for anything: Conveyor calls no tools and functions.
+	// Tool calling (tools.go: parseTools); the deprecated functions are refused.
 	Tools             opt[[]json.RawMessage] `json:"tools"`
 	ToolChoice        opt[json.RawMessage]   `json:"tool_choice"`
 	Functions         opt[[]json.RawMessage] `json:"functions"`
@@ -131,15 +131,11 @@ type chatFeatures struct {
 
 // check validates the chat features: what Conveyor does not do is refused by name.
 func (f *chatFeatures) check(c *check) {
-	if shape(c, "tools", "an array", f.Tools) && len(f.Tools.V) > 0 {
-		c.fail(unsupportedParam("tools", "tools are not supported: Conveyor does not call tools"))
-	}
-	checkChoice(c, "tool_choice", f.ToolChoice, "a tool")
+	// tools, tool_choice and parallel_tool_calls: parseTools.
 	if shape(c, "functions", "an array", f.Functions) && len(f.Functions.V) > 0 {
 		c.fail(unsupportedParam("functions", "functions are not supported: Conveyor does not call functions"))
 	}
 	checkChoice(c, "function_call", f.FunctionCall, "a function")
-	c.boolean("parallel_tool_calls", f.ParallelToolCalls, false)
 
 	if shape(c, "modalities", "an array of strings", f.Modalities) {
 		for _, m := range f.Modalities.V {

@@ -58,13 +58,15 @@ func toChatLogprobs(tls []engine.TokenLogprob, tok Tokenizer) []chatLogprob {
 }
 
 type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"` // null when the reply is only tool calls
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string        `json:"role,omitempty"`
+	Content   *string       `json:"content,omitempty"`
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type chatChoice struct {
@@ -96,16 +98,22 @@ type chatAcc struct {
 // chatOutput is the converter of /v1/chat/completions. Streamed, a choice opens with a
 // delta {"role":"assistant","content":""}, carries its text in content deltas and ends
 // with an empty delta and the finish reason.
+//
+// With tools, a choice's text is held back until it finishes: then the calls found in it
+// (in the request's tool-call format) become message.tool_calls — streamed as OpenAI
+// does, each call's id and name first, then its arguments — with finish_reason
+// "tool_calls"; text outside the calls (or a reply without calls) is the content.
 type chatOutput struct {
 	stream bool
 	tok    Tokenizer
 	wantLP bool
 	base   chatResponse
 	accs   []chatAcc
+	tools  *toolPlan
 }
 
 func newChatOutput(req *parsedChat, tok Tokenizer, base chatResponse) *chatOutput {
-	o := &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N)}
+	o := &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N), tools: req.tools}
 	o.base.Object = "chat.completion"
 	if req.stream {
 		o.base.Object = "chat.completion.chunk"
@@ -118,7 +126,7 @@ func newChatOutput(req *parsedChat, tok Tokenizer, base chatResponse) *chatOutpu
 
 func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 	a := &o.accs[ev.Index]
-	if !o.stream {
+	if !o.stream || o.tools != nil {
 		a.text.WriteString(ev.Text)
 		if o.wantLP {
 			if a.logprobs == nil {
@@ -128,6 +136,9 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 		}
 		if ev.FinishReason != "" {
 			a.finish = ev.FinishReason
+		}
+		if o.stream && ev.FinishReason != "" {
+			return o.finishTools(ev.Index)
 		}
 		return nil
 	}
@@ -159,11 +170,21 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 func (o *chatOutput) body(u usageJSON) any {
 	resp := o.base
 	for j := range o.accs {
+		text := o.accs[j].text.String()
+		msg := &chatMessageOut{Role: "assistant", Content: &text}
+		finish := finishReason(o.accs[j].finish)
+		if content, calls := o.calls(j); len(calls) > 0 {
+			msg.ToolCalls, finish = calls, toolCallsFinish()
+			msg.Content = nil
+			if content != "" {
+				msg.Content = &content
+			}
+		}
 		resp.Choices = append(resp.Choices, chatChoice{
 			Index:        j,
-			Message:      &chatMessageOut{Role: "assistant", Content: o.accs[j].text.String()},
+			Message:      msg,
 			Logprobs:     o.accs[j].logprobs,
-			FinishReason: finishReason(o.accs[j].finish),
+			FinishReason: finish,
 		})
 	}
 	resp.Usage = rawJSON(u)
@@ -175,4 +196,56 @@ func (o *chatOutput) usageChunk(u usageJSON) any {
 	chunk.Choices = []chatChoice{}
 	chunk.Usage = rawJSON(u)
 	return chunk
+}
+
+// calls returns choice j's content and tool calls when the request has tools and the
+// finished text holds calls; otherwise no calls.
+func (o *chatOutput) calls(j int) (string, []toolCallOut) {
+	if o.tools == nil {
+		return "", nil
+	}
+	content, calls := o.tools.format.Parse(o.accs[j].text.String())
+	out := make([]toolCallOut, len(calls))
+	for i, c := range calls {
+		out[i] = toolCallOut{ID: newToolCallID(), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
+	}
+	return content, out
+}
+
+// finishTools streams choice j's held-back reply once it finished: its opening delta,
+// its content, its tool calls (id and name, then the arguments) and the finish reason.
+func (o *chatOutput) finishTools(j int) []any {
+	a := &o.accs[j]
+	var chunks []any
+	send := func(ch chatChoice) {
+		chunk := o.base
+		chunk.Choices = []chatChoice{ch}
+		chunks = append(chunks, chunk)
+	}
+	empty := ""
+	send(chatChoice{Index: j, Delta: &chatDelta{Role: "assistant", Content: &empty}})
+	content, calls := o.calls(j)
+	if len(calls) == 0 {
+		content = a.text.String()
+	}
+	if content != "" || a.logprobs != nil {
+		send(chatChoice{Index: j, Delta: &chatDelta{Content: &content}, Logprobs: a.logprobs})
+	}
+	for i, c := range calls {
+		i := i
+		send(chatChoice{Index: j, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, ID: c.ID, Type: "function",
+			Function: toolCallFunction{Name: c.Function.Name, Arguments: ""}}}}})
+		send(chatChoice{Index: j, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, Function: toolCallFunction{Arguments: c.Function.Arguments}}}}})
+	}
+	finish := finishReason(a.finish)
+	if len(calls) > 0 {
+		finish = toolCallsFinish()
+	}
+	send(chatChoice{Index: j, Delta: &chatDelta{}, FinishReason: finish})
+	return chunks
+}
+
+func toolCallsFinish() *string {
+	s := "tool_calls"
+	return &s
 }

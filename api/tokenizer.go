@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+
 	"github.com/conveyor-llm/conveyor/engine/structured"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
@@ -34,6 +36,10 @@ func (a tokAdapter) IsSpecial(id int32) bool                     { return a.t.Is
 func (a tokAdapter) VocabSize() int                              { return a.t.VocabSize() }
 
 func (a tokAdapter) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
+	return a.encodeChat(msgs, addGenerationPrompt, nil)
+}
+
+func (a tokAdapter) encodeChat(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error) {
 	tm := make([]tokenizer.Message, len(msgs))
 	parts := a.t.ChatUsesContentParts()
 	for i, m := range msgs {
@@ -51,9 +57,18 @@ func (a tokAdapter) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int3
 				Function: tokenizer.ToolCallFunction{Name: tc.Name, Arguments: tc.Arguments}})
 		}
 	}
-	text, err := a.t.ApplyChatTemplate(tm, addGenerationPrompt)
+	text, err := a.t.ApplyChatTemplateWith(tm, tokenizer.ChatOptions{AddGenerationPrompt: addGenerationPrompt, Tools: tools})
 	if err != nil {
 		return nil, err
 	}
 	return a.t.Encode(text, !a.t.HasChatTemplate())
 }
+
+// EncodeChatTools implements ToolTemplater: EncodeChat with the request's tools passed
+// to the template.
+func (a tokAdapter) EncodeChatTools(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error) {
+	return a.encodeChat(msgs, addGenerationPrompt, tools)
+}
+
+// ChatTemplateSource implements ToolTemplater.
+func (a tokAdapter) ChatTemplateSource() string { return a.t.ChatTemplateSource() }

@@ -29,6 +29,7 @@ type chatTemplate struct {
 	err error // parse error, reported by every ApplyChatTemplate
 	// contentParts: the template iterates over a message's content (ChatUsesContentParts).
 	contentParts bool
+	src          string
 }
 
 // chatEnv is the Jinja environment of chat templates: gonja's built-ins with tojson
@@ -55,7 +56,7 @@ var chatEnv = sync.OnceValue(func() *exec.Environment {
 // compileChatTemplate parses src with the options transformers renders chat templates with
 // (trim_blocks and lstrip_blocks on).
 func compileChatTemplate(src string) *chatTemplate {
-	ct := &chatTemplate{contentParts: contentLoop.MatchString(src)}
+	ct := &chatTemplate{contentParts: contentLoop.MatchString(src), src: src}
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
@@ -184,6 +185,14 @@ func renderSafely(tpl *exec.Template, ctx *exec.Context) (out string, err error)
 // HasChatTemplate reports whether the model ships a chat template (else ApplyChatTemplate
 // uses the fallback format).
 func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil }
+
+// ChatTemplateSource returns the chat template's text ("" without one).
+func (t *Tokenizer) ChatTemplateSource() string {
+	if t.chat == nil {
+		return ""
+	}
+	return t.chat.src
+}
 
 func (t *Tokenizer) firstEOS() int32 {
 	if len(t.eos) == 0 {

@@ -65,7 +65,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		dir: dir, runner: runner, eng: eng, stopEngine: stopEngine, quantization: quantization, start: start,
 		backend: api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
 			Quantization: quantization, KVCacheDType: runner.Spec().KVDType.String(),
-			Formats: api.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())},
+			Formats: api.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs()), ToolCallParser: o.toolCallParser},
 	}, nil
 }
 

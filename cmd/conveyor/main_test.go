@@ -53,6 +53,7 @@ func TestRunMainErrorsAreOneLine(t *testing.T) {
 		{[]string{"perplexity", "--model", "x"}, "conveyor: perplexity: --model and --file are required"},
 		{[]string{"perplexity", "--model", "x", "--file", "y", "--quantize", "fp8"}, `conveyor: perplexity: --quantize: unknown quantization "fp8"`},
 		{[]string{"serve", "--model", "x", "--quantize", "int2"}, `conveyor: serve: --quantize: unknown quantization "int2"`},
+		{[]string{"serve", "--model", "x", "--tool-call-parser", "pythonic"}, `conveyor: serve: --tool-call-parser: unknown tool-call format "pythonic"`},
 		{[]string{"run-batch", "--output", "x"}, "conveyor: run-batch: --input is required"},
 		{[]string{"run-batch", "--input", "x"}, "conveyor: run-batch: --output is required"},
 		{[]string{"run-batch", "--input", "x", "--output", "y", "--max-in-flight", "-1"}, "conveyor: run-batch: --max-in-flight -1 must be >= 0"},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/build"
@@ -38,6 +39,7 @@ type serveOptions struct {
 	attention       string
 	kvCacheDType    string
 	quantize        string
+	toolCallParser  string
 	targetStepTime  string
 	host            string
 	port            int
@@ -157,6 +159,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", "", "KV cache element type: float32 or float16 (half the memory per token: twice the blocks in the same --kv-cache-memory; paged attention only); default the model's own (float32 on the paged path)")
+	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "tool-call format for chat requests with tools: hermes, llama3_json, mistral or generic; default chosen from the chat template")
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights (block-quantized linear layers, ONNX Runtime's MatMulNBits); a built directory is served as it was built")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
@@ -235,6 +238,11 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("%s: --attention %q: want paged or dense", o.name(), o.attention)
 	case o.kvCacheDType != "" && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
 		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32 or float16", o.name(), o.kvCacheDType)
+	}
+	if o.toolCallParser != "" {
+		if _, err := toolcall.ByName(o.toolCallParser); err != nil {
+			return fmt.Errorf("%s: --tool-call-parser: %w", o.name(), err)
+		}
 	}
 	if _, err := build.ParseQuantization(o.quantize); err != nil {
 		return fmt.Errorf("%s: --quantize: %w", o.name(), err)

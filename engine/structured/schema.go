@@ -67,6 +67,7 @@ type compiler struct {
 	b       *builder
 	root    *jv
 	strict  bool
+	compact bool // no whitespace between JSON tokens
 	err     error
 	pending []pendingRule
 }
@@ -108,6 +109,9 @@ func (c *compiler) bad(format string, args ...any) frag {
 
 // ws matches up to maxWhitespace bytes of JSON whitespace.
 func (c *compiler) ws() frag {
+	if c.compact {
+		return c.b.empty()
+	}
 	return c.b.repeat(func() frag { return c.b.class(' ', ' ', '\n', '\n', '\t', '\t', '\r', '\r') }, 0, maxWhitespace)
 }
 

@@ -1,0 +1,173 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+var e2eToolParams = map[string]string{
+	"weather": `{"type":"object","properties":{"city":{"type":"string","maxLength":9},"unit":{"enum":["C","F"]},
+		"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}`,
+	"search": `{"type":"object","properties":{"q":{"type":"string","maxLength":9},"f":{"type":"object",
+		"properties":{"year":{"type":"integer","minimum":1900,"maximum":2030}}}},"required":["q"]}`,
+}
+
+func e2eTools(t *testing.T) []openai.ChatCompletionToolUnionParam {
+	var tools []openai.ChatCompletionToolUnionParam
+	for _, name := range []string{"weather", "search"} {
+		var params map[string]any
+		if err := json.Unmarshal([]byte(e2eToolParams[name]), &params); err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: name,
+			Parameters: params}))
+	}
+	return tools
+}
+
+// checkCall requires a call to name a listed tool (want, when set) with arguments that
+// validate against its parameters (an independent JSON Schema validator).
+func checkCall(t *testing.T, validators map[string]*jsonschema.Schema, name, args, want string) {
+	t.Helper()
+	v, ok := validators[name]
+	if !ok || (want != "" && name != want) {
+		t.Fatalf("call to %q (want %q)", name, want)
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(args))
+	if err == nil {
+		err = v.Validate(inst)
+	}
+	if err != nil {
+		t.Fatalf("call %s(%s) does not validate: %v", name, args, err)
+	}
+}
+
+// TestE2EToolCalls asks the real server, through the official SDK, for tool calls with
+// tool_choice required and naming a tool, at temperature 1, n=2, streamed and not:
+// every choice ends with tool_calls whose arguments validate; then the call and its
+// result go back in the history and the server answers.
+func TestE2EToolCalls(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	ctx := context.Background()
+	validators := map[string]*jsonschema.Schema{}
+	for name, s := range e2eToolParams {
+		validators[name] = e2eValidator(t, s)
+	}
+	// One call per reply: the tiny random model seldom ends a list of parallel calls
+	// within the room its 512-token context leaves.
+	base := openai.ChatCompletionNewParams{Model: e2eModel, Tools: e2eTools(t), N: openai.Int(2), Seed: openai.Int(3),
+		ParallelToolCalls: openai.Bool(false),
+		Temperature:       openai.Float(1), MaxCompletionTokens: openai.Int(200),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Paris this week?")}}
+	choices := map[string]openai.ChatCompletionToolChoiceOptionUnionParam{
+		"required": {OfAuto: openai.String("required")},
+		"search": {OfFunctionToolChoice: &openai.ChatCompletionNamedToolChoiceParam{
+			Function: openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "search"}}},
+	}
+	var first *openai.ChatCompletion
+	for label, choice := range choices {
+		want := ""
+		if label == "search" {
+			want = "search"
+		}
+		p := base
+		p.ToolChoice = choice
+		r, err := e.client.Chat.Completions.New(ctx, p)
+		if err != nil {
+			var apiErr *openai.Error
+			if errors.As(err, &apiErr) {
+				t.Fatalf("%s: %v: %s", label, err, apiErr.RawJSON())
+			}
+			t.Fatalf("%s: %v", label, err)
+		}
+		for _, c := range r.Choices {
+			if c.FinishReason == "length" {
+				t.Logf("%s: choice %d cut at length after %d prompt tokens: %q", label, c.Index, r.Usage.PromptTokens, c.Message.Content)
+				continue // cut short, as OpenAI documents
+			}
+			if c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) == 0 || c.Message.Content != "" {
+				t.Fatalf("%s: choice %d: finish %q, %d calls, content %q", label, c.Index, c.FinishReason, len(c.Message.ToolCalls), c.Message.Content)
+			}
+			for _, call := range c.Message.ToolCalls {
+				if !strings.HasPrefix(call.ID, "call_") || call.Type != "function" {
+					t.Fatalf("%s: call %+v", label, call)
+				}
+				checkCall(t, validators, call.Function.Name, call.Function.Arguments, want)
+			}
+			if first == nil {
+				first = r
+			}
+		}
+
+		st := e.client.Chat.Completions.NewStreaming(ctx, p)
+		type acc struct{ name, args, id string }
+		calls := map[int64]map[int64]*acc{}
+		finish := map[int64]string{}
+		content := map[int64]string{}
+		for st.Next() {
+			for _, c := range st.Current().Choices {
+				if c.FinishReason != "" {
+					finish[c.Index] = c.FinishReason
+				}
+				content[c.Index] += c.Delta.Content
+				for _, d := range c.Delta.ToolCalls {
+					if calls[c.Index] == nil {
+						calls[c.Index] = map[int64]*acc{}
+					}
+					a := calls[c.Index][d.Index]
+					if a == nil {
+						a = &acc{}
+						calls[c.Index][d.Index] = a
+						if d.ID == "" || d.Function.Name == "" {
+							t.Fatalf("%s streamed: a call's first delta lacks its id or name: %+v", label, d)
+						}
+					}
+					a.id += d.ID
+					a.name += d.Function.Name
+					a.args += d.Function.Arguments
+				}
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatalf("%s streamed: %v", label, err)
+		}
+		for idx, f := range finish {
+			if f == "length" {
+				continue
+			}
+			if f != "tool_calls" || len(calls[idx]) == 0 || content[idx] != "" {
+				t.Fatalf("%s streamed: choice %d finish %q with %d calls and content %q", label, idx, f, len(calls[idx]), content[idx])
+			}
+			for _, a := range calls[idx] {
+				checkCall(t, validators, a.name, a.args, want)
+			}
+		}
+	}
+	if first == nil {
+		t.Fatal("no choice finished with tool calls")
+	}
+
+	// The round trip: the call and its result in the history, tool_choice auto.
+	msg := first.Choices[0].Message
+	call := msg.ToolCalls[0]
+	p := base
+	p.N = openai.Int(1)
+	p.Messages = append(p.Messages, msg.ToParam(), openai.ToolMessage(`{"temperature": 21}`, call.ID))
+	r, err := e.client.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatalf("round trip: %v", err)
+	}
+	if len(r.Choices) != 1 || r.Usage.PromptTokens <= first.Usage.PromptTokens {
+		t.Fatalf("round trip: %d choices, prompt %d tokens (first %d)", len(r.Choices), r.Usage.PromptTokens, first.Usage.PromptTokens)
+	}
+	for _, c := range r.Choices[0].Message.ToolCalls {
+		checkCall(t, validators, c.Function.Name, c.Function.Arguments, "")
+	}
+}
