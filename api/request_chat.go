@@ -105,7 +105,9 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 		if err != nil {
 			return nil, err
 		}
-		if con != nil {
+		if con != nil && plan.choice == "auto" {
+			r.params.LazyConstraint, r.params.LazyTrigger = con, plan.format.Trigger
+		} else if con != nil {
 			if r.params.Constraint != nil {
 				return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", plan.choice)
 			}

@@ -145,11 +145,12 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 	return p, parallel
 }
 
-// constraint returns the constraint of a required or named choice: one to
-// maxParallelCalls calls (one without parallel_tool_calls) in the model's format,
-// each to a listed tool with arguments that validate against its parameters.
+// constraint returns the constraint of the calls: one to maxParallelCalls calls (one
+// without parallel_tool_calls) in the model's format, each to a listed tool (the named
+// one) with arguments that validate against its parameters. With auto it is applied
+// lazily, from the format's trigger on (nil when the format has none).
 func (p *toolPlan) constraint(b *Backend, parallel bool) (*structured.Constraint, error) {
-	if p.choice == "auto" {
+	if p.choice == "auto" && (p.format.Trigger == "" || b.Formats == nil) {
 		return nil, nil
 	}
 	if b.Formats == nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -23,9 +24,14 @@ import (
 type sampler struct {
 	params *SamplingParams
 	rng    *rand.Rand
-	// match follows the sequence through params.Constraint; nil when unconstrained.
+	// match follows the sequence through params.Constraint (or, once triggered,
+	// params.LazyConstraint); nil when unconstrained.
 	match *structured.Matcher
 	eos   []int32
+	// out holds the output's bytes while a lazy constraint waits for its trigger;
+	// lazyDone: the trigger fired (the constraint took over, or refused what followed).
+	out      []byte
+	lazyDone bool
 
 	// promptSeen holds the prompt's distinct tokens (for the repetition penalty).
 	promptSeen map[int32]struct{}
@@ -91,7 +97,36 @@ func (s *sampler) accept(id int32) {
 	s.numOut++
 	if s.match != nil {
 		s.match.Accept(id)
+		return
 	}
+	if lc := s.params.LazyConstraint; lc != nil && s.params.LazyTrigger != "" && !s.lazyDone {
+		s.watchTrigger(lc, lc.Vocabulary().Bytes(id))
+	}
+}
+
+// watchTrigger appends a token's bytes to the output and, when the lazy trigger has
+// appeared, starts the constraint at the trigger's first byte, feeding it what
+// followed. A continuation the constraint refuses leaves the output unconstrained.
+func (s *sampler) watchTrigger(lc *structured.Constraint, bs []byte) {
+	before := len(s.out)
+	s.out = append(s.out, bs...)
+	trig := []byte(s.params.LazyTrigger)
+	at := -1
+	if s.params.LazyTrigger == "{" {
+		if t := bytes.TrimLeft(s.out, " \t\r\n"); len(t) > 0 && t[0] == '{' && before <= len(s.out)-len(t) {
+			at = len(s.out) - len(t)
+		}
+	} else if i := bytes.Index(s.out[max(0, before-len(trig)+1):], trig); i >= 0 {
+		at = max(0, before-len(trig)+1) + i
+	}
+	if at < 0 {
+		return
+	}
+	m := lc.NewMatcher()
+	if m.AcceptBytes(s.out[at:]) {
+		s.match = m
+	}
+	s.out, s.lazyDone = nil, true
 }
 
 // needsRawLogprob reports whether the chosen token's raw logprob must be computed.

@@ -157,3 +157,53 @@ func TestRequestIDReusableOnceClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestLazyConstraint checks the lazily triggered constraint of tool_choice auto: a reply
+// that opens with "{" is constrained from there on (the model's favourite token, which
+// the call grammar refuses, is not taken), and a reply that starts as prose is not.
+func TestLazyConstraint(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join("..", "models", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := structured.NewVocabulary(tok.VocabSize(), tok.TokenBytes, tok.IsSpecial, tok.EOS())
+	g, err := structured.CompileWrapped("", []byte(`{"type":"object","properties":{"name":{"const":"f"},
+		"arguments":{"type":"object","properties":{"x":{"type":"integer","minimum":0,"maximum":9}},"required":["x"]}},
+		"required":["name","arguments"],"additionalProperties":false}`), "", "\n", 1, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	con := structured.NewConstraint(g, vocab)
+	id := func(s string) int32 {
+		ids, err := tok.Encode(s, false)
+		if err != nil || len(ids) != 1 {
+			t.Fatalf("%q is not one token: %v", s, ids)
+		}
+		return ids[0]
+	}
+	favour := func(tokID int32) []float32 {
+		logits := make([]float32, tok.VocabSize())
+		for i := range logits {
+			logits[i] = -10
+		}
+		logits[tokID] = 10
+		return logits
+	}
+	run := func(first string) int32 {
+		p := DefaultSamplingParams()
+		p.Temperature = 0
+		p.LazyConstraint, p.LazyTrigger = con, "{"
+		s := newSampler(&p, nil, tok.EOS(), 0)
+		sc := &sampleScratch{}
+		got := s.sample(favour(id(first)), sc)
+		s.accept(got.ID)
+		next := s.sample(favour(id(" the")), sc) // prose: not a call's next token
+		return next.ID
+	}
+	if got := run("{"); got == id(" the") {
+		t.Error("after a reply opened with {, a token the call grammar refuses was sampled")
+	}
+	if got := run(" the"); got != id(" the") {
+		t.Errorf("a prose reply was constrained: got %d, want %d", got, id(" the"))
+	}
+}

@@ -59,6 +59,13 @@ type SamplingParams struct {
 	// (structured output): tokens it does not allow are masked before anything else
 	// sees the logits, and the sequence stops once its value is complete.
 	Constraint *structured.Constraint
+	// LazyConstraint applies only once the output contains LazyTrigger (a tool call
+	// opening): from the trigger's first byte on, the rest of the output is constrained
+	// as Constraint constrains a whole one (tool_choice auto, as llama.cpp's lazy
+	// grammars). A LazyTrigger of "{" fires only when it opens the output (after
+	// whitespace).
+	LazyConstraint *structured.Constraint
+	LazyTrigger    string
 }
 
 // DefaultSamplingParams returns the OpenAI defaults: one sequence, 16 tokens, temperature 1.

@@ -35,18 +35,21 @@ type Call struct {
 type Format struct {
 	Name string
 	// Prefix, Suffix and Sep surround and separate calls; ArgsKey names the arguments
-	// member of a call object.
+	// member of a call object; Trigger is the text that opens a call in a reply that
+	// may also be prose ("{" only at the reply's start), "" when calls cannot be
+	// constrained lazily.
 	Prefix, Suffix, Sep string
 	ArgsKey             string
+	Trigger             string
 	parse               func(text string) (content string, calls []Call, ok bool)
 }
 
 // Formats by name.
 var (
-	Hermes     = Format{Name: "hermes", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments"}
-	Llama3JSON = Format{Name: "llama3_json", ArgsKey: "parameters", Sep: "; "}
+	Hermes     = Format{Name: "hermes", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments", Trigger: "<tool_call>"}
+	Llama3JSON = Format{Name: "llama3_json", ArgsKey: "parameters", Sep: "; ", Trigger: "{"}
 	Mistral    = Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments"}
-	Generic    = Format{Name: "generic", ArgsKey: "arguments", Sep: "\n"}
+	Generic    = Format{Name: "generic", ArgsKey: "arguments", Sep: "\n", Trigger: "{"}
 )
 
 // ByName returns the format with vLLM's parser name.

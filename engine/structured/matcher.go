@@ -302,6 +302,23 @@ func (m *Matcher) Accept(id int32) bool {
 	return len(m.c.vocab.bytes(id)) > 0
 }
 
+// AcceptBytes advances past raw bytes (the start of a value that began inside a token,
+// for a lazily triggered constraint); false leaves the matcher dead.
+func (m *Matcher) AcceptBytes(bs []byte) bool {
+	m.c.mu.Lock()
+	defer m.c.mu.Unlock()
+	for _, b := range bs {
+		if m.state == dead {
+			return false
+		}
+		m.state = m.c.step(m.state, b)
+	}
+	return m.state != dead
+}
+
+// Vocabulary returns the vocabulary the constraint masks.
+func (c *Constraint) Vocabulary() *Vocabulary { return c.vocab }
+
 // Complete reports whether what was accepted so far is a whole value.
 func (m *Matcher) Complete() bool {
 	m.c.mu.Lock()
