@@ -96,7 +96,12 @@ type e2e struct {
 
 func startE2E(t *testing.T, modAPI func(*Config), modEngine func(*engine.Config)) *e2e {
 	t.Helper()
-	dir := tinyModel(t)
+	return startE2EModel(t, tinyModel(t), modAPI, modEngine)
+}
+
+// startE2EModel is startE2E serving the model in dir.
+func startE2EModel(t *testing.T, dir string, modAPI func(*Config), modEngine func(*engine.Config)) *e2e {
+	t.Helper()
 	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1}) // the paged path, as served
 	if err != nil {
 		t.Fatal(err)

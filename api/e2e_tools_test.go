@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/conveyor-llm/conveyor/models/build"
 )
 
 var e2eToolParams = map[string]string{
@@ -52,9 +55,21 @@ func checkCall(t *testing.T, validators map[string]*jsonschema.Schema, name, arg
 // TestE2EToolCalls asks the real server, through the official SDK, for tool calls with
 // tool_choice required and naming a tool, at temperature 1, n=2, streamed and not:
 // every choice ends with tool_calls whose arguments validate; then the call and its
-// result go back in the history and the server answers.
+// result go back in the history and the server answers. It runs on the tiny random
+// test model and on the trained default model.
 func TestE2EToolCalls(t *testing.T) {
-	e := startE2E(t, nil, nil)
+	t.Run("tiny", func(t *testing.T) { testToolCalls(t, startE2E(t, nil, nil)) })
+	t.Run("default", func(t *testing.T) {
+		tinyModel(t) // initialises ONNX Runtime
+		dir := t.TempDir()
+		if _, err := build.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
+			t.Fatal(err)
+		}
+		testToolCalls(t, startE2EModel(t, dir, nil, nil))
+	})
+}
+
+func testToolCalls(t *testing.T, e *e2e) {
 	ctx := context.Background()
 	validators := map[string]*jsonschema.Schema{}
 	for name, s := range e2eToolParams {
