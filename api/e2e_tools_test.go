@@ -186,3 +186,42 @@ func testToolCalls(t *testing.T, e *e2e) {
 		checkCall(t, validators, c.Function.Name, c.Function.Arguments, "")
 	}
 }
+
+// TestE2EToolChoiceAutoStreams checks tool_choice auto while streaming: a prose reply
+// streams as content deltas as it comes (not all at the end) and equals the reply the
+// same request gets unstreamed.
+func TestE2EToolChoiceAutoStreams(t *testing.T) {
+	e := startE2E(t, nil, nil)
+	ctx := context.Background()
+	p := openai.ChatCompletionNewParams{Model: e2eModel, Tools: e2eTools(t), Seed: openai.Int(9), Temperature: openai.Float(0),
+		MaxCompletionTokens: openai.Int(24), ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("auto")},
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Tell me a story.")}}
+	r, err := e.client.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := r.Choices[0].Message.Content
+	if len(r.Choices[0].Message.ToolCalls) > 0 || strings.TrimSpace(want) == "" || strings.HasPrefix(strings.TrimSpace(want), "{") {
+		t.Skipf("the greedy reply is not prose: %+v", r.Choices[0].Message)
+	}
+	st := e.client.Chat.Completions.NewStreaming(ctx, p)
+	var got strings.Builder
+	deltas := 0
+	for st.Next() {
+		for _, c := range st.Current().Choices {
+			if c.Delta.Content != "" {
+				deltas++
+				got.WriteString(c.Delta.Content)
+			}
+			if len(c.Delta.ToolCalls) > 0 {
+				t.Fatalf("tool call deltas in a prose reply: %+v", c.Delta.ToolCalls)
+			}
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want || deltas < 3 {
+		t.Fatalf("streamed %q in %d deltas, want %q in several", got.String(), deltas, want)
+	}
+}

@@ -93,6 +93,11 @@ type chatAcc struct {
 	logprobs *chatLogprobs
 	finish   engine.FinishReason
 	started  bool
+
+	// Streaming with tool_choice auto: sent is how much of text went out as content,
+	// inCall that a call has opened (the rest is held until the reply ends).
+	sent   int
+	inCall bool
 }
 
 // chatOutput is the converter of /v1/chat/completions. Streamed, a choice opens with a
@@ -136,6 +141,9 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 		}
 		if ev.FinishReason != "" {
 			a.finish = ev.FinishReason
+		}
+		if o.stream && o.tools.choice == "auto" {
+			return o.streamAuto(ev)
 		}
 		if o.stream && ev.FinishReason != "" {
 			return o.finishTools(ev.Index)
@@ -248,4 +256,70 @@ func (o *chatOutput) finishTools(j int) []any {
 func toolCallsFinish() *string {
 	s := "tool_calls"
 	return &s
+}
+
+// streamAuto streams a tool_choice auto reply: prose goes out as content deltas as it
+// comes, except text that may be the opening of a call (the format's trigger, or a
+// prefix of it at the end), which is held; once a call opens, the rest is held until
+// the reply ends and then sent as tool calls (or as content when it holds none).
+func (o *chatOutput) streamAuto(ev *engine.Event) []any {
+	a := &o.accs[ev.Index]
+	var chunks []any
+	send := func(ch chatChoice) {
+		chunk := o.base
+		chunk.Choices = []chatChoice{ch}
+		chunks = append(chunks, chunk)
+	}
+	if !a.started {
+		a.started = true
+		empty := ""
+		send(chatChoice{Index: ev.Index, Delta: &chatDelta{Role: "assistant", Content: &empty}})
+	}
+	text := a.text.String()
+	trig := o.tools.format.Trigger
+	if !a.inCall {
+		pending := text[a.sent:]
+		safe := len(pending)
+		switch {
+		case trig == "{":
+			if t := strings.TrimLeft(text, " \t\r\n"); t == "" {
+				safe = 0 // only whitespace so far: a call may still open
+			} else if t[0] == '{' {
+				a.inCall, safe = true, 0
+			}
+		case trig != "":
+			if i := strings.Index(pending, trig); i >= 0 {
+				a.inCall, safe = true, i
+			} else {
+				for k := min(len(trig)-1, len(pending)); k > 0; k-- {
+					if strings.HasSuffix(pending, trig[:k]) {
+						safe = len(pending) - k
+						break
+					}
+				}
+			}
+		}
+		if safe > 0 {
+			out := pending[:safe]
+			a.sent += safe
+			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &out}})
+		}
+	}
+	if ev.FinishReason == "" {
+		return chunks
+	}
+	finish := finishReason(a.finish)
+	if _, calls := o.calls(ev.Index); a.inCall && len(calls) > 0 {
+		for i, c := range calls {
+			i := i
+			send(chatChoice{Index: ev.Index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, ID: c.ID, Type: "function",
+				Function: toolCallFunction{Name: c.Function.Name, Arguments: ""}}}}})
+			send(chatChoice{Index: ev.Index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, Function: toolCallFunction{Arguments: c.Function.Arguments}}}}})
+		}
+		finish = toolCallsFinish()
+	} else if rest := text[a.sent:]; rest != "" {
+		send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &rest}})
+	}
+	send(chatChoice{Index: ev.Index, Delta: &chatDelta{}, FinishReason: finish})
+	return chunks
 }
