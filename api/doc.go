@@ -37,13 +37,16 @@
 // logprob.
 //
 // Every OpenAI parameter the server accepts is one it acts on. One it does not implement
-// is a 400 naming it, code unsupported_parameter (tools, functions, audio, prediction,
+// is a 400 naming it, code unsupported_parameter (functions, audio, prediction,
 // web_search_options, moderation, suffix) or unsupported_value where other values are
-// served (response_format other than {"type":"text"}, tool_choice "required" or naming a
-// tool, modalities with audio, store true, reasoning_effort other than "none", verbosity
-// other than "medium"). Members that change nothing in what is generated or returned are
-// accepted: user, safety_identifier, metadata, service_tier, the prompt-cache hints,
-// parallel_tool_calls, stream_options.include_obfuscation, empty tools and functions.
+// served (a JSON Schema keyword the structured-output compiler does not implement under
+// strict, modalities with audio, store true, reasoning_effort other than "none",
+// verbosity other than "medium"). response_format json_object and json_schema constrain
+// decoding (package engine/structured); tools, tool_choice and parallel_tool_calls call
+// tools in the model's format (tools.go, package api/toolcall). Members that change
+// nothing in what is generated or returned are accepted: user, safety_identifier,
+// metadata, service_tier, the prompt-cache hints, stream_options.include_obfuscation,
+// empty functions.
 //
 // The handlers talk to the engine and the tokenizer through two small interfaces,
 // Engine (Submit, Abort, Stats) and Tokenizer, so handler tests run on fakes.
