@@ -34,6 +34,7 @@ func TestOpenAIParameterPolicy(t *testing.T) {
 		refused(chp, `,"tools":[{"type":"function","function":{"name":"f","parameters":[1]}}]`, "tools", "invalid_value"),
 		refused(chp, `,"tools":[{"type":"code","function":{"name":"f"}}]`, "tools", "invalid_value"),
 		refused(chp, `,"tool_choice":"required"`, "tool_choice", "invalid_value"),
+		refused(chp, `,"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"x"}}}}}]`, "tools", "unsupported_value"),
 		refused(chp, `,"tool_choice":{"type":"function","function":{"name":"f"}}`, "tool_choice", "invalid_value"),
 		refused(chp, `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}`, "tool_choice", "invalid_value"),
 		refused(chp, `,"tool_choice":"sometimes"`, "tool_choice", "invalid_value"),

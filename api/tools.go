@@ -72,9 +72,16 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 				c.fail(invalidParam("tools", "%s.function.name %q is given twice", name, fname))
 			}
 			desc, _ := c.str(name+".function.description", fn.Description)
-			c.boolean(name+".function.strict", fn.Strict, false)
+			strict := c.boolean(name+".function.strict", fn.Strict, false)
 			if len(fn.Parameters) > 0 && string(fn.Parameters) != "null" && jsonKind(fn.Parameters) != "an object" {
 				c.fail(invalidParam("tools", "%s.function.parameters must be a JSON Schema object", name))
+			}
+			if strict && !c.failed() && len(fn.Parameters) > 0 {
+				// As response_format's strict: a keyword the constraint cannot honour is refused
+				// by name rather than ignored.
+				if _, err := structured.CompileSchema(fn.Parameters, true); err != nil {
+					c.fail(unsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(err.Error(), "structured: ")))
+				}
 			}
 			if c.failed() {
 				return nil, parallel

@@ -113,9 +113,15 @@ func (s *sampler) watchTrigger(lc *structured.Constraint, bs []byte) {
 	trig := []byte(s.params.LazyTrigger)
 	at := -1
 	if s.params.LazyTrigger == "{" {
-		if t := bytes.TrimLeft(s.out, " \t\r\n"); len(t) > 0 && t[0] == '{' && before <= len(s.out)-len(t) {
-			at = len(s.out) - len(t)
+		t := bytes.TrimLeft(s.out, " \t\r\n")
+		switch {
+		case len(t) == 0:
+			return // only whitespace so far
+		case t[0] != '{':
+			s.out, s.lazyDone = nil, true // prose: a call can no longer open the reply
+			return
 		}
+		at = len(s.out) - len(t)
 	} else if i := bytes.Index(s.out[max(0, before-len(trig)+1):], trig); i >= 0 {
 		at = max(0, before-len(trig)+1) + i
 	}
