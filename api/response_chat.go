@@ -151,15 +151,10 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 		return nil
 	}
 	var chunks []any
-	send := func(ch chatChoice) {
-		chunk := o.base
-		chunk.Choices = []chatChoice{ch}
-		chunks = append(chunks, chunk)
-	}
+	send := func(ch chatChoice) { chunks = append(chunks, o.chunk(ch)) }
 	if !a.started {
 		a.started = true
-		empty := ""
-		send(chatChoice{Index: ev.Index, Delta: &chatDelta{Role: "assistant", Content: &empty}})
+		send(openingDelta(ev.Index))
 	}
 	var lp *chatLogprobs
 	if o.wantLP && len(ev.Logprobs) > 0 {
@@ -225,13 +220,8 @@ func (o *chatOutput) calls(j int) (string, []toolCallOut) {
 func (o *chatOutput) finishTools(j int) []any {
 	a := &o.accs[j]
 	var chunks []any
-	send := func(ch chatChoice) {
-		chunk := o.base
-		chunk.Choices = []chatChoice{ch}
-		chunks = append(chunks, chunk)
-	}
-	empty := ""
-	send(chatChoice{Index: j, Delta: &chatDelta{Role: "assistant", Content: &empty}})
+	send := func(ch chatChoice) { chunks = append(chunks, o.chunk(ch)) }
+	send(openingDelta(j))
 	content, calls := o.calls(j)
 	if len(calls) == 0 {
 		content = a.text.String()
@@ -239,11 +229,8 @@ func (o *chatOutput) finishTools(j int) []any {
 	if content != "" || a.logprobs != nil {
 		send(chatChoice{Index: j, Delta: &chatDelta{Content: &content}, Logprobs: a.logprobs})
 	}
-	for i, c := range calls {
-		i := i
-		send(chatChoice{Index: j, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, ID: c.ID, Type: "function",
-			Function: toolCallFunction{Name: c.Function.Name, Arguments: ""}}}}})
-		send(chatChoice{Index: j, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, Function: toolCallFunction{Arguments: c.Function.Arguments}}}}})
+	for _, ch := range callDeltas(j, calls) {
+		send(ch)
 	}
 	finish := finishReason(a.finish)
 	if len(calls) > 0 {
@@ -265,15 +252,10 @@ func toolCallsFinish() *string {
 func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 	a := &o.accs[ev.Index]
 	var chunks []any
-	send := func(ch chatChoice) {
-		chunk := o.base
-		chunk.Choices = []chatChoice{ch}
-		chunks = append(chunks, chunk)
-	}
+	send := func(ch chatChoice) { chunks = append(chunks, o.chunk(ch)) }
 	if !a.started {
 		a.started = true
-		empty := ""
-		send(chatChoice{Index: ev.Index, Delta: &chatDelta{Role: "assistant", Content: &empty}})
+		send(openingDelta(ev.Index))
 	}
 	text := a.text.String()
 	trig := o.tools.format.Trigger
@@ -310,11 +292,8 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 	}
 	finish := finishReason(a.finish)
 	if _, calls := o.calls(ev.Index); a.inCall && len(calls) > 0 {
-		for i, c := range calls {
-			i := i
-			send(chatChoice{Index: ev.Index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, ID: c.ID, Type: "function",
-				Function: toolCallFunction{Name: c.Function.Name, Arguments: ""}}}}})
-			send(chatChoice{Index: ev.Index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, Function: toolCallFunction{Arguments: c.Function.Arguments}}}}})
+		for _, ch := range callDeltas(ev.Index, calls) {
+			send(ch)
 		}
 		finish = toolCallsFinish()
 	} else if rest := text[a.sent:]; rest != "" {
@@ -322,4 +301,31 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 	}
 	send(chatChoice{Index: ev.Index, Delta: &chatDelta{}, FinishReason: finish})
 	return chunks
+}
+
+// chunk is a chat.completion.chunk carrying one choice.
+func (o *chatOutput) chunk(ch chatChoice) chatResponse {
+	chunk := o.base
+	chunk.Choices = []chatChoice{ch}
+	return chunk
+}
+
+// openingDelta opens a streamed choice: {"role":"assistant","content":""}.
+func openingDelta(index int) chatChoice {
+	empty := ""
+	return chatChoice{Index: index, Delta: &chatDelta{Role: "assistant", Content: &empty}}
+}
+
+// callDeltas streams tool calls as OpenAI does: each call's index, id, type and name,
+// then its arguments.
+func callDeltas(index int, calls []toolCallOut) []chatChoice {
+	var out []chatChoice
+	for i, c := range calls {
+		i := i
+		out = append(out,
+			chatChoice{Index: index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, ID: c.ID, Type: "function",
+				Function: toolCallFunction{Name: c.Function.Name, Arguments: ""}}}}},
+			chatChoice{Index: index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, Function: toolCallFunction{Arguments: c.Function.Arguments}}}}})
+	}
+	return out
 }
