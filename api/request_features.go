@@ -24,7 +24,7 @@ type responseFormat struct {
 // jsonSchemaFormat is response_format.json_schema.
 type jsonSchemaFormat struct {
 	Name        opt[string]     `json:"name"`
-	Description opt[string]     `json:"description"` // accepted: it only guides the model
+	Description opt[string]     `json:"description"` // accepted, not used (as vLLM): the schema alone decides what is valid
 	Schema      json.RawMessage `json:"schema"`
 	Strict      opt[bool]       `json:"strict"`
 }
