@@ -160,7 +160,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", "", "KV cache element type: float32 or float16 (half the memory per token: twice the blocks in the same --kv-cache-memory; paged attention only); default the model's own (float32 on the paged path)")
 	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "tool-call format for chat requests with tools: hermes, llama3_json, mistral or generic; default chosen from the chat template")
-	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights (block-quantized linear layers, ONNX Runtime's MatMulNBits); a built directory is served as it was built")
+	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 (per-channel) or int4 (block-quantized) linear layers; a built directory is served as it was built")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")

@@ -163,6 +163,10 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 		// Recorded where Hugging Face records a checkpoint's quantization.
 		qc := map[string]any{"quant_method": "conveyor_matmulnbits", "bits": q.Bits, "group_size": q.BlockSize,
 			"sym": true, "accuracy_level": q.AccuracyLevel, "modules": "every linear layer and the output projection"}
+		if q.Bits == 8 {
+			qc = map[string]any{"quant_method": "conveyor_w8a8", "bits": 8, "weights": "per output channel, symmetric",
+				"activations": "per token, dynamic, symmetric", "modules": "every linear layer and the output projection"}
+		}
 		if err := setConfigField(filepath.Join(outDir, "config.json"), "quantization_config", qc); err != nil {
 			return nil, err
 		}

@@ -380,7 +380,7 @@ func untiedHead(b *graphBuilder, m *modelPlan, x string) string {
 
 // tiedHeadLogits appends the logits of the rows x [rows, hidden] against the embedding
 // table embed: a Gemm with transB reading the table as is, or, when the build
-// quantizes, a MatMulNBits over a quantized copy of it (the lookup keeps the float
+// quantizes, a quantized linear over a copy of it (the lookup keeps the float
 // table: it reads one row per token, the head all of them every step).
 func tiedHeadLogits(b *graphBuilder, m *modelPlan, x, embed string) string {
 	if m.quant.Bits != 0 {

@@ -35,15 +35,29 @@
 // the same layer pieces as the dense graph, so both paths compute the same model.
 //
 // With Options.Quantize (quantize.go) every linear layer, and the output projection,
-// is stored block-quantized to int8 or int4 (32 values per block along the input axis,
-// one float32 scale each, symmetric) and multiplied by ONNX Runtime's
-// com.microsoft.MatMulNBits with accuracy_level 4, which quantizes the activations to
-// int8 on the fly and multiplies in integers: on this class of CPU it decodes a single
-// stream 2.3x (int8) and 3x (int4) faster than float32 at a perplexity cost of 0.02%
-// and 1.2% on the default model, where accuracy_level 0 (float arithmetic on
-// dequantized blocks) was no faster for int8 and slower for int4 and for batches. The
-// embedding table stays float32 for the lookup, which reads one row per token; a tied
-// head multiplies by a quantized copy of it.
+// is stored quantized. int8: per output channel (one float32 scale each, symmetric),
+// multiplied by ONNX Runtime's com.microsoft.MatMulIntegerToFloat after each row of
+// activations is quantized to int8 with its own scale (a few small ops before each
+// linear); MLAS runs it on the CPU's int8 units (AVX2, AVX512-VNNI, AMX). int4: 32
+// values per block along the input axis, one float32 scale each, symmetric, through
+// com.microsoft.MatMulNBits with accuracy_level 4 (int8 activations per block).
+//
+// Measured on a 2-core AMD EPYC with AVX512-VNNI, Qwen2.5-0.5B's shape, paged decode
+// at past 128 (ms per step at batch 1 / 16 / 64, and a 512-token prefill):
+//
+//	int8 in 32-blocks, MatMulNBits level 4   25.5 / 90.9 / 285   1535 ms
+//	int8 per tensor, DynamicQuantizeMatMul   24.5 / 49.7 / 141    817 ms
+//	int8 per row, MatMulIntegerToFloat       28.9 / 58.6 / 158    845 ms
+//
+// The blocked MatMulNBits kernel streams one row well but gains little from batching;
+// MLAS's QGEMM (DynamicQuantizeMatMul, MatMulIntegerToFloat) runs 16 rows in about 2x
+// one row's time and prefill 1.8x faster. DynamicQuantizeMatMul quantizes the whole
+// activation tensor with one scale: a batch-mate's outliers coarsen every other row
+// (logits moved by 0.3 on the default model) and its KL divergence from float32 was
+// 8x the per-row variant's (0.0048 vs 0.0006; perplexity +0.76% vs +0.06%). Per-row
+// scales cost a few small operators per linear and keep every row's result its own.
+// The embedding table stays float32 for the lookup, which reads one row per token; a
+// tied head multiplies by a quantized copy of it.
 //
 // Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
 // graph once into a cache directory.

@@ -21,6 +21,7 @@ import (
 const (
 	onnxFloat   int32 = 1
 	onnxUint8   int32 = 2
+	onnxInt8    int32 = 3
 	onnxInt64   int32 = 7
 	onnxBool    int32 = 9
 	onnxFloat16 int32 = 10

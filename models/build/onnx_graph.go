@@ -14,7 +14,7 @@ type graphBuilder struct {
 	next   int
 	consts map[string]string // constant key -> initializer name
 	prefix string            // prepended to generated node and value names
-	usesMS bool              // a com.microsoft operator was added (MatMulNBits)
+	usesMS bool              // a com.microsoft operator was added (MatMulNBits, MatMulIntegerToFloat)
 }
 
 // opsets returns the operator sets the graph imports: ai.onnx, and com.microsoft when
@@ -94,6 +94,19 @@ func (b *graphBuilder) constInt64(dims []int64, vals ...int64) string {
 	}
 	name := b.fresh("const_i64")
 	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: name, Dims: dims, DataType: onnxInt64, Raw: raw})
+	b.consts[key] = name
+	return name
+}
+
+// constUint8 returns a scalar uint8 initializer, shared between callers that ask for
+// the same value.
+func (b *graphBuilder) constUint8(v uint8) string {
+	key := fmt.Sprintf("u8/%d", v)
+	if name, ok := b.consts[key]; ok {
+		return name
+	}
+	name := b.fresh("const_u8")
+	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: name, DataType: onnxUint8, Raw: []byte{v}})
 	b.consts[key] = name
 	return name
 }

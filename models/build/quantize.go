@@ -7,15 +7,22 @@ import (
 
 // Quantization is how a build stores the linear layers' weights.
 type Quantization struct {
-	// Bits is 0 for float32, or 8 or 4: every linear weight is quantized in blocks of
-	// BlockSize values along its input axis, one float32 scale per block, symmetric
-	// (the code range's middle is zero), and runs through ONNX Runtime's
-	// com.microsoft.MatMulNBits kernel.
+	// Bits is 0 for float32, 8 or 4.
+	//
+	// int8 (BlockSize 0): every linear weight is quantized per output channel, one float32
+	// scale each, symmetric; the activations are quantized per row (token) on the fly, one
+	// scale each, symmetric, and the product runs through ONNX Runtime's
+	// com.microsoft.MatMulIntegerToFloat, whose MLAS kernels use the CPU's int8 units
+	// (AVX2, AVX512-VNNI, AMX) and pack the weights once at load. A row's result does not
+	// depend on the other rows of the batch.
+	//
+	// int4: blocks of BlockSize values along the input axis, one float32 scale per block,
+	// symmetric (the code range's middle is zero), through com.microsoft.MatMulNBits.
 	Bits      int `json:"bits"`
 	BlockSize int `json:"block_size"`
-	// AccuracyLevel is MatMulNBits' accuracy_level: 4 quantizes the activations to int8
-	// on the fly and multiplies in integers (VNNI / AVX-512 / AVX2 kernels); 0 lets the
-	// kernel choose, which on CPUs means float32 arithmetic on dequantized blocks.
+	// AccuracyLevel is MatMulNBits' accuracy_level (int4): 4 quantizes the activations to
+	// int8 on the fly and multiplies in integers; 0 lets the kernel choose, which on CPUs
+	// means float32 arithmetic on dequantized blocks.
 	AccuracyLevel int `json:"accuracy_level"`
 }
 
@@ -23,13 +30,13 @@ type Quantization struct {
 const DefaultQuantBlockSize = 32
 
 // ParseQuantization reads --quantize: "", "none" or "float32" (no quantization), "int8"
-// or "int4", with the default block size and int8 arithmetic.
+// (per channel) or "int4" (blocks of DefaultQuantBlockSize, int8 arithmetic).
 func ParseQuantization(s string) (Quantization, error) {
 	switch s {
 	case "", "none", "float32":
 		return Quantization{}, nil
 	case "int8":
-		return Quantization{Bits: 8, BlockSize: DefaultQuantBlockSize, AccuracyLevel: 4}, nil
+		return Quantization{Bits: 8}, nil
 	case "int4":
 		return Quantization{Bits: 4, BlockSize: DefaultQuantBlockSize, AccuracyLevel: 4}, nil
 	}
@@ -50,13 +57,17 @@ func (q Quantization) validate() error {
 		return nil
 	case q.Bits != 4 && q.Bits != 8:
 		return fmt.Errorf("build: quantization to %d bits is not supported (want 4 or 8)", q.Bits)
+	case q.Bits == 8 && q.BlockSize != 0:
+		return fmt.Errorf("build: int8 weights are quantized per output channel (block size %d given)", q.BlockSize)
+	case q.Bits == 8:
+		return nil
 	case q.BlockSize < 16 || q.BlockSize&(q.BlockSize-1) != 0:
 		return fmt.Errorf("build: quantization block size %d must be a power of two, at least 16", q.BlockSize)
 	}
 	return nil
 }
 
-// quantizedWeight is one linear weight in MatMulNBits' layout: for each output row n
+// quantizedWeight is one int4 linear weight in MatMulNBits' layout: for each output row n
 // and block j of the input axis, blob[n][j] holds the block's codes packed low bits
 // first, and scales[n*blocks+j] its scale; value = (code - zero) * scale with zero the
 // code range's middle (8 for 4 bits, 128 for 8 bits).
@@ -143,12 +154,15 @@ func encodeBlock(vals []float32, scale float32, zero, maxCode int, codes []int) 
 func abs32(v float32) float32 { return float32(math.Abs(float64(v))) }
 
 // linear appends x @ W^T for the projections ps stacked as W ([sum(out), in]): a
-// MatMul with the transposed float32 weight, or a com.microsoft.MatMulNBits over the
-// quantized blocks when the build quantizes.
+// MatMul with the transposed float32 weight, int8 per-channel weights times per-row
+// int8 activations (linearInt8), or a com.microsoft.MatMulNBits over int4 blocks.
 func linear(b *graphBuilder, m *modelPlan, x, name string, in, out int64, ps []projection) string {
 	q := m.quant
-	if q.Bits == 0 {
+	switch q.Bits {
+	case 0:
 		return b.op("MatMul", []string{x, transposedWeight(b, name+"_t", in, out, ps)})
+	case 8:
+		return linearInt8(b, x, name, in, out, ps)
 	}
 	qw := quantizeRows(q, int(in), ps)
 	blocks := (in + int64(q.BlockSize) - 1) / int64(q.BlockSize)
@@ -168,3 +182,82 @@ func linear(b *graphBuilder, m *modelPlan, x, name string, in, out int64, ps []p
 
 // msDomain is ONNX Runtime's contrib operator domain.
 const msDomain = "com.microsoft"
+
+// channelWeight is one int8 linear weight: codes [in, out] row-major (x @ codes, as
+// MatMulIntegerToFloat's B), value = code * scales[col].
+type channelWeight struct {
+	codes  []byte    // int8 codes, [in][out]
+	scales []float32 // [out]
+}
+
+// quantizeColumns quantizes the projections' rows (Hugging Face [out, in] weights, each
+// scaled) stacked in order as the columns of one [in, sum(out)] matrix: each output
+// channel gets the scale that maps its largest magnitude to ±127, and codes in
+// [-127, 127]. It reads the weights in place (no transposed float copy).
+func quantizeColumns(in int, ps []projection) channelWeight {
+	total := 0
+	for _, p := range ps {
+		total += len(p.w) / in
+	}
+	cw := channelWeight{codes: make([]byte, in*total), scales: make([]float32, total)}
+	inv := make([]float32, total)
+	col := 0
+	for _, p := range ps {
+		for o := 0; o < len(p.w)/in; o++ {
+			var amax float32
+			for _, v := range p.w[o*in : (o+1)*in] {
+				amax = max(amax, abs32(v*p.scale))
+			}
+			cw.scales[col+o] = amax / 127
+			if amax > 0 {
+				inv[col+o] = 127 / amax
+			}
+		}
+		col += len(p.w) / in
+	}
+	col = 0
+	const tile = 32 // transpose in tiles so that reads and writes both stay in cache
+	for _, p := range ps {
+		out := len(p.w) / in
+		for o0 := 0; o0 < out; o0 += tile {
+			for r0 := 0; r0 < in; r0 += tile {
+				for o := o0; o < min(o0+tile, out); o++ {
+					f := p.scale * inv[col+o]
+					for r := r0; r < min(r0+tile, in); r++ {
+						c := math.Round(float64(p.w[o*in+r] * f))
+						cw.codes[r*total+col+o] = byte(int8(min(max(c, -127), 127)))
+					}
+				}
+			}
+		}
+		col += out
+	}
+	return cw
+}
+
+// linearInt8 appends x @ W^T with W quantized per output channel and each row of x
+// quantized on the fly to int8 with its own scale s = max|x_row| (codes round(127 x/s),
+// stored offset by 128 as uint8), then multiplied in integers by
+// com.microsoft.MatMulIntegerToFloat and rescaled:
+//
+//	y = (xq - 128) @ codes * (1/127) * scales[col] * s_row
+//
+// Per-row scales keep one sequence's activations from setting another's precision, so
+// a row's logits are the same whatever shares its batch.
+func linearInt8(b *graphBuilder, x, name string, in, out int64, ps []projection) string {
+	cw := quantizeColumns(int(in), ps)
+	codes := name + "_q8"
+	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: codes, Dims: []int64{in, out}, DataType: onnxInt8, Raw: cw.codes})
+	scales := b.weight(name+"_scales", []int64{out}, cw.scales)
+	zero := b.constUint8(128)
+	amax := b.op("ReduceMax", []string{b.op("Abs", []string{x})}, attrIntList("axes", -1), attrI("keepdims", 1))
+	s := b.op("Max", []string{amax, b.constFloat32(nil, 1e-30)}) // an all-zero row stays zero
+	xq := b.op("QuantizeLinear", []string{b.op("Div", []string{x, s}), b.constFloat32(nil, 1.0/127), zero})
+	y := b.fresh("MatMulIntegerToFloat")
+	b.g.Nodes = append(b.g.Nodes, &onnxNode{
+		Name: fmt.Sprintf("%sMatMulIntegerToFloat_%d", b.prefix, len(b.g.Nodes)), OpType: "MatMulIntegerToFloat", Domain: msDomain,
+		Inputs: []string{xq, codes, b.constFloat32(nil, 1.0/127), scales, zero}, Outputs: []string{y},
+	})
+	b.usesMS = true
+	return b.op("Mul", []string{y, s})
+}

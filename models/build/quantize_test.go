@@ -46,7 +46,7 @@ func TestQuantizeRows(t *testing.T) {
 		c[i] = float32(rng.NormFloat64() * 10)
 	}
 	a[5] = -7.5 // a block whose extreme is negative
-	for _, bits := range []int{8, 4} {
+	for _, bits := range []int{4} {
 		q := Quantization{Bits: bits, BlockSize: 32}
 		qw := quantizeRows(q, in, []projection{{a, 0.5}, {c, 1}})
 		got := dequantize(q, qw, 5, in)
@@ -89,5 +89,65 @@ func TestQuantizeRows(t *testing.T) {
 	}
 	if err := (Quantization{Bits: 4, BlockSize: 24}).validate(); err == nil {
 		t.Error("block size 24 accepted")
+	}
+}
+
+// TestQuantizeColumns checks the int8 quantizer against MatMulIntegerToFloat's
+// definition of B (value = int8 code * scale of its column): projections stacked as
+// columns in order with their factors applied, every value within half a step of its
+// column's scale, each column's largest magnitude exactly at ±127, and a zero column
+// kept zero.
+func TestQuantizeColumns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const in = 70
+	a := make([]float32, 3*in)
+	c := make([]float32, 2*in)
+	for i := range a {
+		a[i] = float32(rng.NormFloat64())
+	}
+	for i := range c {
+		c[i] = float32(rng.NormFloat64() * 10)
+	}
+	a[in+5] = -9  // column 1's extreme is negative
+	clear(c[in:]) // column 4 is all zero
+	cw := quantizeColumns(in, []projection{{a, 0.5}, {c, 1}})
+	const cols = 5
+	if len(cw.codes) != in*cols || len(cw.scales) != cols {
+		t.Fatalf("%d codes, %d scales; want %d, %d", len(cw.codes), len(cw.scales), in*cols, cols)
+	}
+	want := func(col, k int) float32 {
+		if col < 3 {
+			return a[col*in+k] * 0.5
+		}
+		return c[(col-3)*in+k]
+	}
+	for col := range cols {
+		extreme := 0
+		for k := range in {
+			code := int8(cw.codes[k*cols+col])
+			if code == -128 {
+				t.Fatalf("column %d row %d: code -128 (the range is symmetric)", col, k)
+			}
+			got := float32(code) * cw.scales[col]
+			if d := math.Abs(float64(got - want(col, k))); d > float64(cw.scales[col])/2+1e-6 {
+				t.Fatalf("column %d row %d: %g decodes to %g (scale %g)", col, k, want(col, k), got, cw.scales[col])
+			}
+			if code == 127 || code == -127 {
+				extreme++
+			}
+		}
+		if col == 4 {
+			if cw.scales[col] != 0 || extreme != 0 {
+				t.Errorf("zero column: scale %g, %d extreme codes", cw.scales[col], extreme)
+			}
+		} else if extreme == 0 {
+			t.Errorf("column %d: no code at ±127 (scale %g wastes range)", col, cw.scales[col])
+		}
+	}
+	if int8(cw.codes[5*cols+1]) != -127 {
+		t.Errorf("column 1's extreme -9*0.5 coded %d, want -127", int8(cw.codes[5*cols+1]))
+	}
+	if err := (Quantization{Bits: 8, BlockSize: 32}).validate(); err == nil {
+		t.Error("int8 with a block size accepted")
 	}
 }

@@ -59,7 +59,9 @@ type PagedManifest struct {
 	// norm and the output projection, for the rows SegLogitRows selects.
 	Head string `json:"head"`
 	// Quantization names how the segments store the linear weights: "none", "int8"
-	// or "int4" (block-quantized, com.microsoft.MatMulNBits); empty means none.
+	// (per output channel, times per-token int8 activations, com.microsoft.
+	// MatMulIntegerToFloat) or "int4" (block-quantized, com.microsoft.MatMulNBits);
+	// empty means none.
 	Quantization string `json:"quantization,omitempty"`
 }
 
