@@ -156,7 +156,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 
 // kvDTypeOption is the paged path's KV type for RunnerOptions.KVCacheDType (validated).
 func kvDTypeOption(s string) DType {
-	if s == Float16.String() {
+	if s == Float16.String() || s == KVCacheAuto {
 		return Float16
 	}
 	return Float32

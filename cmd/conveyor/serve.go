@@ -158,7 +158,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "tokens per sequence (prompt + completion) at most; 0 = the model's context")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
-	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", "", "KV cache element type: float32 or float16 (half the memory per token: twice the blocks in the same --kv-cache-memory; paged attention only); default the model's own (float32 on the paged path)")
+	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", models.KVCacheAuto, "KV cache element type: float32, float16 (half the memory per token: twice the blocks in the same --kv-cache-memory, half the bytes each step reads; paged attention only) or auto (float16 on the paged path, the graph's own type on the dense path)")
 	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "tool-call format for chat requests with tools: hermes, llama3_json, mistral or generic; default chosen from the chat template")
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 (per-channel) or int4 (block-quantized) linear layers; a built directory is served as it was built")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged (KV blocks read and written in place; graphs Conveyor builds) or dense (the Optimum interface, any ONNX decoder); default paged when the model has it")
@@ -236,8 +236,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("%s: --threads %d must be >= 0", o.name(), o.threads)
 	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
 		return fmt.Errorf("%s: --attention %q: want paged or dense", o.name(), o.attention)
-	case o.kvCacheDType != "" && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
-		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32 or float16", o.name(), o.kvCacheDType)
+	case o.kvCacheDType != "" && o.kvCacheDType != models.KVCacheAuto && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
+		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32, float16 or auto", o.name(), o.kvCacheDType)
 	}
 	if o.toolCallParser != "" {
 		if _, err := toolcall.ByName(o.toolCallParser); err != nil {
