@@ -49,7 +49,9 @@ type sampleScratch struct {
 	masked []float32 // logits under a constraint's mask
 	logits []float32 // processed logits
 	idx    []int32   // candidate token ids
-	probs  []float64 // candidate probabilities
+	probs  []float32 // candidate probabilities (unnormalised)
+	exp    []float32 // every token's probability (unnormalised), for the nucleus
+	mass   []float64 // probability mass per bucket, for the nucleus
 }
 
 // sampled is the outcome of one sampling step.
@@ -275,7 +277,7 @@ func (s *sampler) draw(logits []float32, sc *sampleScratch) int32 {
 			continue
 		}
 		last = i
-		r -= q
+		r -= float64(q)
 		if r < 0 {
 			break
 		}
@@ -288,10 +290,12 @@ func (s *sampler) draw(logits []float32, sc *sampleScratch) int32 {
 
 // dist returns the distribution draw samples from: unnormalised probabilities (the
 // most likely token has 1) of the candidates cand (nil means every token, probs
-// indexed by id) and their sum. Cut tokens have probability 0 or are left out.
-func (s *sampler) dist(logits []float32, sc *sampleScratch) (cand []int32, probs []float64, total float64) {
+// indexed by id) and their sum. Cut tokens have probability 0 or are left out. Nothing
+// here sorts the vocabulary: top_k selects its k, top_p alone finds its nucleus by
+// probability buckets, and every exponential of a whole row runs vectorised.
+func (s *sampler) dist(logits []float32, sc *sampleScratch) (cand []int32, probs []float32, total float64) {
 	p := s.params
-	invT := 1 / float64(p.Temperature)
+	invT := 1 / p.Temperature
 	v := len(logits)
 	k := p.TopK
 	if k <= 0 || k > v {
@@ -302,96 +306,149 @@ func (s *sampler) dist(logits []float32, sc *sampleScratch) (cand []int32, probs
 		topP = 1
 	}
 
-	// Candidates: all tokens, or the k (or enough for top_p) most likely, in
-	// descending order when a cut needs the order.
-	if k < v {
+	switch {
+	case k < v:
+		// The k most likely, in descending order; top_p then cuts a prefix of them.
 		cand = topK(logits, k, sc)
-	} else if topP < 1 {
-		cand = nucleus(logits, invT, topP, sc)
-	}
-
-	maxL := math.Inf(-1)
-	if cand != nil {
-		maxL = float64(logits[cand[0]])
-	} else {
-		for _, l := range logits {
-			maxL = math.Max(maxL, float64(l))
+		maxL := logits[cand[0]]
+		if math.IsInf(float64(maxL), 0) || math.IsNaN(float64(maxL)) {
+			return cand, nil, 0
 		}
-	}
-	if math.IsInf(maxL, 0) || math.IsNaN(maxL) {
-		return cand, nil, 0
-	}
-
-	probs = sc.probs[:0]
-	if cand != nil {
+		probs = sc.probs[:0]
 		for _, id := range cand {
-			probs = append(probs, math.Exp((float64(logits[id])-maxL)*invT))
+			q := float32(math.Exp(float64((logits[id] - maxL) * invT)))
+			probs = append(probs, q)
+			total += float64(q)
 		}
-	} else {
-		for _, l := range logits {
-			probs = append(probs, math.Exp((float64(l)-maxL)*invT))
-		}
-	}
-	sc.probs = probs
-	for _, q := range probs {
-		total += q
-	}
-
-	// top_p over the (sorted) candidates: keep the smallest prefix whose mass reaches top_p.
-	if topP < 1 && cand != nil {
-		acc := 0.0
-		for i, q := range probs {
-			acc += q
-			if acc >= topP*total {
-				probs, cand = probs[:i+1], cand[:i+1]
-				break
+		sc.probs = probs
+		if topP < 1 {
+			acc := 0.0
+			for i, q := range probs {
+				acc += float64(q)
+				if acc >= topP*total {
+					probs, cand = probs[:i+1], cand[:i+1]
+					break
+				}
 			}
+			total = acc
 		}
-		total = acc
+	case topP < 1:
+		cand, probs, total = nucleus(logits, invT, topP, sc)
+	default:
+		maxL := rowMax(logits)
+		if math.IsInf(float64(maxL), 0) || math.IsNaN(float64(maxL)) {
+			return nil, nil, 0
+		}
+		sc.probs = slices.Grow(sc.probs[:0], v)[:v]
+		probs = sc.probs
+		total = rowExp(logits, probs, maxL, invT)
 	}
 	// min_p: drop tokens less likely than min_p times the most likely one.
-	if mp := float64(p.MinP); mp > 0 {
+	if mp := p.MinP; mp > 0 {
 		total = 0
 		for i, q := range probs {
 			if q < mp {
 				probs[i] = 0
 			}
-			total += probs[i]
+			total += float64(probs[i])
 		}
 	}
 	return cand, probs, total
 }
 
-// nucleus returns, in descending order, the most likely tokens whose probability mass
-// (at temperature 1/invT) reaches topP, without sorting the whole vocabulary: it
-// selects the m best for growing m until their mass suffices.
-func nucleus(logits []float32, invT, topP float64, sc *sampleScratch) []int32 {
-	maxL := math.Inf(-1)
-	for _, l := range logits {
-		maxL = math.Max(maxL, float64(l))
+// nucleusBuckets is the number of probability buckets nucleus sorts tokens into: a
+// probability in (0, 1] falls in bucket (bits(1) - bits(p)) >> 20 of its float32 bits,
+// eight buckets per halving; 0 falls in the last.
+const nucleusBuckets = 0x3f800000>>20 + 1
+
+// nucleus returns the smallest set of most likely tokens whose probability mass (at
+// temperature 1/invT) reaches topP of the total, with their unnormalised probabilities
+// and mass: the tokens top_p keeps after a descending sort, without the sort. One
+// vectorised pass computes every probability, a second adds them into buckets by
+// magnitude; the buckets above the one where the mass crosses topP are kept whole, and
+// only that bucket's tokens are ordered (higher logit first, then lower id) to find
+// where the cut falls. The result aliases sc.
+func nucleus(logits []float32, invT float32, topP float64, sc *sampleScratch) ([]int32, []float32, float64) {
+	maxL := rowMax(logits)
+	if math.IsInf(float64(maxL), 0) || math.IsNaN(float64(maxL)) {
+		return nil, nil, 0
 	}
-	total := 0.0
-	for _, l := range logits {
-		total += math.Exp((float64(l) - maxL) * invT)
+	v := len(logits)
+	sc.exp = slices.Grow(sc.exp[:0], v)[:v]
+	ps := sc.exp
+	total := rowExp(logits, ps, maxL, invT)
+	if cap(sc.mass) < nucleusBuckets {
+		sc.mass = make([]float64, nucleusBuckets)
 	}
-	for m := 64; ; m *= 4 {
-		if m >= len(logits) {
-			return topK(logits, len(logits), sc)
+	mass := sc.mass[:nucleusBuckets]
+	clear(mass)
+	for _, q := range ps {
+		mass[bucketOf(q)] += float64(q)
+	}
+	target := topP * total
+	edge, above := nucleusBuckets-1, 0.0
+	for b, m := range mass {
+		if above+m >= target {
+			edge = b
+			break
 		}
-		cand := topK(logits, m, sc)
-		acc := 0.0
-		for _, id := range cand {
-			acc += math.Exp((float64(logits[id]) - maxL) * invT)
-		}
-		if acc >= topP*total {
-			return cand
+		above += m
+	}
+	cand, probs := sc.idx[:0], sc.probs[:0]
+	var border []int32
+	for i, q := range ps {
+		switch b := bucketOf(q); {
+		case b < edge:
+			cand = append(cand, int32(i))
+			probs = append(probs, q)
+		case b == edge:
+			border = append(border, int32(i))
 		}
 	}
+	slices.SortFunc(border, func(a, b int32) int {
+		if better(logits, a, b) {
+			return -1
+		}
+		if better(logits, b, a) {
+			return 1
+		}
+		return 0
+	})
+	acc := above
+	for _, id := range border {
+		cand = append(cand, id)
+		probs = append(probs, ps[id])
+		acc += float64(ps[id])
+		if acc >= target {
+			break
+		}
+	}
+	sc.idx, sc.probs = cand, probs
+	return cand, probs, acc
+}
+
+// bucketOf is nucleus' bucket of a probability in [0, 1].
+func bucketOf(q float32) int {
+	bits := math.Float32bits(q)
+	if bits >= 0x3f800000 {
+		return 0
+	}
+	return int((0x3f800000 - bits) >> 20)
 }
 
 // argmax returns the index of the largest value; ties go to the lowest index. NaN
 // values are never chosen unless everything is NaN or -Inf.
 func argmax(x []float32) int32 {
+	if m := rowMax(x); !math.IsNaN(float64(m)) && !math.IsInf(float64(m), -1) {
+		if i := rowFind(x, m); i >= 0 {
+			return int32(i)
+		}
+	}
+	return argmaxSlow(x)
+}
+
+// argmaxSlow is argmax without the vectorised passes, for rows holding NaN or only -Inf.
+func argmaxSlow(x []float32) int32 {
 	// Four independent lanes (each keeps its first maximum) break the compare chain;
 	// the lanes are then merged by value, then by lowest index.
 	negInf := float32(math.Inf(-1))
@@ -439,20 +496,14 @@ func argmax(x []float32) int32 {
 	return int32(max(len(x)-1, 0))
 }
 
-// logSumExp returns log(sum(exp(x))) computed stably in float64.
+// logSumExp returns log(sum(exp(x))), the exponentials vectorised and summed in
+// float64 (NaN if any value is NaN).
 func logSumExp(x []float32) float64 {
-	m := math.Inf(-1)
-	for _, l := range x {
-		m = math.Max(m, float64(l))
+	m := rowMax(x)
+	if math.IsInf(float64(m), 0) || math.IsNaN(float64(m)) {
+		return float64(m)
 	}
-	if math.IsInf(m, 0) {
-		return m
-	}
-	sum := 0.0
-	for _, l := range x {
-		sum += math.Exp(float64(l) - m)
-	}
-	return m + math.Log(sum)
+	return float64(m) + math.Log(rowExp(x, nil, m, 1))
 }
 
 // better reports whether token a ranks before token b: higher logit first, then lower id.
@@ -474,6 +525,9 @@ func topK(x []float32, k int, sc *sampleScratch) []int32 {
 	if k <= 0 {
 		return nil
 	}
+	if k <= 64 && k*16 <= v {
+		return topFew(x, k, sc)
+	}
 	idx := sc.idx[:0]
 	for i := range v {
 		idx = append(idx, int32(i))
@@ -492,6 +546,32 @@ func topK(x []float32, k int, sc *sampleScratch) []int32 {
 		}
 		return 0
 	})
+	return top
+}
+
+// topFew is topK for small k: one pass that keeps the k best seen so far in order,
+// comparing each value with the worst of them (most values are rejected by that one
+// comparison).
+func topFew(x []float32, k int, sc *sampleScratch) []int32 {
+	top := sc.idx[:0]
+	for i := range x {
+		if len(top) == k && !(x[i] > x[top[k-1]]) { // a later id loses ties
+			continue
+		}
+		id := int32(i)
+		j := len(top)
+		if j < k {
+			top = append(top, id)
+		} else {
+			j = k - 1
+		}
+		for j > 0 && better(x, id, top[j-1]) {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = id
+	}
+	sc.idx = top
 	return top
 }
 

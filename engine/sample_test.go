@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -125,7 +126,7 @@ func TestSampleDistribution(t *testing.T) {
 				if cand != nil {
 					id = cand[i]
 				}
-				got[id] = q / total
+				got[id] = float64(q) / total
 			}
 			for i := range got {
 				if math.Abs(got[i]-tc.want[i]) > 1e-6 {
@@ -216,6 +217,9 @@ func TestTopKMatchesSort(t *testing.T) {
 			x[i] = float32(rng.IntN(20)) // many ties
 		}
 		k := 1 + rng.IntN(v)
+		if trial%2 == 0 {
+			k = 1 + rng.IntN(min(v, 20)) // the one-pass selection of a few
+		}
 		ref := make([]int32, v)
 		for i := range ref {
 			ref[i] = int32(i)
@@ -232,6 +236,127 @@ func TestTopKMatchesSort(t *testing.T) {
 		got := topK(x, k, sc)
 		if !slices.Equal(got, ref[:k]) {
 			t.Fatalf("trial %d: topK(k=%d) = %v, want %v", trial, k, got, ref[:k])
+		}
+	}
+}
+
+// TestNucleusMatchesSort checks the bucketed nucleus against top_p's definition: sort
+// the tokens by probability (higher logit first, then lower id), keep the shortest
+// prefix whose mass reaches top_p of the total. Logits with many ties and wide ranges,
+// rows masked to -Inf, several temperatures.
+func TestNucleusMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	sc := &sampleScratch{}
+	for trial := range 400 {
+		v := 1 + rng.IntN(3000)
+		x := make([]float32, v)
+		scale := []float64{0.01, 1, 3, 30}[trial%4]
+		for i := range x {
+			switch r := rng.IntN(10); {
+			case r == 0:
+				x[i] = float32(math.Inf(-1))
+			case r < 4:
+				x[i] = float32(rng.IntN(8)) // ties
+			default:
+				x[i] = float32(rng.NormFloat64() * scale)
+			}
+		}
+		x[rng.IntN(v)] = 5 // at least one finite logit
+		invT := float32(1 / []float64{0.3, 0.7, 1, 1.5}[rng.IntN(4)])
+		topP := []float64{0.05, 0.5, 0.9, 0.99, 0.999999}[rng.IntN(5)]
+		cand, probs, mass := nucleus(x, invT, topP, sc)
+
+		ref := make([]int32, v)
+		for i := range ref {
+			ref[i] = int32(i)
+		}
+		slices.SortStableFunc(ref, func(a, b int32) int {
+			switch {
+			case x[a] > x[b]:
+				return -1
+			case x[a] < x[b]:
+				return 1
+			}
+			return 0
+		})
+		maxL := float64(x[ref[0]])
+		p := func(id int32) float64 { return math.Exp((float64(x[id]) - maxL) * float64(invT)) }
+		total := 0.0
+		for _, id := range ref {
+			total += p(id)
+		}
+		n, acc := 0, 0.0
+		for n < v {
+			acc += p(ref[n])
+			n++
+			if acc >= topP*total {
+				break
+			}
+		}
+		// The kept tokens are a prefix of the sorted order (exactly), and their mass is
+		// the definition's up to the vectorised exponential's last bits, which may move
+		// the cut by tokens whose probability is within that error of the boundary.
+		kept := map[int32]bool{}
+		for _, id := range cand {
+			kept[id] = true
+		}
+		for i := range len(cand) {
+			if !kept[ref[i]] {
+				t.Fatalf("trial %d (v %d, topP %g): the %d kept tokens are not the most likely %d (%d is missing)", trial, v, topP, len(cand), len(cand), ref[i])
+			}
+		}
+		if math.Abs(acc-mass) > 1e-5*total || (topP < 0.999 && len(cand) != n) {
+			t.Fatalf("trial %d (v %d, topP %g): nucleus keeps %d tokens (mass %g), want %d (mass %g)", trial, v, topP, len(cand), mass, n, acc)
+		}
+		for i, id := range cand {
+			// float32 arguments: the error grows with the argument's magnitude.
+			a := math.Abs(float64(x[id])-maxL) * float64(invT)
+			if d := math.Abs(float64(probs[i]) - p(id)); d > (1e-6+2e-7*a)*p(id)+1e-30 {
+				t.Fatalf("trial %d: probability of %d is %g, want %g", trial, id, probs[i], p(id))
+			}
+		}
+	}
+}
+
+// TestRowExp checks the vectorised exponential sum against math.Exp over lengths that
+// leave every tail size, -Inf (masked, exactly 0), arguments beyond exp's float32 range
+// (0) and NaN in rowMax.
+func TestRowExp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for n := range 40 {
+		x := make([]float32, n*37+n%8)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * 20)
+			if i%11 == 3 {
+				x[i] = float32(math.Inf(-1))
+			}
+		}
+		m := rowMax(x)
+		scale := float32(1 + rng.Float64())
+		out := make([]float32, len(x))
+		sum := rowExp(x, out, m, scale)
+		want := 0.0
+		for i, v := range x {
+			e := math.Exp(float64((v - m) * scale))
+			if float64((v-m)*scale) < -87 {
+				e = 0
+			}
+			want += e
+			if d := math.Abs(float64(out[i]) - e); d > 2e-7*e {
+				t.Fatalf("n %d: exp(%g) = %g, want %g", len(x), (v-m)*scale, out[i], e)
+			}
+			if math.IsInf(float64(v), -1) && out[i] != 0 {
+				t.Fatalf("a masked logit has probability %g", out[i])
+			}
+		}
+		if math.Abs(sum-want) > 1e-6*want || (len(x) > 0 && sum != sum) {
+			t.Fatalf("n %d: sum %g, want %g", len(x), sum, want)
+		}
+		if len(x) > 0 {
+			x[len(x)/2] = float32(math.NaN())
+			if r := rowMax(x); !math.IsNaN(float64(r)) {
+				t.Fatalf("n %d: rowMax with a NaN = %g", len(x), r)
+			}
 		}
 	}
 }
@@ -287,6 +412,50 @@ func TestLogSumExp(t *testing.T) {
 	x := []float32{1000, 1000}
 	if got, want := logSumExp(x), 1000+math.Ln2; math.Abs(got-want) > 1e-9 {
 		t.Fatalf("logSumExp = %v, want %v", got, want)
+	}
+}
+
+// BenchmarkSampleRow times choosing one token from a row of logits at the vocabulary
+// of Qwen2/Qwen3 (151,936), the per-token cost the engine pays for each sequence on top
+// of the forward pass: greedy (OpenAI's temperature 0), plain temperature sampling
+// (OpenAI's default temperature 1), nucleus (top_p 0.9), the chosen token's logprob
+// with 5 alternatives, and the repetition/presence/frequency penalties over a
+// 512-token history.
+func BenchmarkSampleRow(b *testing.B) {
+	const vocab = 151936
+	rng := rand.New(rand.NewPCG(5, 6))
+	logits := make([]float32, vocab)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 3)
+	}
+	history := make([]int32, 512)
+	for i := range history {
+		history[i] = int32(rng.IntN(vocab))
+	}
+	cases := []struct {
+		name string
+		set  func(p *SamplingParams)
+	}{
+		{"greedy", func(p *SamplingParams) { p.Temperature = 0 }},
+		{"temperature", func(p *SamplingParams) { p.Temperature = 1 }},
+		{"topp", func(p *SamplingParams) { p.Temperature = 0.8; p.TopP = 0.9 }},
+		{"logprobs5", func(p *SamplingParams) { p.Temperature = 0; p.Logprobs = 5 }},
+		{"penalties", func(p *SamplingParams) {
+			p.Temperature = 0.8
+			p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty = 1.1, 0.5, 0.5
+		}},
+	}
+	for _, c := range cases {
+		b.Run(fmt.Sprintf("vocab%d/%s", vocab, c.name), func(b *testing.B) {
+			s := newSampler(params(c.set), history[:256], nil, 0)
+			for _, id := range history[256:] {
+				s.accept(id)
+			}
+			sc := &sampleScratch{}
+			for b.Loop() {
+				s.sample(logits, sc)
+			}
+		})
 	}
 }
 
