@@ -49,6 +49,8 @@ type Engine struct {
 	batch   models.Batch
 	results []scheduler.Result
 	scratch sampleScratch
+	// phases times the running step's parts for StepInfo (engine goroutine only).
+	phases StepInfo
 	nextSeq kvcache.SeqID
 	live    map[*request]struct{}
 	dequeue []*request

@@ -308,9 +308,20 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 	if int64(len(infos)) != st.Steps || st.DroppedEvents != 0 {
 		t.Fatalf("%d OnStep calls for %d steps, %d dropped events", len(infos), st.Steps, st.DroppedEvents)
 	}
-	fed := 0
+	fed, sampled, pastSeen := 0, false, false
 	for _, s := range infos {
 		fed += s.NumTokens
+		if parts := s.Schedule + s.Forward + s.Sample + s.Emit; s.Forward <= 0 || s.Schedule < 0 || s.Sample < 0 || s.Emit < 0 || parts > s.Duration {
+			t.Fatalf("step phases %+v: want a positive forward and parts that fit in the step", s)
+		}
+		if s.MaxPast > s.PastTokens || s.PastTokens > s.NumSeqs*s.MaxPast {
+			t.Fatalf("step %+v: past %d tokens with the longest row's %d", s, s.PastTokens, s.MaxPast)
+		}
+		sampled = sampled || s.Sample > 0
+		pastSeen = pastSeen || s.MaxPast >= 200 // the slow request's last steps read its whole output
+	}
+	if !sampled || !pastSeen {
+		t.Fatalf("no step timed its sampling (%v) or read a 200-token past (%v)", sampled, pastSeen)
 	}
 	if int64(fed) != st.FedTokens || len(st.RecentBatchSizes) == 0 || len(st.RecentStepDurations) != len(st.RecentBatchSizes) {
 		t.Fatalf("stats %+v disagree with OnStep (%d tokens)", st, fed)

@@ -15,6 +15,7 @@ import (
 // start is when the step began, before Schedule planned it (StepInfo.Duration).
 func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	items := plan.Items
+	e.phases = StepInfo{Schedule: time.Since(start)}
 	if cap(e.results) < len(items) {
 		e.results = make([]scheduler.Result, len(items))
 	}
@@ -46,6 +47,8 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		})
 		e.kv.add(it.Blocks, it.StartPos, it.NumNewTokens)
 		numTokens += it.NumNewTokens
+		e.phases.PastTokens += it.StartPos
+		e.phases.MaxPast = max(e.phases.MaxPast, it.StartPos)
 		if np := it.Seq.NumPromptTokens(); it.StartPos < np && it.Seq.NumPreemptions() == 0 {
 			e.counts.promptTokens += int64(min(it.StartPos+it.NumNewTokens, np) - it.StartPos)
 		}
@@ -56,7 +59,8 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	if err == nil {
 		fwdStart := time.Now()
 		out, err = e.model.Forward(&e.batch, &e.kv)
-		e.sched.ObserveStep(time.Since(fwdStart))
+		e.phases.Forward = time.Since(fwdStart)
+		e.sched.ObserveStep(e.phases.Forward)
 		if err == nil && (out == nil || len(out.Logits) != len(items)) {
 			err = fmt.Errorf("forward returned %d logit rows for %d sequences", lenLogits(out), len(items))
 		}
@@ -76,6 +80,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		return
 	}
 
+	emitStart := time.Now()
 	vocab := e.spec.VocabSize
 	for i, it := range items {
 		st := it.Seq.Data.(*seqState)
@@ -91,6 +96,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	}
 
 	e.endFinished(e.update(plan), now)
+	e.phases.Emit = time.Since(emitStart) - e.phases.Sample
 	e.finishStep(len(items), numTokens, start)
 }
 
@@ -121,8 +127,10 @@ func (e *Engine) endFinished(finished []*scheduler.Sequence, now time.Time) {
 // sampleOne picks sequence st's next token from its logits row, runs the stop checks
 // and emits the sequence's event. i is the sequence's plan item.
 func (e *Engine) sampleOne(st *seqState, i int, row []float32, now time.Time) {
+	t0 := time.Now()
 	s := st.sampler.sample(row, &e.scratch)
 	st.sampler.accept(s.ID)
+	e.phases.Sample += time.Since(t0)
 	st.numOut++
 	e.counts.generationTokens++
 	if st.firstToken.IsZero() {
@@ -208,7 +216,9 @@ func (e *Engine) finishStep(numSeqs, numTokens int, start time.Time) {
 	c.stepDurations = appendBounded(c.stepDurations, d)
 	e.publishStats()
 	if e.cfg.OnStep != nil {
-		e.cfg.OnStep(StepInfo{NumSeqs: numSeqs, NumTokens: numTokens, Duration: d})
+		info := e.phases
+		info.NumSeqs, info.NumTokens, info.Duration = numSeqs, numTokens, d
+		e.cfg.OnStep(info)
 	}
 }
 

@@ -162,4 +162,13 @@ type StepInfo struct {
 	NumSeqs   int           // sequences in the batch
 	NumTokens int           // tokens fed to the model
 	Duration  time.Duration // the whole step: schedule, gather, forward, scatter, sample
+	// PastTokens sums, over the batch's rows, the tokens already in the KV cache that
+	// the step's attention reads; MaxPast is the longest row's.
+	PastTokens, MaxPast int
+	// The step's phases, in order: Schedule (the scheduler's plan), Forward (the model,
+	// with the KV copies it needs), Sample (choosing tokens: constraint masks, logit
+	// processors, sampling, logprobs) and Emit (everything else after the forward:
+	// stop checks, detokenization, events, the scheduler's update). Duration is their
+	// sum plus the small bookkeeping between them.
+	Schedule, Forward, Sample, Emit time.Duration
 }

@@ -41,6 +41,7 @@ type serveOptions struct {
 	quantize        string
 	toolCallParser  string
 	targetStepTime  string
+	stepTrace       string
 	host            string
 	port            int
 	servedName      string
@@ -137,6 +138,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
 	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
+	fs.StringVar(&o.stepTrace, "step-trace", "", "write one JSON line per engine step to this file: rows, tokens, past, schedule/forward/sample/emit times in ms, Go GC pauses")
 }
 
 // modelFlags defines the flags that load the model and configure the engine, shared by
@@ -361,7 +363,23 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	if err != nil {
 		return err
 	}
-	ecfg, err := o.engineConfig(metrics.OnStep)
+	onStep := metrics.OnStep
+	if o.stepTrace != "" {
+		trace, err := openStepTrace(o.stepTrace)
+		if err != nil {
+			return fmt.Errorf("%s: %w", o.name(), err)
+		}
+		defer func() {
+			if err := trace.Close(); err != nil {
+				log.Error("step trace", "err", err)
+			}
+		}()
+		onStep = func(s engine.StepInfo) {
+			metrics.OnStep(s)
+			trace.OnStep(s)
+		}
+	}
+	ecfg, err := o.engineConfig(onStep)
 	if err != nil {
 		return err
 	}
