@@ -50,7 +50,7 @@ type Engine struct {
 	results []scheduler.Result
 	scratch sampleScratch
 	// phases times the running step's parts for StepInfo (engine goroutine only).
-	phases StepInfo
+	phases  StepInfo
 	nextSeq kvcache.SeqID
 	live    map[*request]struct{}
 	dequeue []*request
