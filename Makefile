@@ -29,7 +29,7 @@ DEFAULT_ONNX := build/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: all build ort tokenizer-files test vet run bench model clean
+.PHONY: all build ort tokenizer-files browser test vet run bench model clean
 
 all: build
 
@@ -82,7 +82,21 @@ vet:
 # Every test, then the concurrent packages again under the race detector.
 RACE_PKGS := ./models/attention/ ./kvcache/ ./scheduler/ ./engine/ ./engine/structured/ ./api/ ./bench/ ./cmd/conveyor/
 
-test: ort tokenizer-files vet
+# The chat page's end-to-end test drives a real headless Chromium, Debian's package: installed
+# here when it is missing and the user can install (root, or passwordless sudo).
+browser:
+	@if [ -z "$$CONVEYOR_CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		elif sudo -n true 2>/dev/null; then \
+			sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "make test needs Chromium for the chat page's test: run 'sudo apt-get install -y chromium' (or set CONVEYOR_CHROMIUM to a Chromium binary)"; \
+			exit 1; \
+		fi; \
+	fi
+
+test: ort tokenizer-files browser vet
 	CONVEYOR_TOKENIZER_FILES=$(abspath $(TOK_DIR)) $(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 

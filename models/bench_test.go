@@ -152,11 +152,18 @@ func benchDecode(b *testing.B, o benchOptions) {
 
 // BenchmarkPrefill times one prompt of 128 to 2048 tokens with no past, on both paths.
 func BenchmarkPrefill(b *testing.B) {
+	benchPrefill(b, "", []string{AttentionPaged, AttentionDense})
+}
+
+// BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the paged path.
+func BenchmarkPrefillInt8(b *testing.B) { benchPrefill(b, "int8", []string{AttentionPaged}) }
+
+func benchPrefill(b *testing.B, quantize string, paths []string) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
-			for _, attention := range []string{AttentionPaged, AttentionDense} {
+			for _, attention := range paths {
 				b.Run(attention, func(b *testing.B) {
-					r := openBenchModel(b, m.cfg, benchOptions{attention: attention})
+					r := openBenchModel(b, m.cfg, benchOptions{attention: attention, quantize: quantize})
 					for _, n := range []int{128, 512, 2048} {
 						if n > m.cfg.MaxPositionEmbeddings {
 							continue
