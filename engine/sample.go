@@ -405,15 +405,7 @@ func nucleus(logits []float32, invT float32, topP float64, sc *sampleScratch) ([
 			border = append(border, int32(i))
 		}
 	}
-	slices.SortFunc(border, func(a, b int32) int {
-		if better(logits, a, b) {
-			return -1
-		}
-		if better(logits, b, a) {
-			return 1
-		}
-		return 0
-	})
+	sortBest(logits, border)
 	acc := above
 	for _, id := range border {
 		cand = append(cand, id)
@@ -514,6 +506,19 @@ func better(x []float32, a, b int32) bool {
 	return a < b
 }
 
+// sortBest sorts ids by better: higher logit first, then lower id.
+func sortBest(x []float32, ids []int32) {
+	slices.SortFunc(ids, func(a, b int32) int {
+		if better(x, a, b) {
+			return -1
+		}
+		if better(x, b, a) {
+			return 1
+		}
+		return 0
+	})
+}
+
 // topK returns the k highest-logit token ids in descending order (ties: lower id
 // first). It partially selects with quickselect, then sorts only the k winners, so the
 // cost is O(V + k log k) rather than O(V log V). The result aliases sc.idx.
@@ -537,15 +542,7 @@ func topK(x []float32, k int, sc *sampleScratch) []int32 {
 		quickselect(x, idx, k)
 	}
 	top := idx[:k]
-	slices.SortFunc(top, func(a, b int32) int {
-		if better(x, a, b) {
-			return -1
-		}
-		if better(x, b, a) {
-			return 1
-		}
-		return 0
-	})
+	sortBest(x, top)
 	return top
 }
 

@@ -220,19 +220,7 @@ func TestTopKMatchesSort(t *testing.T) {
 		if trial%2 == 0 {
 			k = 1 + rng.IntN(min(v, 20)) // the one-pass selection of a few
 		}
-		ref := make([]int32, v)
-		for i := range ref {
-			ref[i] = int32(i)
-		}
-		slices.SortStableFunc(ref, func(a, b int32) int {
-			switch {
-			case x[a] > x[b]:
-				return -1
-			case x[a] < x[b]:
-				return 1
-			}
-			return 0
-		})
+		ref := sortedIDs(x)
 		got := topK(x, k, sc)
 		if !slices.Equal(got, ref[:k]) {
 			t.Fatalf("trial %d: topK(k=%d) = %v, want %v", trial, k, got, ref[:k])
@@ -266,19 +254,7 @@ func TestNucleusMatchesSort(t *testing.T) {
 		topP := []float64{0.05, 0.5, 0.9, 0.99, 0.999999}[rng.IntN(5)]
 		cand, probs, mass := nucleus(x, invT, topP, sc)
 
-		ref := make([]int32, v)
-		for i := range ref {
-			ref[i] = int32(i)
-		}
-		slices.SortStableFunc(ref, func(a, b int32) int {
-			switch {
-			case x[a] > x[b]:
-				return -1
-			case x[a] < x[b]:
-				return 1
-			}
-			return 0
-		})
+		ref := sortedIDs(x)
 		maxL := float64(x[ref[0]])
 		p := func(id int32) float64 { return math.Exp((float64(x[id]) - maxL) * float64(invT)) }
 		total := 0.0
@@ -359,6 +335,25 @@ func TestRowExp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sortedIDs is the reference order of a row: every id, higher logit first, ties in id
+// order (a stable sort of the ids, written independently of better).
+func sortedIDs(x []float32) []int32 {
+	ref := make([]int32, len(x))
+	for i := range ref {
+		ref[i] = int32(i)
+	}
+	slices.SortStableFunc(ref, func(a, b int32) int {
+		switch {
+		case x[a] > x[b]:
+			return -1
+		case x[a] < x[b]:
+			return 1
+		}
+		return 0
+	})
+	return ref
 }
 
 func TestArgmax(t *testing.T) {
