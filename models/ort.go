@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -44,12 +45,25 @@ func ResolveORTLib(flagValue string) string {
 }
 
 // InitORT loads the ONNX Runtime shared library and creates the process-wide ONNX
-// Runtime environment. libPath follows ResolveORTLib ("" = environment or default).
+// Runtime environment, with one intra-op thread pool of all cores shared by the
+// sessions (see sharedPool). libPath follows ResolveORTLib ("" = environment or default).
 // It is idempotent: once a library is loaded, calls with "" or the same library
 // return nil. Asking for a different library afterwards is an error, since a process
 // holds only one ONNX Runtime environment. Every failure wraps ErrORT and is one line
 // that says how to get the library.
 func InitORT(libPath string) error {
+	return initORT(libPath, poolOptions{spin: true})
+}
+
+// poolOptions size the shared intra-op pool (see sharedPool); threads 0 = all cores.
+type poolOptions struct {
+	threads int
+	spin    bool
+}
+
+// initORT is InitORT with the shared pool's settings, which the first call of the
+// process fixes.
+func initORT(libPath string, pool poolOptions) error {
 	path := ResolveORTLib(libPath)
 	ortState.mu.Lock()
 	defer ortState.mu.Unlock()
@@ -65,6 +79,12 @@ func InitORT(libPath string) error {
 	}
 	if ortState.path != "" {
 		return fmt.Errorf("%w: already initialised from %s, cannot also load %s", ErrORT, ortState.path, path)
+	}
+	if pool.threads <= 0 {
+		pool.threads = runtime.NumCPU()
+	}
+	if err := createSharedPool(path, pool.threads, pool.spin); err != nil {
+		return fmt.Errorf("%w: cannot load %s: %s (run `make ort` to fetch ONNX Runtime %s)", ErrORT, path, oneLine(err.Error()), ortVersionWanted)
 	}
 	ort.SetSharedLibraryPath(path)
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {

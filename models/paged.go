@@ -72,7 +72,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
-	if err := InitORT(opts.ORTLib); err != nil {
+	if err := initORT(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	meta, err := readModelMeta(dir)

@@ -79,11 +79,12 @@ type RunnerOptions struct {
 	ORTLib string
 	// IntraOpThreads is ONNX Runtime's thread count inside one operator; 0 = all cores.
 	IntraOpThreads int
-	// SpinWait lets ONNX Runtime's worker threads spin while they wait for work. That
-	// shaves a little latency on an otherwise idle machine but burns cores another
-	// process needs; on a busy 2-core machine, decode steps measured 2-4x slower with
-	// spinning. Off by default.
-	SpinWait bool
+	// NoSpin keeps the shared intra-op pool's workers from spinning between runs
+	// (they then sleep and are woken for each run). Spinning workers run at SCHED_IDLE,
+	// so they yield to any other thread, but they keep a core busy while the engine
+	// runs. The first runner opened in a process sets the pool; runners whose
+	// IntraOpThreads differ from it get a pool of their own, which never spins.
+	NoSpin bool
 	// Attention selects the attention path for Open: AttentionPaged, AttentionDense,
 	// or "" for paged when the model has a paged layout.
 	Attention string
@@ -227,7 +228,7 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := InitORT(opts.ORTLib); err != nil {
+	if err := initORT(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	modelPath := filepath.Join(dir, "model.onnx")
@@ -276,6 +277,11 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	return r, nil
 }
 
+// pool returns the shared pool's settings these options ask for.
+func (o RunnerOptions) pool() poolOptions {
+	return poolOptions{threads: o.IntraOpThreads, spin: !o.NoSpin}
+}
+
 // newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
 func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 	so, err := ort.NewSessionOptions()
@@ -286,19 +292,22 @@ func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 	if threads == 0 {
 		threads = runtime.NumCPU()
 	}
-	spin := "0"
-	if opts.SpinWait {
-		spin = "1"
-	}
 	for _, set := range []func() error{
 		func() error { return so.SetIntraOpNumThreads(threads) },
 		func() error { return so.SetInterOpNumThreads(1) },
 		func() error { return so.SetExecutionMode(ort.ExecutionModeSequential) },
 		func() error { return so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll) },
-		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", spin) },
-		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", spin) },
+		// A pool of the session's own would be one more thread spinning per session.
+		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", "0") },
+		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", "0") },
 	} {
 		if err := set(); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+		}
+	}
+	if threads == sharedPool.threads {
+		if err := useSharedPool(so); err != nil {
 			so.Destroy()
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}

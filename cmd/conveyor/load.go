@@ -43,7 +43,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention, KVCacheDType: o.kvCacheDType})
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention, KVCacheDType: o.kvCacheDType})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
