@@ -51,7 +51,7 @@ func (s *Server) handleChat(c *gin.Context) {
 		return
 	}
 	s.generate(c, b, &req.generation, "chatcmpl-", [][]int32{req.prompt}, "messages", func(id string, created int64) converter {
-		return newChatOutput(req, b.Tokenizer, chatResponse{ID: id, Created: created, Model: s.cfg.ModelName})
+		return newChatOutput(req, b.Tokenizer, chatResponse{ID: id, Created: created, Model: s.cfg.ModelName}, s.metrics.rejectToolCalls)
 	})
 }
 

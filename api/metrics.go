@@ -27,6 +27,7 @@ type Metrics struct {
 	ttft, itl, e2e, queue prometheus.Histogram
 	batchSize, stepDur    prometheus.Histogram
 	success               *prometheus.CounterVec
+	toolRejects           *prometheus.CounterVec
 
 	source atomic.Pointer[statsSource]
 }
@@ -56,8 +57,15 @@ func NewMetrics() *Metrics {
 		success: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "conveyor_request_success_total", Help: "Sequences finished, by finish reason (stop, length, abort, error).",
 		}, []string{"finished_reason"}),
+		toolRejects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "conveyor_tool_calls_rejected_total",
+			Help: "Chat replies whose tool calls were returned as content because a call named a tool not offered (unknown_tool) or its arguments failed the tool's parameters schema (invalid_arguments).",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.ttft, m.itl, m.e2e, m.queue, m.batchSize, m.stepDur, m.success, &statsCollector{m: m})
+	for _, r := range []string{rejectUnknownTool, rejectInvalidArguments} {
+		m.toolRejects.WithLabelValues(r) // exposed at 0 from the start
+	}
+	m.reg.MustRegister(m.ttft, m.itl, m.e2e, m.queue, m.batchSize, m.stepDur, m.success, m.toolRejects, &statsCollector{m: m})
 	// The standard go_* and process_* families every Go exporter serves (heap, GC,
 	// goroutines, CPU seconds, resident memory, open file descriptors).
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -71,6 +79,9 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
+
+// rejectToolCalls counts one reply whose tool calls failed their check.
+func (m *Metrics) rejectToolCalls(reason string) { m.toolRejects.WithLabelValues(reason).Inc() }
 
 // OnStep records one engine step; pass it as the engine's Config.OnStep.
 func (m *Metrics) OnStep(s engine.StepInfo) {

@@ -98,6 +98,9 @@ type chatAcc struct {
 	// inCall that a call has opened (the rest is held until the reply ends).
 	sent   int
 	inCall bool
+
+	// checked records that the reply's calls were checked (and a rejection counted).
+	checked bool
 }
 
 // chatOutput is the converter of /v1/chat/completions. Streamed, a choice opens with a
@@ -115,10 +118,13 @@ type chatOutput struct {
 	base   chatResponse
 	accs   []chatAcc
 	tools  *toolPlan
+	// rejected counts replies whose calls failed their tools' schemas; nil in tests
+	// that need no metrics.
+	rejected func(reason string)
 }
 
-func newChatOutput(req *parsedChat, tok Tokenizer, base chatResponse) *chatOutput {
-	o := &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N), tools: req.tools}
+func newChatOutput(req *parsedChat, tok Tokenizer, base chatResponse, rejected func(reason string)) *chatOutput {
+	o := &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N), tools: req.tools, rejected: rejected}
 	o.base.Object = "chat.completion"
 	if req.stream {
 		o.base.Object = "chat.completion.chunk"
@@ -202,12 +208,25 @@ func (o *chatOutput) usageChunk(u usageJSON) any {
 }
 
 // calls returns choice j's content and tool calls when the request has tools and the
-// finished text holds calls; otherwise no calls.
+// finished text holds calls that validate; otherwise no calls. A reply whose calls name
+// a tool that was not offered or carry arguments its parameters reject is content: no
+// call that fails its tool's schema is ever returned as a call.
 func (o *chatOutput) calls(j int) (string, []toolCallOut) {
 	if o.tools == nil {
 		return "", nil
 	}
-	content, calls := o.tools.format.Parse(o.accs[j].text.String())
+	a := &o.accs[j]
+	content, calls := o.tools.format.Parse(a.text.String())
+	if len(calls) > 0 {
+		if reason := o.tools.check(calls); reason != "" {
+			if !a.checked && o.rejected != nil {
+				o.rejected(reason)
+			}
+			a.checked = true
+			return a.text.String(), nil
+		}
+	}
+	a.checked = true
 	out := make([]toolCallOut, len(calls))
 	for i, c := range calls {
 		out[i] = toolCallOut{ID: newToolCallID(), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine/structured"
 )
@@ -20,6 +22,9 @@ type toolPlan struct {
 	format toolcall.Format
 	choice string // "auto", "required" or "named"
 	named  string
+	// params validates each tool's arguments against its full parameters schema,
+	// including keywords the decoding constraint does not enforce.
+	params map[string]*jsonschema.Schema
 }
 
 // maxParallelCalls bounds the calls of one reply under a required or named choice with
@@ -44,7 +49,7 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 	if c.failed() {
 		return nil, parallel
 	}
-	p := &toolPlan{choice: "auto"}
+	p := &toolPlan{choice: "auto", params: map[string]*jsonschema.Schema{}}
 	if shape(c, "tools", "an array", f.Tools) {
 		seen := map[string]bool{}
 		for i, raw := range f.Tools.V {
@@ -82,6 +87,13 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 				if _, err := structured.CompileSchema(fn.Parameters, true); err != nil {
 					c.fail(unsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(err.Error(), "structured: ")))
 				}
+			}
+			if !c.failed() {
+				v, err := compileParameters(fn.Parameters)
+				if err != nil {
+					c.fail(invalidParam("tools", "%s.function.parameters is not a valid JSON Schema: %s", name, strings.Join(strings.Fields(err.Error()), " ")))
+				}
+				p.params[fname] = v
 			}
 			if c.failed() {
 				return nil, parallel
@@ -150,6 +162,47 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 		return nil, parallel
 	}
 	return p, parallel
+}
+
+// compileParameters compiles a tool's parameters (any object when absent) for checking
+// parsed calls.
+func compileParameters(params json.RawMessage) (*jsonschema.Schema, error) {
+	if len(bytes.TrimSpace(params)) == 0 || string(bytes.TrimSpace(params)) == "null" {
+		params = json.RawMessage(`{"type":"object"}`)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("tool.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("tool.json")
+}
+
+// Reasons a parsed call is not returned as a call (the label of
+// conveyor_tool_calls_rejected_total).
+const (
+	rejectUnknownTool      = "unknown_tool"
+	rejectInvalidArguments = "invalid_arguments"
+)
+
+// check returns "" when every call names an offered tool (the named one, under a named
+// tool_choice) with arguments that validate against its parameters, else the reason
+// the reply's calls are rejected.
+func (p *toolPlan) check(calls []toolcall.Call) string {
+	for _, c := range calls {
+		v, ok := p.params[c.Name]
+		if !ok || (p.choice == "named" && c.Name != p.named) {
+			return rejectUnknownTool
+		}
+		args, err := jsonschema.UnmarshalJSON(strings.NewReader(c.Arguments))
+		if err != nil || v.Validate(args) != nil {
+			return rejectInvalidArguments
+		}
+	}
+	return ""
 }
 
 // constraint returns the constraint of the calls: one to maxParallelCalls calls (one

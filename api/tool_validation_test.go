@@ -1,0 +1,130 @@
+package api
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/conveyor-llm/conveyor/api/toolcall"
+	"github.com/conveyor-llm/conveyor/engine"
+)
+
+// weatherPlan offers one tool whose parameters carry a keyword decoding does not
+// enforce (pattern), in the hermes format.
+func weatherPlan(t *testing.T, choice string) *toolPlan {
+	t.Helper()
+	params := json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","pattern":"^[A-Z]"},"days":{"type":"integer","minimum":1}},"required":["city"]}`)
+	v, err := compileParameters(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &toolPlan{
+		tools:  []toolcall.Tool{{Name: "get_weather", Parameters: params}},
+		format: toolcall.Hermes,
+		choice: choice,
+		params: map[string]*jsonschema.Schema{"get_weather": v},
+	}
+	if choice == "named" {
+		p.named = "get_weather"
+	}
+	return p
+}
+
+// TestParsedCallsAreValidated: a reply's calls come back as tool_calls only when each
+// names an offered tool and its arguments validate against the tool's full parameters
+// schema; otherwise the reply is content with its own finish reason, and the rejection
+// is counted once per reply — plain, streamed under auto, and streamed under required.
+func TestParsedCallsAreValidated(t *testing.T) {
+	call := func(body string) string { return "<tool_call>\n" + body + "\n</tool_call>" }
+	cases := []struct {
+		name, text, reject string
+	}{
+		{"valid", call(`{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}`), ""},
+		{"unknown tool", call(`{"name": "launch_rocket", "arguments": {}}`), rejectUnknownTool},
+		{"pattern fails", call(`{"name": "get_weather", "arguments": {"city": "paris"}}`), rejectInvalidArguments},
+		{"minimum fails", call(`{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}`), rejectInvalidArguments},
+		{"required missing", call(`{"name": "get_weather", "arguments": {"days": 3}}`), rejectInvalidArguments},
+		{"second call invalid", call(`{"name": "get_weather", "arguments": {"city": "Oslo"}}`) + "\n" + call(`{"name": "get_weather", "arguments": {"city": 5}}`), rejectInvalidArguments},
+	}
+	for _, tc := range cases {
+		for _, mode := range []struct {
+			stream bool
+			choice string
+		}{{false, "auto"}, {true, "auto"}, {true, "required"}, {false, "named"}} {
+			var rejected []string
+			req := &parsedChat{generation: generation{stream: mode.stream, params: engine.SamplingParams{N: 1, Logprobs: -1}}, tools: weatherPlan(t, mode.choice)}
+			o := newChatOutput(req, nil, chatResponse{}, func(r string) { rejected = append(rejected, r) })
+			half := len(tc.text) / 2
+			var out []any
+			out = append(out, o.add(0, &engine.Event{Text: tc.text[:half]})...)
+			out = append(out, o.add(0, &engine.Event{Text: tc.text[half:], FinishReason: engine.FinishStop})...)
+			var content strings.Builder
+			var calls int
+			var finish string
+			if mode.stream {
+				for _, c := range out {
+					ch := c.(chatResponse).Choices[0]
+					if ch.Delta.Content != nil {
+						content.WriteString(*ch.Delta.Content)
+					}
+					for _, tcall := range ch.Delta.ToolCalls {
+						if tcall.ID != "" {
+							calls++
+						}
+					}
+					if ch.FinishReason != nil {
+						finish = *ch.FinishReason
+					}
+				}
+			} else {
+				ch := o.body(usageJSON{}).(chatResponse).Choices[0]
+				if ch.Message.Content != nil {
+					content.WriteString(*ch.Message.Content)
+				}
+				calls, finish = len(ch.Message.ToolCalls), *ch.FinishReason
+			}
+			where := tc.name + " (" + mode.choice + map[bool]string{true: ", streamed)", false: ")"}[mode.stream]
+			if tc.reject == "" {
+				if calls == 0 || finish != "tool_calls" || len(rejected) != 0 {
+					t.Errorf("%s: %d calls, finish %q, rejected %v; want the call with finish tool_calls", where, calls, finish, rejected)
+				}
+				continue
+			}
+			if calls != 0 || finish != "stop" || content.String() != tc.text {
+				t.Errorf("%s: %d calls, finish %q, content %q; want the reply as content with finish stop", where, calls, finish, content.String())
+			}
+			if len(rejected) != 1 || rejected[0] != tc.reject {
+				t.Errorf("%s: rejections %v, want one %q", where, rejected, tc.reject)
+			}
+		}
+	}
+}
+
+// TestToolParametersMustCompile: a tool whose parameters are not a valid JSON Schema is
+// a 400 naming it, before anything is generated.
+func TestToolParametersMustCompile(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	body := `{"model":"test-model","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":7}}}}}]}`
+	rec := do(t, s.Handler(), "POST", "/v1/chat/completions", body)
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "tools[0].function.parameters is not a valid JSON Schema") {
+		t.Errorf("status %d %s, want a 400 naming tools[0].function.parameters", rec.Code, rec.Body)
+	}
+}
+
+// TestToolRejectionsExposed: the rejection counter is served at /metrics with both
+// reasons from the start, and counts what the chat converter reports.
+func TestToolRejectionsExposed(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	s.Metrics().rejectToolCalls(rejectUnknownTool)
+	body := do(t, s.Handler(), "GET", "/metrics", "").Body.String()
+	for _, want := range []string{
+		`conveyor_tool_calls_rejected_total{reason="unknown_tool"} 1`,
+		`conveyor_tool_calls_rejected_total{reason="invalid_arguments"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
