@@ -225,3 +225,89 @@ func TestE2EToolChoiceAutoStreams(t *testing.T) {
 		t.Fatalf("streamed %q in %d deltas, want %q in several", got.String(), deltas, want)
 	}
 }
+
+// threeTools are tools of the size real requests carry: a description each and two or
+// three parameters with their own descriptions. Strings are bounded: the default model
+// learnt prose, not JSON, and left alone it never ends a string.
+var threeTools = map[string]string{
+	"get_weather": `{"type":"object","properties":{"city":{"type":"string","maxLength":20,"description":"City name, e.g. Paris"},
+		"unit":{"type":"string","enum":["celsius","fahrenheit"],"description":"Temperature unit"}},"required":["city"]}`,
+	"search_web": `{"type":"object","properties":{"query":{"type":"string","maxLength":40,"description":"What to search for"},
+		"max_results":{"type":"integer","minimum":1,"maximum":10,"description":"How many results to return"}},"required":["query"]}`,
+	"convert_currency": `{"type":"object","properties":{"amount":{"type":"number","description":"Amount to convert"},
+		"from":{"type":"string","minLength":3,"maxLength":3,"description":"ISO 4217 code of the source currency"},
+		"to":{"type":"string","minLength":3,"maxLength":3,"description":"ISO 4217 code of the target currency"}},"required":["amount","from","to"]}`,
+}
+
+var threeToolDescriptions = map[string]string{
+	"get_weather":      "Get the current weather in a given city.",
+	"search_web":       "Search the web and return the top results with their titles and links.",
+	"convert_currency": "Convert an amount of money from one currency to another at today's rate.",
+}
+
+// TestE2EDefaultModelThreeTools: the default model (512-token context, generic format)
+// answers a request offering three tools with tool_choice required and max_tokens 200
+// with a complete call, plain and streamed: the tools' description leaves the call room.
+func TestE2EDefaultModelThreeTools(t *testing.T) {
+	tinyModel(t) // initialises ONNX Runtime
+	dir := t.TempDir()
+	if _, err := build.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
+		t.Fatal(err)
+	}
+	e := startE2EModel(t, dir, nil, nil)
+	validators := map[string]*jsonschema.Schema{}
+	var tools []openai.ChatCompletionToolUnionParam
+	for _, name := range []string{"get_weather", "search_web", "convert_currency"} {
+		validators[name] = e2eValidator(t, threeTools[name])
+		var params map[string]any
+		if err := json.Unmarshal([]byte(threeTools[name]), &params); err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: name,
+			Description: openai.String(threeToolDescriptions[name]), Parameters: params}))
+	}
+	p := openai.ChatCompletionNewParams{Model: e2eModel, Tools: tools, N: openai.Int(3), Seed: openai.Int(7),
+		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+		Temperature: openai.Float(0.7), MaxTokens: openai.Int(200),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("How much is 20 euros in dollars?")}}
+	r, err := e.client.Chat.Completions.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("three tools: %d prompt tokens", r.Usage.PromptTokens)
+	for _, c := range r.Choices {
+		if c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) == 0 {
+			t.Fatalf("choice %d: finish %q with %d calls after %d prompt tokens; want a complete call: %q",
+				c.Index, c.FinishReason, len(c.Message.ToolCalls), r.Usage.PromptTokens, c.Message.Content)
+		}
+		for _, call := range c.Message.ToolCalls {
+			checkCall(t, validators, call.Function.Name, call.Function.Arguments, "")
+		}
+	}
+	st := e.client.Chat.Completions.NewStreaming(context.Background(), p)
+	finish := map[int64]string{}
+	args := map[int64]string{}
+	names := map[int64]string{}
+	for st.Next() {
+		for _, c := range st.Current().Choices {
+			if c.FinishReason != "" {
+				finish[c.Index] = c.FinishReason
+			}
+			for _, d := range c.Delta.ToolCalls {
+				if d.Index == 0 {
+					names[c.Index] += d.Function.Name
+					args[c.Index] += d.Function.Arguments
+				}
+			}
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(0); i < 3; i++ {
+		if finish[i] != "tool_calls" {
+			t.Fatalf("streamed choice %d: finish %q; want tool_calls", i, finish[i])
+		}
+		checkCall(t, validators, names[i], args[i], "")
+	}
+}

@@ -128,3 +128,20 @@ func TestToolRejectionsExposed(t *testing.T) {
 		}
 	}
 }
+
+// TestToolSignature: the generic format describes each tool by one signature line,
+// required parameters first, optional ones marked, types named briefly.
+func TestToolSignature(t *testing.T) {
+	for _, tc := range []struct{ params, want string }{
+		{``, `()`},
+		{`{"type":"object"}`, `()`},
+		{`{"type":"object","properties":{"unit":{"enum":["c","f"]},"city":{"type":"string"}},"required":["city"]}`, `(city: string, unit?: "c"|"f")`},
+		{`{"properties":{"tags":{"type":"array","items":{"type":"string"}},"n":{"type":["integer","null"]},"k":{"anyOf":[{"type":"number"},{"const":"auto"}]}},"required":["k"]}`,
+			`(k: number|"auto", tags?: string[], n?: integer|null)`},
+		{`{"properties":{"ids":{"type":"array","items":{"enum":[1,2]}},"opts":{"type":"object","properties":{"x":{}}}}}`, `(ids?: (1|2)[], opts?: object)`},
+	} {
+		if got := signature(json.RawMessage(tc.params)); got != tc.want {
+			t.Errorf("signature(%s) = %s, want %s", tc.params, got, tc.want)
+		}
+	}
+}

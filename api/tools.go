@@ -232,23 +232,136 @@ func (p *toolPlan) constraint(b *Backend, parallel bool) (*structured.Constraint
 }
 
 // systemPrompt describes the tools for the generic format, whose chat template knows
-// none: the reply is either text or one JSON object per call.
+// none: the reply is either text or one JSON object per call. Each tool is one
+// signature line — name(param: type, optional?: type) and its description — so that
+// a small model's context holds several tools and still has room for the call; the
+// decoding constraint and the schema check hold the arguments to the full schema.
 func (p *toolPlan) systemPrompt() string {
 	var b strings.Builder
 	b.WriteString("Tools; to call one, reply {\"name\": tool, \"arguments\": {...}}, one call per line:\n")
 	for _, t := range p.tools {
-		var params bytes.Buffer
-		if json.Compact(&params, t.Parameters) != nil || params.Len() == 0 {
-			params.Reset()
-			params.WriteString("{}")
+		b.WriteString(t.Name)
+		b.WriteString(signature(t.Parameters))
+		if d := strings.TrimSpace(t.Description); d != "" {
+			b.WriteString(": ")
+			b.WriteString(strings.Join(strings.Fields(d), " "))
 		}
-		if t.Description != "" {
-			fmt.Fprintf(&b, "%s (%s): %s\n", t.Name, t.Description, params.String())
-		} else {
-			fmt.Fprintf(&b, "%s: %s\n", t.Name, params.String())
-		}
+		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// signature renders an object schema's properties as (name: type, opt?: type), required
+// ones first in the schema's order.
+func signature(params json.RawMessage) string {
+	var obj struct {
+		Properties orderedProps `json:"properties"`
+		Required   []string     `json:"required"`
+	}
+	if json.Unmarshal(params, &obj) != nil || len(obj.Properties) == 0 {
+		return "()"
+	}
+	req := map[string]bool{}
+	for _, r := range obj.Required {
+		req[r] = true
+	}
+	var parts []string
+	for _, pass := range []bool{true, false} {
+		for _, pr := range obj.Properties {
+			if req[pr.name] != pass {
+				continue
+			}
+			mark := ""
+			if !pass {
+				mark = "?"
+			}
+			parts = append(parts, pr.name+mark+": "+typeName(pr.schema, 0))
+		}
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// typeName is a short TypeScript-like name of a property's schema.
+func typeName(raw json.RawMessage, depth int) string {
+	var s struct {
+		Type  json.RawMessage   `json:"type"`
+		Enum  []json.RawMessage `json:"enum"`
+		Const json.RawMessage   `json:"const"`
+		Items json.RawMessage   `json:"items"`
+		AnyOf []json.RawMessage `json:"anyOf"`
+		OneOf []json.RawMessage `json:"oneOf"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return "any"
+	}
+	if len(s.Const) > 0 {
+		return string(s.Const)
+	}
+	if len(s.Enum) > 0 {
+		vals := make([]string, len(s.Enum))
+		for i, e := range s.Enum {
+			var buf bytes.Buffer
+			_ = json.Compact(&buf, e)
+			vals[i] = buf.String()
+		}
+		return strings.Join(vals, "|")
+	}
+	if alts := append(s.AnyOf, s.OneOf...); len(alts) > 0 && depth < 3 {
+		names := make([]string, len(alts))
+		for i, a := range alts {
+			names[i] = typeName(a, depth+1)
+		}
+		return strings.Join(names, "|")
+	}
+	var types []string
+	if json.Unmarshal(s.Type, &types) != nil {
+		var one string
+		if json.Unmarshal(s.Type, &one) != nil {
+			return "any"
+		}
+		types = []string{one}
+	}
+	for i, t := range types {
+		if t == "array" {
+			item := "any"
+			if len(s.Items) > 0 && depth < 3 {
+				item = typeName(s.Items, depth+1)
+			}
+			if strings.Contains(item, "|") {
+				item = "(" + item + ")"
+			}
+			types[i] = item + "[]"
+		}
+	}
+	return strings.Join(types, "|")
+}
+
+// orderedProps reads a JSON object's members in document order.
+type orderedProps []struct {
+	name   string
+	schema json.RawMessage
+}
+
+func (o *orderedProps) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return fmt.Errorf("properties must be an object")
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		*o = append(*o, struct {
+			name   string
+			schema json.RawMessage
+		}{t.(string), v})
+	}
+	return nil
 }
 
 // toolCallOut is one element of message.tool_calls.
