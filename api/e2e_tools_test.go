@@ -267,7 +267,7 @@ func TestE2EDefaultModelThreeTools(t *testing.T) {
 			Description: openai.String(threeToolDescriptions[name]), Parameters: params}))
 	}
 	p := openai.ChatCompletionNewParams{Model: e2eModel, Tools: tools, N: openai.Int(3), Seed: openai.Int(7),
-		ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+		ToolChoice:  openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
 		Temperature: openai.Float(0.7), MaxTokens: openai.Int(200),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("How much is 20 euros in dollars?")}}
 	r, err := e.client.Chat.Completions.New(context.Background(), p)
