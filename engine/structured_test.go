@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -205,5 +206,63 @@ func TestLazyConstraint(t *testing.T) {
 	}
 	if got := run(" the"); got != id(" the") {
 		t.Errorf("a prose reply was constrained: got %d, want %d", got, id(" the"))
+	}
+}
+
+// TestLazyConstraintPrettyOpening: with Llama 3.1's real vocabulary, a reply whose first
+// token is "{\n" (id 517, the way the model opens pretty-printed JSON) is
+// constrained from there on, as one opened by "{" is: the call stays a call.
+func TestLazyConstraintPrettyOpening(t *testing.T) {
+	root := os.Getenv("CONVEYOR_TOKENIZER_FILES")
+	if root == "" {
+		t.Skip("CONVEYOR_TOKENIZER_FILES is not set")
+	}
+	tok, err := tokenizer.Load(filepath.Join(root, "llama3_1"))
+	if err != nil {
+		t.Skipf("no llama3_1 tokenizer files: %v", err)
+	}
+	vocab := structured.NewVocabulary(tok.VocabSize(), tok.TokenBytes, tok.IsSpecial, tok.EOS())
+	g, err := structured.CompileWrapped("", []byte(`{"type":"object","properties":{"name":{"const":"get_weather"},
+		"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},
+		"required":["name","parameters"],"additionalProperties":false}`), "", "; ", 1, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	con := structured.NewConstraint(g, vocab)
+	prose, err := tok.Encode(" the", false)
+	if err != nil || len(prose) != 1 {
+		t.Fatalf("\" the\": %v %v", prose, err)
+	}
+	for _, opening := range []string{"{\n", "{\""} {
+		first := int32(-1)
+		for id := range int32(tok.VocabSize()) {
+			if string(tok.TokenBytes(id)) == opening {
+				first = id
+				break
+			}
+		}
+		if first < 0 {
+			t.Fatalf("%q is not a token of Llama 3.1's vocabulary", opening)
+		}
+		if opening == "{\n" && first != 517 {
+			t.Errorf("%q is token %d, want 517", opening, first)
+		}
+		p := DefaultSamplingParams()
+		p.Temperature = 0
+		p.LazyConstraint, p.LazyTrigger = con, "{"
+		s := newSampler(&p, nil, tok.EOS(), 0)
+		s.accept(first)
+		logits := make([]float32, tok.VocabSize())
+		for i := range logits {
+			logits[i] = -10
+		}
+		logits[prose[0]] = 10
+		got := s.sample(logits, &sampleScratch{})
+		if got.ID == prose[0] {
+			t.Errorf("after a reply opened with %q, a token the call grammar refuses was sampled: the constraint was dropped", opening)
+		}
+		if b := tok.TokenBytes(got.ID); len(b) == 0 {
+			t.Errorf("after %q: sampled token %d has no bytes", opening, got.ID)
+		}
 	}
 }

@@ -68,8 +68,12 @@ type compiler struct {
 	root    *jv
 	strict  bool
 	compact bool // no whitespace between JSON tokens
-	err     error
-	pending []pendingRule
+	// indented allows, between JSON tokens, nothing, one space, or a newline and up to
+	// maxIndent bytes of indentation (llama.cpp's JSON layout): pretty-printed JSON, as
+	// models write tool calls, stays inside the grammar, and no place can be padded.
+	indented bool
+	err      error
+	pending  []pendingRule
 }
 
 type pendingRule struct {
@@ -107,10 +111,18 @@ func (c *compiler) bad(format string, args ...any) frag {
 	return c.b.empty()
 }
 
-// ws matches up to maxWhitespace bytes of JSON whitespace.
+// maxIndent bounds the indentation after a newline in the indented layout.
+const maxIndent = 20
+
+// ws matches the whitespace allowed between two JSON tokens.
 func (c *compiler) ws() frag {
 	if c.compact {
 		return c.b.empty()
+	}
+	if c.indented {
+		b := c.b
+		indent := b.repeat(func() frag { return b.class(' ', ' ', '\t', '\t') }, 0, maxIndent)
+		return b.opt(b.alt(b.lit(" "), b.seq(b.lit("\n"), indent)))
 	}
 	return c.b.repeat(func() frag { return c.b.class(' ', ' ', '\n', '\n', '\t', '\t', '\r', '\r') }, 0, maxWhitespace)
 }

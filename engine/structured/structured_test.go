@@ -424,3 +424,35 @@ func TestCompileWrapped(t *testing.T) {
 		t.Errorf("max < min: %v", err)
 	}
 }
+
+// TestWrappedLayout: a call grammar takes calls compact or pretty-printed (a space, or a
+// newline and indentation, between JSON tokens), as models write them, but no padding.
+func TestWrappedLayout(t *testing.T) {
+	schema := `{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object",
+		"properties":{"x":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["x"]}},
+		"required":["name","arguments"],"additionalProperties":false}`
+	g, err := CompileWrapped("", []byte(schema), "", "\n", 1, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []string{
+		`{"name":"f","arguments":{"x":1}}`,
+		`{"name": "f", "arguments": {"x": 1}}`,
+		"{\n  \"name\": \"f\",\n  \"arguments\": {\n    \"x\": 1,\n    \"tags\": [\n      \"a\"\n    ]\n  }\n}",
+		"{\n\t\"name\": \"f\",\n\t\"arguments\": {\"x\": 1}\n}\n{ \"name\" : \"f\" , \"arguments\" : { \"x\" : 2 } }",
+	} {
+		if !acceptsBytes(g, ok) {
+			t.Errorf("refused %q", ok)
+		}
+	}
+	for _, bad := range []string{
+		`{  "name":"f","arguments":{"x":1}}`,           // two spaces
+		"{\n\n\"name\":\"f\",\"arguments\":{\"x\":1}}", // a blank line
+		"{\n" + strings.Repeat(" ", maxIndent+1) + `"name":"f","arguments":{"x":1}}`,
+		`{"name":"g","arguments":{"x":1}}`,
+	} {
+		if acceptsBytes(g, bad) {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

@@ -5,8 +5,9 @@ import "fmt"
 // CompileWrapped compiles between min and max values of schema, each written as
 // prefix + value + suffix and separated by sep (max < 0: no limit): the shape of tool
 // calls in a model's own format, e.g. `<tool_call>\n` + {"name": ..., "arguments": ...}
-// + `\n</tool_call>`. Inside the value the rules of CompileSchema hold, written compact
-// (no whitespace between JSON tokens); the literals are matched byte for byte.
+// + `\n</tool_call>`. Inside the value the rules of CompileSchema hold, laid out compact
+// or pretty-printed (between JSON tokens: nothing, one space, or a newline and up to 20
+// bytes of indentation, as models write calls); the literals are matched byte for byte.
 func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max int, strict bool) (*Grammar, error) {
 	if min < 1 || (max >= 0 && max < min) {
 		return nil, fmt.Errorf("%w: between %d and %d values", ErrBadSchema, min, max)
@@ -15,7 +16,7 @@ func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max i
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSchema, err)
 	}
-	c := &compiler{b: newBuilder(), root: root, strict: strict, compact: true}
+	c := &compiler{b: newBuilder(), root: root, strict: strict, indented: true}
 	b := c.b
 	// The value is a rule, so the repeated calls share one copy of it.
 	r := b.rule("wrapped")
