@@ -25,8 +25,6 @@ import (
 // to max_tokens or end of turn, and structured output works over that vocabulary.
 func TestE2EGemma3ChatCompletes(t *testing.T) {
 	tok := realChatTokenizer(t, "gemma3")
-	lib := ortLib(t)
-	tinyModel(t) // initialises ONNX Runtime
 	src := t.TempDir()
 	root := os.Getenv("CONVEYOR_TOKENIZER_FILES")
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
@@ -38,45 +36,9 @@ func TestE2EGemma3ChatCompletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := `{"model_type":"gemma","architectures":["GemmaForCausalLM"],"vocab_size":262144,"hidden_size":32,
+	client := serveRandomModel(t, src, `{"model_type":"gemma","architectures":["GemmaForCausalLM"],"vocab_size":262144,"hidden_size":32,
 		"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16,
-		"max_position_embeddings":512,"rms_norm_eps":1e-6,"tie_word_embeddings":true,"bos_token_id":2,"eos_token_id":[1,106]}`
-	if err := os.WriteFile(filepath.Join(src, "config.json"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := build.BuildRandom(filepath.Join(src, "config.json"), dir, 3); err != nil {
-		t.Fatal(err)
-	}
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { runner.Close() })
-	ecfg := engine.DefaultConfig()
-	ecfg.KVCacheBytes = 4 << 20
-	eng, err := engine.New(ecfg, runner, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.Start(context.Background())
-	t.Cleanup(func() { _ = eng.Shutdown(context.Background()) })
-	acfg := DefaultConfig()
-	acfg.ModelName = "gemma"
-	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := New(acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(),
-		Formats: NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	client := openai.NewClient(option.WithBaseURL("http://"+ln.Addr().String()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+		"max_position_embeddings":512,"rms_norm_eps":1e-6,"tie_word_embeddings":true,"bos_token_id":2,"eos_token_id":[1,106]}`, "gemma", tok)
 
 	p := openai.ChatCompletionNewParams{Model: "gemma", MaxCompletionTokens: openai.Int(12), Temperature: openai.Float(0),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Hi there"),
@@ -117,4 +79,49 @@ func TestE2EGemma3ChatCompletes(t *testing.T) {
 	for _, c := range r.Choices {
 		validates(t, "gemma3 json_object", c.Message.Content, string(c.FinishReason), nil)
 	}
+}
+
+// serveRandomModel builds a random model of config cfg beside the tokenizer files in
+// src, serves it as name on a real port with structured output over tok's vocabulary,
+// and returns an official client for it.
+func serveRandomModel(t *testing.T, src, cfg, name string, tok *tokenizer.Tokenizer) openai.Client {
+	t.Helper()
+	lib := ortLib(t)
+	tinyModel(t) // initialises ONNX Runtime
+	if err := os.WriteFile(filepath.Join(src, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := build.BuildRandom(filepath.Join(src, "config.json"), dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { runner.Close() })
+	ecfg := engine.DefaultConfig()
+	ecfg.KVCacheBytes = 4 << 20
+	eng, err := engine.New(ecfg, runner, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Start(context.Background())
+	t.Cleanup(func() { _ = eng.Shutdown(context.Background()) })
+	acfg := DefaultConfig()
+	acfg.ModelName = name
+	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := New(acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(),
+		Formats: NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return openai.NewClient(option.WithBaseURL("http://"+ln.Addr().String()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
 }

@@ -101,6 +101,8 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 		r.params.Logprobs = max(int(top), 0)
 	}
 	if plan != nil {
+		// A format whose calls open with a control token needs it in the text.
+		r.params.KeepSpecialTokens = plan.format.ControlPrefix
 		con, err := plan.constraint(b, parallel)
 		if err != nil {
 			return nil, err

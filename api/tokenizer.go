@@ -3,16 +3,24 @@ package api
 import (
 	"encoding/json"
 
+	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine/structured"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 // NewFormats returns the response_format cache of a served model (Backend.Formats):
 // constraints over the model's vocabSize token ids with t's token bytes, ended by the
-// engine's end-of-sequence tokens eos; the 64 most recently used schemas are kept
+// engine's end-of-sequence tokens eos (control tokens never match, but for those
+// spelling toolcall.ControlLiterals); the 64 most recently used schemas are kept
 // compiled, with the token masks computed so far.
 func NewFormats(t *tokenizer.Tokenizer, vocabSize int, eos []int32) *structured.Cache {
-	v := structured.NewVocabulary(max(vocabSize, t.VocabSize()), t.TokenBytes, t.IsSpecial, eos)
+	control := map[string]bool{}
+	for _, lit := range toolcall.ControlLiterals {
+		control[lit] = true
+	}
+	// Control tokens never match, except those that spell a call format's literal.
+	special := func(id int32) bool { return t.IsSpecial(id) && !control[string(t.TokenBytes(id))] }
+	v := structured.NewVocabulary(max(vocabSize, t.VocabSize()), t.TokenBytes, special, eos)
 	return structured.NewCache(v, 64)
 }
 

@@ -156,11 +156,6 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 			p.format = f
 		}
 	}
-	if p.format.Name == toolcall.Mistral.Name && p.choice != "auto" {
-		// [TOOL_CALLS] is a control token, which constrained decoding does not emit.
-		c.fail(unsupportedValue("tool_choice", "tool_choice %s is not supported with the mistral tool-call format", p.choice))
-		return nil, parallel
-	}
 	return p, parallel
 }
 

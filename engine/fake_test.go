@@ -240,7 +240,7 @@ type fakeText struct{}
 
 func fakeTokenText(id int32) string { return fmt.Sprintf("<%d>", id) }
 
-func (fakeText) newStream([]int32) textStream {
+func (fakeText) newStream([]int32, bool) textStream {
 	vocab := make([]string, fakeVocab)
 	for i := range vocab {
 		vocab[i] = fakeTokenText(int32(i))

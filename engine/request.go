@@ -196,7 +196,7 @@ func (e *Engine) addRequest(r *request) {
 		st.sampler = newSampler(p, r.prompt, e.eos, i)
 		var stream textStream
 		if e.text != nil {
-			stream = e.text.newStream(r.prompt)
+			stream = e.text.newStream(r.prompt, p.KeepSpecialTokens)
 		}
 		st.stop = newStopChecker(p, e.eos, stream)
 		r.seqs[i] = st

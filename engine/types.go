@@ -66,6 +66,10 @@ type SamplingParams struct {
 	// whitespace).
 	LazyConstraint *structured.Constraint
 	LazyTrigger    string
+	// KeepSpecialTokens keeps special (control) tokens in the output text instead of
+	// leaving them out (vLLM's skip_special_tokens=false): a tool-call format whose
+	// calls open with a control token, as Mistral's [TOOL_CALLS], needs it to be seen.
+	KeepSpecialTokens bool
 }
 
 // DefaultSamplingParams returns the OpenAI defaults: one sequence, 16 tokens, temperature 1.

@@ -41,14 +41,22 @@ type Format struct {
 	Prefix, Suffix, Sep string
 	ArgsKey             string
 	Trigger             string
-	parse               func(text string) (content string, calls []Call, ok bool)
+	// ControlPrefix: Prefix opens with a token the model's tokenizer makes a control
+	// (special) token, which the reply's text must keep for the calls to be found.
+	ControlPrefix bool
+	parse         func(text string) (content string, calls []Call, ok bool)
 }
+
+// ControlLiterals are the call formats' literals that tokenizers make control tokens
+// (Mistral's [TOOL_CALLS]); constrained decoding may emit such a token where its text is
+// what the grammar asks for.
+var ControlLiterals = []string{"[TOOL_CALLS]"}
 
 // Formats by name.
 var (
 	Hermes     = Format{Name: "hermes", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments", Trigger: "<tool_call>"}
 	Llama3JSON = Format{Name: "llama3_json", ArgsKey: "parameters", Sep: "; ", Trigger: "{"}
-	Mistral    = Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments"}
+	Mistral    = Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments", Trigger: "[TOOL_CALLS]", ControlPrefix: true}
 	Generic    = Format{Name: "generic", ArgsKey: "arguments", Sep: "\n", Trigger: "{"}
 )
 
