@@ -101,6 +101,10 @@ type chatAcc struct {
 
 	// checked records that the reply's calls were checked (and a rejection counted).
 	checked bool
+	// calls streams the arguments of constrained calls as they are generated (nil when
+	// the reply is held until it ends); callsFrom is where the calls begin in text.
+	calls     *callStream
+	callsFrom int
 }
 
 // chatOutput is the converter of /v1/chat/completions. Streamed, a choice opens with a
@@ -150,6 +154,9 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 		}
 		if o.stream && o.tools.choice == "auto" {
 			return o.streamAuto(ev)
+		}
+		if o.stream && o.tools.streamArgs {
+			return o.streamCalls(ev)
 		}
 		if o.stream && ev.FinishReason != "" {
 			return o.finishTools(ev.Index)
@@ -259,6 +266,35 @@ func (o *chatOutput) finishTools(j int) []any {
 	return chunks
 }
 
+// streamCalls streams a required or named reply whose calls the constraint fully
+// enforces: each call's name as soon as it is complete, then its arguments as they come.
+func (o *chatOutput) streamCalls(ev *engine.Event) []any {
+	a := &o.accs[ev.Index]
+	var chunks []any
+	send := func(ch chatChoice) { chunks = append(chunks, o.chunk(ch)) }
+	if !a.started {
+		a.started = true
+		a.calls = &callStream{}
+		send(openingDelta(ev.Index))
+	}
+	for _, ch := range a.calls.advance(ev.Index, a.text.String()) {
+		send(ch)
+	}
+	if ev.FinishReason == "" {
+		return chunks
+	}
+	finish := finishReason(a.finish)
+	if _, calls := o.calls(ev.Index); len(calls) > 0 {
+		finish = toolCallsFinish()
+	} else if len(a.calls.calls) == 0 {
+		if text := a.text.String(); text != "" {
+			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &text}})
+		}
+	}
+	send(chatChoice{Index: ev.Index, Delta: &chatDelta{}, FinishReason: finish})
+	return chunks
+}
+
 func toolCallsFinish() *string {
 	s := "tool_calls"
 	return &s
@@ -306,11 +342,23 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &out}})
 		}
 	}
+	if a.inCall && o.tools.streamArgs {
+		if a.calls == nil {
+			a.calls, a.callsFrom = &callStream{}, a.sent
+		}
+		for _, ch := range a.calls.advance(ev.Index, text[a.callsFrom:]) {
+			send(ch)
+		}
+	}
 	if ev.FinishReason == "" {
 		return chunks
 	}
 	finish := finishReason(a.finish)
-	if _, calls := o.calls(ev.Index); a.inCall && len(calls) > 0 {
+	if a.calls != nil && len(a.calls.calls) > 0 {
+		if _, calls := o.calls(ev.Index); len(calls) > 0 {
+			finish = toolCallsFinish()
+		}
+	} else if _, calls := o.calls(ev.Index); a.inCall && len(calls) > 0 {
 		for _, ch := range callDeltas(ev.Index, calls) {
 			send(ch)
 		}

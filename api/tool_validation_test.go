@@ -145,3 +145,72 @@ func TestToolSignature(t *testing.T) {
 		}
 	}
 }
+
+// TestCallArgumentsStream: when the constraint enforces the tools' parameters in full,
+// a streamed call's name goes out as soon as it is complete and its arguments in pieces
+// as they are generated — before the reply ends — compacted so that the pieces join to
+// the unstreamed arguments; for every format, required and auto alike.
+func TestCallArgumentsStream(t *testing.T) {
+	args := "{\n    \"city\": \"New York\",\n    \"days\": 3,\n    \"note\": \"a \\\"quoted\\\" {brace}\"\n}"
+	compact := `{"city":"New York","days":3,"note":"a \"quoted\" {brace}"}`
+	for _, tc := range []struct {
+		format toolcall.Format
+		choice string
+		text   string
+	}{
+		{toolcall.Hermes, "required", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + args + "}\n</tool_call>"},
+		{toolcall.Hermes, "auto", "Let me check. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + args + "}\n</tool_call>"},
+		{toolcall.Llama3JSON, "named", "{\"name\": \"get_weather\", \"parameters\": " + args + "}"},
+		{toolcall.Generic, "auto", "{\n  \"name\": \"get_weather\",\n  \"arguments\": " + args + "\n}"},
+		{toolcall.Mistral, "auto", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": " + args + "}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]"},
+	} {
+		plan := weatherPlan(t, tc.choice)
+		plan.format, plan.streamArgs = tc.format, true
+		plan.params["get_weather"], _ = compileParameters(json.RawMessage(`{"type":"object"}`))
+		req := &parsedChat{generation: generation{stream: true, params: engine.SamplingParams{N: 1, Logprobs: -1}}, tools: plan}
+		o := newChatOutput(req, nil, chatResponse{}, nil)
+		var names, pieces []string
+		firstArgsAt, nameAt := -1, -1
+		const step = 5
+		for at := 0; at < len(tc.text); at += step {
+			ev := &engine.Event{Text: tc.text[at:min(at+step, len(tc.text))]}
+			if at+step >= len(tc.text) {
+				ev.FinishReason = engine.FinishStop
+			}
+			for _, c := range o.add(0, ev) {
+				ch := c.(chatResponse).Choices[0]
+				for _, d := range ch.Delta.ToolCalls {
+					if d.Function.Name != "" {
+						names = append(names, d.Function.Name)
+						if nameAt < 0 {
+							nameAt = at
+						}
+					}
+					if *d.Index == 0 && d.Function.Arguments != "" {
+						pieces = append(pieces, d.Function.Arguments)
+						if firstArgsAt < 0 {
+							firstArgsAt = at
+						}
+					}
+				}
+				if ch.FinishReason != nil && *ch.FinishReason != "tool_calls" {
+					t.Errorf("%s/%s: finish %q", tc.format.Name, tc.choice, *ch.FinishReason)
+				}
+			}
+		}
+		where := tc.format.Name + "/" + tc.choice
+		if len(names) == 0 || names[0] != "get_weather" {
+			t.Errorf("%s: names %v", where, names)
+			continue
+		}
+		if got := strings.Join(pieces, ""); got != compact {
+			t.Errorf("%s: arguments joined to %q, want %q", where, got, compact)
+		}
+		if len(pieces) < 5 || firstArgsAt >= len(tc.text)-2*step || nameAt >= firstArgsAt+step {
+			t.Errorf("%s: %d argument pieces, the first at byte %d of %d: not streamed as generated", where, len(pieces), firstArgsAt, len(tc.text))
+		}
+		if tc.format.Name == "mistral" && len(names) != 2 {
+			t.Errorf("%s: %d calls streamed, want 2", where, len(names))
+		}
+	}
+}

@@ -25,6 +25,10 @@ type toolPlan struct {
 	// params validates each tool's arguments against its full parameters schema,
 	// including keywords the decoding constraint does not enforce.
 	params map[string]*jsonschema.Schema
+	// streamArgs: the constraint enforces every tool's parameters in full, so a
+	// constrained call cannot fail its check and its arguments may be streamed as they
+	// are generated; otherwise a call is held until it can be checked whole.
+	streamArgs bool
 }
 
 // maxParallelCalls bounds the calls of one reply under a required or named choice with
@@ -49,7 +53,7 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 	if c.failed() {
 		return nil, parallel
 	}
-	p := &toolPlan{choice: "auto", params: map[string]*jsonschema.Schema{}}
+	p := &toolPlan{choice: "auto", params: map[string]*jsonschema.Schema{}, streamArgs: true}
 	if shape(c, "tools", "an array", f.Tools) {
 		seen := map[string]bool{}
 		for i, raw := range f.Tools.V {
@@ -94,6 +98,9 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 					c.fail(invalidParam("tools", "%s.function.parameters is not a valid JSON Schema: %s", name, strings.Join(strings.Fields(err.Error()), " ")))
 				}
 				p.params[fname] = v
+				if _, err := structured.CompileSchema(parametersOrObject(fn.Parameters), true); err != nil {
+					p.streamArgs = false
+				}
 			}
 			if c.failed() {
 				return nil, parallel
@@ -159,13 +166,18 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 	return p, parallel
 }
 
+// parametersOrObject returns a tool's parameters, or any object when absent.
+func parametersOrObject(params json.RawMessage) json.RawMessage {
+	if t := bytes.TrimSpace(params); len(t) == 0 || string(t) == "null" {
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	return params
+}
+
 // compileParameters compiles a tool's parameters (any object when absent) for checking
 // parsed calls.
 func compileParameters(params json.RawMessage) (*jsonschema.Schema, error) {
-	if len(bytes.TrimSpace(params)) == 0 || string(bytes.TrimSpace(params)) == "null" {
-		params = json.RawMessage(`{"type":"object"}`)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(parametersOrObject(params)))
 	if err != nil {
 		return nil, err
 	}
