@@ -115,7 +115,7 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 			}
 			r.params.Constraint = con
 		}
-		if plan.format.Name == "generic" {
+		if plan.format.DescribeTools {
 			msgs = withToolsSystemPrompt(msgs, plan.systemPrompt())
 		}
 		r.tools = plan

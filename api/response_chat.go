@@ -313,32 +313,13 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 		send(openingDelta(ev.Index))
 	}
 	text := a.text.String()
-	trig := o.tools.format.Trigger
 	if !a.inCall {
-		pending := text[a.sent:]
-		safe := len(pending)
-		switch {
-		case trig == "{":
-			if t := strings.TrimLeft(text, " \t\r\n"); t == "" {
-				safe = 0 // only whitespace so far: a call may still open
-			} else if t[0] == '{' {
-				a.inCall, safe = true, 0
-			}
-		case trig != "":
-			if i := strings.Index(pending, trig); i >= 0 {
-				a.inCall, safe = true, i
-			} else {
-				for k := min(len(trig)-1, len(pending)); k > 0; k-- {
-					if strings.HasSuffix(pending, trig[:k]) {
-						safe = len(pending) - k
-						break
-					}
-				}
-			}
-		}
-		if safe > 0 {
-			out := pending[:safe]
-			a.sent += safe
+		trig := o.tools.format.Trigger
+		at, _ := trig.Locate([]byte(text))
+		a.inCall = at >= 0
+		if safe := trig.Safe([]byte(text)); safe > a.sent {
+			out := text[a.sent:safe]
+			a.sent = safe
 			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &out}})
 		}
 	}

@@ -154,10 +154,11 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 			return nil, parallel
 		}
 	}
-	p.format = toolcall.Generic
+	template := ""
 	if tt, ok := b.Tokenizer.(ToolTemplater); ok {
-		p.format = toolcall.Detect(tt.ChatTemplateSource())
+		template = tt.ChatTemplateSource()
 	}
+	p.format = toolcall.Detect(template)
 	if b.ToolCallParser != "" {
 		if f, err := toolcall.ByName(b.ToolCallParser); err == nil {
 			p.format = f
@@ -217,7 +218,7 @@ func (p *toolPlan) check(calls []toolcall.Call) string {
 // one) with arguments that validate against its parameters. With auto it is applied
 // lazily, from the format's trigger on (nil when the format has none).
 func (p *toolPlan) constraint(b *Backend, parallel bool) (*structured.Constraint, error) {
-	if p.choice == "auto" && (p.format.Trigger == "" || b.Formats == nil) {
+	if p.choice == "auto" && (p.format.Trigger.Text == "" || b.Formats == nil) {
 		return nil, nil
 	}
 	if b.Formats == nil {

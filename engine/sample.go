@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -101,7 +100,7 @@ func (s *sampler) accept(id int32) {
 		s.match.Accept(id)
 		return
 	}
-	if lc := s.params.LazyConstraint; lc != nil && s.params.LazyTrigger != "" && !s.lazyDone {
+	if lc := s.params.LazyConstraint; lc != nil && s.params.LazyTrigger.Text != "" && !s.lazyDone {
 		s.watchTrigger(lc, lc.Vocabulary().Bytes(id))
 	}
 }
@@ -110,24 +109,16 @@ func (s *sampler) accept(id int32) {
 // appeared, starts the constraint at the trigger's first byte, feeding it what
 // followed. A continuation the constraint refuses leaves the output unconstrained.
 func (s *sampler) watchTrigger(lc *structured.Constraint, bs []byte) {
-	before := len(s.out)
 	s.out = append(s.out, bs...)
-	trig := []byte(s.params.LazyTrigger)
-	at := -1
-	if s.params.LazyTrigger == "{" {
-		t := bytes.TrimLeft(s.out, " \t\r\n")
-		switch {
-		case len(t) == 0:
-			return // only whitespace so far
-		case t[0] != '{':
-			s.out, s.lazyDone = nil, true // prose: a call can no longer open the reply
-			return
-		}
-		at = len(s.out) - len(t)
-	} else if i := bytes.Index(s.out[max(0, before-len(trig)+1):], trig); i >= 0 {
-		at = max(0, before-len(trig)+1) + i
-	}
+	trig := s.params.LazyTrigger
+	at, final := trig.Locate(s.out)
 	if at < 0 {
+		if final {
+			s.out, s.lazyDone = nil, true // prose: a call can no longer open
+		} else if !trig.AtStart && len(s.out) >= len(trig.Text) {
+			// Only a tail shorter than the trigger can still be its beginning.
+			s.out = append(s.out[:0], s.out[len(s.out)-len(trig.Text)+1:]...)
+		}
 		return
 	}
 	m := lc.NewMatcher()

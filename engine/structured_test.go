@@ -193,7 +193,7 @@ func TestLazyConstraint(t *testing.T) {
 	run := func(first string) int32 {
 		p := DefaultSamplingParams()
 		p.Temperature = 0
-		p.LazyConstraint, p.LazyTrigger = con, "{"
+		p.LazyConstraint, p.LazyTrigger = con, structured.Trigger{Text: "{", AtStart: true}
 		s := newSampler(&p, nil, tok.EOS(), 0)
 		sc := &sampleScratch{}
 		got := s.sample(favour(id(first)), sc)
@@ -249,7 +249,7 @@ func TestLazyConstraintPrettyOpening(t *testing.T) {
 		}
 		p := DefaultSamplingParams()
 		p.Temperature = 0
-		p.LazyConstraint, p.LazyTrigger = con, "{"
+		p.LazyConstraint, p.LazyTrigger = con, structured.Trigger{Text: "{", AtStart: true}
 		s := newSampler(&p, nil, tok.EOS(), 0)
 		s.accept(first)
 		logits := make([]float32, tok.VocabSize())

@@ -59,13 +59,12 @@ type SamplingParams struct {
 	// (structured output): tokens it does not allow are masked before anything else
 	// sees the logits, and the sequence stops once its value is complete.
 	Constraint *structured.Constraint
-	// LazyConstraint applies only once the output contains LazyTrigger (a tool call
-	// opening): from the trigger's first byte on, the rest of the output is constrained
-	// as Constraint constrains a whole one (tool_choice auto, as llama.cpp's lazy
-	// grammars). A LazyTrigger of "{" fires only when it opens the output (after
-	// whitespace).
+	// LazyConstraint applies only once LazyTrigger (a tool call's opening) appears in
+	// the output: from the trigger's first byte on, the rest of the output is
+	// constrained as Constraint constrains a whole one (tool_choice auto, as llama.cpp's
+	// lazy grammars).
 	LazyConstraint *structured.Constraint
-	LazyTrigger    string
+	LazyTrigger    structured.Trigger
 	// KeepSpecialTokens keeps special (control) tokens in the output text instead of
 	// leaving them out (vLLM's skip_special_tokens=false): a tool-call format whose
 	// calls open with a control token, as Mistral's [TOOL_CALLS], needs it to be seen.

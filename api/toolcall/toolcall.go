@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // Tool is one function the model may call.
@@ -35,12 +37,13 @@ type Call struct {
 type Format struct {
 	Name string
 	// Prefix, Suffix and Sep surround and separate calls; ArgsKey names the arguments
-	// member of a call object; Trigger is the text that opens a call in a reply that
-	// may also be prose ("{" only at the reply's start), "" when calls cannot be
-	// constrained lazily.
+	// member of a call object; Trigger opens a call in a reply that may also be prose.
 	Prefix, Suffix, Sep string
 	ArgsKey             string
-	Trigger             string
+	Trigger             structured.Trigger
+	// DescribeTools: the chat templates of the format know no tools, so the server
+	// describes them in a system message.
+	DescribeTools bool
 	// ControlPrefix: Prefix opens with a token the model's tokenizer makes a control
 	// (special) token, which the reply's text must keep for the calls to be found.
 	ControlPrefix bool
@@ -54,10 +57,13 @@ var ControlLiterals = []string{"[TOOL_CALLS]"}
 
 // Formats by name.
 var (
-	Hermes     = Format{Name: "hermes", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments", Trigger: "<tool_call>"}
-	Llama3JSON = Format{Name: "llama3_json", ArgsKey: "parameters", Sep: "; ", Trigger: "{"}
-	Mistral    = Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments", Trigger: "[TOOL_CALLS]", ControlPrefix: true}
-	Generic    = Format{Name: "generic", ArgsKey: "arguments", Sep: "\n", Trigger: "{"}
+	Hermes = Format{Name: "hermes", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments",
+		Trigger: structured.Trigger{Text: "<tool_call>"}}
+	Llama3JSON = Format{Name: "llama3_json", ArgsKey: "parameters", Sep: "; ", Trigger: structured.Trigger{Text: "{", AtStart: true}}
+	Mistral    = Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments",
+		Trigger: structured.Trigger{Text: "[TOOL_CALLS]"}, ControlPrefix: true}
+	Generic = Format{Name: "generic", ArgsKey: "arguments", Sep: "\n", Trigger: structured.Trigger{Text: "{", AtStart: true},
+		DescribeTools: true}
 )
 
 // ByName returns the format with vLLM's parser name.
