@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/build"
 )
@@ -52,65 +53,36 @@ func benchModel(b *testing.B) *models.Runner {
 	return r
 }
 
-// contiguousKV is the baseline's cache: each sequence's past in one contiguous run per
-// (layer, head), copied into and out of the runner's dense tensors like the paged cache.
-type contiguousKV struct {
-	heads, headDim, capTokens int
-	k, v                      [][]byte // per layer: [rows][heads][capTokens][headDim] float32
-	past, counts              []int
-}
-
-func newContiguousKV(spec models.Spec, rows, capTokens int) *contiguousKV {
-	c := &contiguousKV{heads: spec.NumKVHeads, headDim: spec.HeadDim, capTokens: capTokens,
-		past: make([]int, rows), counts: make([]int, rows)}
-	for range spec.NumLayers {
-		c.k = append(c.k, make([]byte, rows*spec.NumKVHeads*capTokens*spec.HeadDim*4))
-		c.v = append(c.v, make([]byte, rows*spec.NumKVHeads*capTokens*spec.HeadDim*4))
+// contiguousCache is the baseline's cache: a kvcache.Storage in which each of rows
+// sequences has capTokens positions of consecutive blocks, which the runner reads and
+// writes as it does the engine's.
+func contiguousCache(b *testing.B, spec models.Spec, rows, capTokens int) (*kvcache.Storage, [][]kvcache.BlockID) {
+	const blockSize = 16
+	perRow := (capTokens + blockSize - 1) / blockSize
+	dt, err := kvDType(spec.KVDType)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return c
-}
-
-func (c *contiguousKV) GatherPast(k, v []models.DenseKV) error {
-	row := c.headDim * 4
-	for l := range k {
-		t := k[l].Tokens
-		for b := range k[l].Batch {
-			for h := range c.heads {
-				dst := ((b*c.heads + h) * t) * row
-				src := ((b*c.heads + h) * c.capTokens) * row
-				n := c.past[b] * row
-				copy(k[l].Data[dst:dst+n], c.k[l][src:src+n])
-				copy(v[l].Data[dst:dst+n], c.v[l][src:src+n])
-				clear(k[l].Data[dst+n : dst+t*row])
-				clear(v[l].Data[dst+n : dst+t*row])
-			}
+	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: rows * perRow, BlockSizeTokens: blockSize,
+		Layers: spec.NumLayers, KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt,
+		Parallelism: DefaultConfig().StorageParallelism})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tables := make([][]kvcache.BlockID, rows)
+	for i := range tables {
+		for j := range perRow {
+			tables[i] = append(tables[i], kvcache.BlockID(i*perRow+j))
 		}
 	}
-	return nil
-}
-
-func (c *contiguousKV) ScatterNew(k, v []models.DenseKV, newOffset int) error {
-	row := c.headDim * 4
-	for l := range k {
-		t := k[l].Tokens
-		for b := range k[l].Batch {
-			for h := range c.heads {
-				src := ((b*c.heads+h)*t + newOffset) * row
-				dst := ((b*c.heads+h)*c.capTokens + c.past[b]) * row
-				n := c.counts[b] * row
-				copy(c.k[l][dst:dst+n], k[l].Data[src:src+n])
-				copy(c.v[l][dst:dst+n], v[l].Data[src:src+n])
-			}
-		}
-	}
-	return nil
+	return st, tables
 }
 
 // BenchmarkEngineVsRunner compares the engine's decode throughput with the bare runner's
 // on the same batch: 16 sequences with 128-token prompts decoding 64 tokens each (past
-// 128..192). The baseline feeds the runner directly from a contiguous cache and takes
-// the argmax; the engine adds scheduling, the paged cache, sampling, stop checks and
-// events. Reported: tokens/s of each from the median decode step (engine steps are
+// 128..192). The baseline feeds the runner directly, each sequence's past in
+// consecutive blocks (contiguousCache), and takes the argmax; the engine adds scheduling,
+// the block pool, sampling, stop checks and events. Reported: tokens/s of each from the median decode step (engine steps are
 // whole loop iterations, end to end) and their ratio.
 func BenchmarkEngineVsRunner(b *testing.B) {
 	const seqs, promptLen, decode = 16, 128, 64
@@ -125,34 +97,34 @@ func BenchmarkEngineVsRunner(b *testing.B) {
 	}
 
 	runner := func() []time.Duration {
-		kv := newContiguousKV(spec, seqs, promptLen+decode+2)
-		batch := &models.Batch{Seqs: make([]models.SeqInput, seqs)}
+		cache, tables := contiguousCache(b, spec, seqs, promptLen+decode+2)
+		batch := &models.Batch{Seqs: make([]models.SeqInput, seqs), Cache: cache}
 		for i := range batch.Seqs {
-			batch.Seqs[i] = models.SeqInput{Tokens: prompts[i]}
-			kv.counts[i] = promptLen
+			batch.Seqs[i] = models.SeqInput{Tokens: prompts[i], Blocks: tables[i]}
 		}
-		out, err := r.Forward(batch, kv)
+		out, err := r.Forward(batch)
 		if err != nil {
 			b.Fatal(err)
 		}
 		next := make([]int32, seqs)
+		past := make([]int, seqs)
 		for i := range next {
 			next[i] = argmax(out.Logits[i])
-			kv.past[i], kv.counts[i] = promptLen, 1
+			past[i] = promptLen
 		}
 		var steps []time.Duration
 		last := time.Now()
 		for step := range decode + 1 {
 			for i := range batch.Seqs {
-				batch.Seqs[i] = models.SeqInput{Tokens: next[i : i+1], PastLen: kv.past[i]}
+				batch.Seqs[i] = models.SeqInput{Tokens: next[i : i+1], PastLen: past[i], Blocks: tables[i]}
 			}
-			out, err := r.Forward(batch, kv)
+			out, err := r.Forward(batch)
 			if err != nil {
 				b.Fatal(err)
 			}
 			for i := range next {
 				next[i] = argmax(out.Logits[i])
-				kv.past[i]++
+				past[i]++
 			}
 			now := time.Now()
 			if step > 0 { // like the engine's: the first decode step is not counted
@@ -268,7 +240,7 @@ func BenchmarkEngineStepOverhead(b *testing.B) {
 	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/step")
 }
 
-// nullModel returns constant logits and touches no K/V beyond the runner interface.
+// nullModel returns constant logits and touches no K/V.
 type nullModel struct {
 	spec   models.Spec
 	logits [][]float32
@@ -276,7 +248,7 @@ type nullModel struct {
 
 func (m *nullModel) Spec() models.Spec { return m.spec }
 
-func (m *nullModel) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+func (m *nullModel) Forward(b *models.Batch) (*models.Output, error) {
 	for len(m.logits) < len(b.Seqs) {
 		row := make([]float32, m.spec.VocabSize)
 		row[len(m.logits)%m.spec.VocabSize] = 1

@@ -30,13 +30,13 @@
 //     first, then waiting prompts (chunked under the token budget, prefix-cache hits
 //     skipped), preempting the newest sequence when blocks run out;
 //  3. apply the plan's copy-on-write block copies to the storage;
-//  4. build a models.Batch (each sequence's new tokens and past length) and a paged KV
-//     view of the storage over the block tables the plan's items carry (the engine never
-//     asks the pool during a step). On the paged attention path (models.PagedKV) the model
-//     reads each row's block table and the arenas and attends over the blocks in place,
-//     writing the new keys and values into them; on the dense path GatherPast copies
-//     each row's past out of its blocks into the runner's past_key_values and
-//     ScatterNew writes the new keys and values back;
+//  4. build a models.Batch: the K/V storage, and for each sequence its new tokens, past
+//     length and the block table its plan item carries (the engine never asks the pool
+//     during a step). The batch is plain data that each attention path uses its own way:
+//     the paged path reads each row's block table and the arenas and attends over the
+//     blocks in place, writing the new keys and values into them; the dense path gathers
+//     each row's past out of its blocks into the runner's past_key_values and scatters
+//     the new keys and values back;
 //  5. run model.Forward once for the whole batch, timing it for the scheduler's step-cost
 //     model (Scheduler.ObserveStep), which sizes prompt chunks so that a step with
 //     decoding rows stays within Config.TargetStepTime;

@@ -18,9 +18,9 @@ import (
 type Model interface {
 	// Spec describes the model's shape, context and eos ids.
 	Spec() models.Spec
-	// Forward computes the batch, reading past keys and values through kv and storing
-	// the new ones through it.
-	Forward(b *models.Batch, kv models.KV) (*models.Output, error)
+	// Forward computes the batch, reading each row's past keys and values from the
+	// batch's cache (b.Cache, the rows' Blocks) and writing the new ones into it.
+	Forward(b *models.Batch) (*models.Output, error)
 }
 
 // recentSteps bounds the per-step history kept in Stats.
@@ -45,8 +45,7 @@ type Engine struct {
 	pool    *kvcache.Pool
 	storage *kvcache.Storage
 	sched   *scheduler.Scheduler
-	kv      pagedKV
-	batch   models.Batch
+	batch   models.Batch // its Cache is storage
 	results []scheduler.Result
 	scratch sampleScratch
 	// phases times the running step's parts for StepInfo (engine goroutine only).
@@ -167,7 +166,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if cfg.Policy == PolicyStatic {
 		e.maxSeqsReq = cfg.MaxBatchSize
 	}
-	e.kv.storage = storage
+	e.batch.Cache = storage
 	e.eos = append(e.eos, spec.EOSTokenIDs...)
 	if text != nil {
 		for _, id := range text.eos() {

@@ -9,14 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models"
 )
 
 // fakeModel is a deterministic stand-in for a decoder. The logits after a token prefix
 // depend on the whole prefix (fakeNext), and the keys and values it writes encode
-// (token, position, layer, head, dim), so every pass can check that the engine's paged
-// cache handed it exactly the right past: a wrong, stale or missing block makes Forward
-// fail, and a sequence's output then differs from fakeGreedy.
+// (token, position, layer, head, dim), so every pass can check that the batch's cache and
+// block tables hold exactly the right past: a wrong, stale or missing block makes Forward
+// fail, and a sequence's output then differs from fakeGreedy. Like the dense runner it
+// gathers the past from the cache (Storage.Gather) and scatters the new keys and values
+// into it (Storage.Scatter).
 type fakeModel struct {
 	spec models.Spec
 
@@ -124,7 +127,7 @@ func grow(b []byte, n int) []byte {
 
 // Forward checks the gathered past, computes logits from past + new tokens and scatters
 // the new keys and values.
-func (m *fakeModel) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+func (m *fakeModel) Forward(b *models.Batch) (*models.Output, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls++
@@ -135,6 +138,8 @@ func (m *fakeModel) Forward(b *models.Batch, kv models.KV) (*models.Output, erro
 	}
 	rows := len(b.Seqs)
 	maxPast, maxNew := 0, 0
+	var tables [][]kvcache.BlockID
+	var pastLens, counts []int
 	for _, s := range b.Seqs {
 		maxPast = max(maxPast, s.PastLen)
 		maxNew = max(maxNew, len(s.Tokens))
@@ -142,11 +147,15 @@ func (m *fakeModel) Forward(b *models.Batch, kv models.KV) (*models.Output, erro
 		if s.PastLen+len(s.Tokens) > m.spec.MaxPositions {
 			return nil, fmt.Errorf("fake: %d positions exceed the context %d", s.PastLen+len(s.Tokens), m.spec.MaxPositions)
 		}
+		if s.PastLen > 0 && b.Cache == nil {
+			return nil, fmt.Errorf("fake: a past of %d tokens without a cache", s.PastLen)
+		}
+		tables = append(tables, s.Blocks)
+		pastLens = append(pastLens, s.PastLen)
+		counts = append(counts, len(s.Tokens))
 	}
 	m.rows += rows
 	H, D := fakeHeads, fakeHeadDim
-	k := make([]models.DenseKV, fakeLayers)
-	v := make([]models.DenseKV, fakeLayers)
 	if len(m.kbuf) == 0 {
 		m.kbuf, m.vbuf = make([][]byte, fakeLayers), make([][]byte, fakeLayers)
 		m.pk, m.pv = make([][]byte, fakeLayers), make([][]byte, fakeLayers)
@@ -154,19 +163,19 @@ func (m *fakeModel) Forward(b *models.Batch, kv models.KV) (*models.Output, erro
 	for l := range fakeLayers {
 		m.kbuf[l] = grow(m.kbuf[l], rows*H*maxPast*D*4)
 		m.vbuf[l] = grow(m.vbuf[l], rows*H*maxPast*D*4)
-		// Poison the buffers: GatherPast must overwrite every element.
+		// Poison the buffers: Gather must overwrite every element.
 		for i := range m.kbuf[l] {
 			m.kbuf[l][i], m.vbuf[l][i] = 0x7f, 0x7f
 		}
-		k[l] = models.DenseKV{Data: m.kbuf[l], Batch: rows, KVHeads: H, Tokens: maxPast, HeadDim: D, DType: models.Float32}
-		v[l] = models.DenseKV{Data: m.vbuf[l], Batch: rows, KVHeads: H, Tokens: maxPast, HeadDim: D, DType: models.Float32}
 	}
-	if err := kv.GatherPast(k, v); err != nil {
-		return nil, err
+	if maxPast > 0 {
+		if err := b.Cache.Gather(tables, pastLens, maxPast, m.kbuf, m.vbuf); err != nil {
+			return nil, err
+		}
 	}
 	kf, vf := make([][]float32, fakeLayers), make([][]float32, fakeLayers)
 	for l := range fakeLayers {
-		kf[l], vf[l] = f32s(k[l].Data), f32s(v[l].Data)
+		kf[l], vf[l] = f32s(m.kbuf[l]), f32s(m.vbuf[l])
 	}
 	out := &models.Output{Logits: make([][]float32, rows)}
 	for r, s := range b.Seqs {
@@ -209,8 +218,6 @@ func (m *fakeModel) Forward(b *models.Batch, kv models.KV) (*models.Output, erro
 		out.Logits[r] = logits
 	}
 	total := maxPast + maxNew
-	pk := make([]models.DenseKV, fakeLayers)
-	pv := make([]models.DenseKV, fakeLayers)
 	for l := range fakeLayers {
 		m.pk[l] = grow(m.pk[l], rows*H*total*D*4)
 		m.pv[l] = grow(m.pv[l], rows*H*total*D*4)
@@ -226,11 +233,11 @@ func (m *fakeModel) Forward(b *models.Batch, kv models.KV) (*models.Output, erro
 				}
 			}
 		}
-		pk[l] = models.DenseKV{Data: m.pk[l], Batch: rows, KVHeads: H, Tokens: total, HeadDim: D, DType: models.Float32}
-		pv[l] = models.DenseKV{Data: m.pv[l], Batch: rows, KVHeads: H, Tokens: total, HeadDim: D, DType: models.Float32}
 	}
-	if err := kv.ScatterNew(pk, pv, maxPast); err != nil {
-		return nil, err
+	if b.Cache != nil {
+		if err := b.Cache.Scatter(tables, pastLens, counts, total, maxPast, m.pk, m.pv); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

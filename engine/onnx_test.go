@@ -87,14 +87,14 @@ type countingModel struct {
 	tokens int
 }
 
-func (m *countingModel) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+func (m *countingModel) Forward(b *models.Batch) (*models.Output, error) {
 	m.mu.Lock()
 	m.calls++
 	for _, s := range b.Seqs {
 		m.tokens += len(s.Tokens)
 	}
 	m.mu.Unlock()
-	return m.Model.Forward(b, kv)
+	return m.Model.Forward(b)
 }
 
 // attentionPaths are the attention paths the real-model tests run on.

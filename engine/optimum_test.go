@@ -29,7 +29,7 @@ type gpt2Model struct {
 	overflows int
 }
 
-func (m *gpt2Model) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+func (m *gpt2Model) Forward(b *models.Batch) (*models.Output, error) {
 	maxPast, maxNew := 0, 0
 	for _, s := range b.Seqs {
 		maxPast, maxNew = max(maxPast, s.PastLen), max(maxNew, len(s.Tokens))
@@ -39,7 +39,7 @@ func (m *gpt2Model) Forward(b *models.Batch, kv models.KV) (*models.Output, erro
 		m.overflows++
 		m.mu.Unlock()
 	}
-	return m.Runner.Forward(b, kv)
+	return m.Runner.Forward(b)
 }
 
 func openGPT2(t *testing.T) (*gpt2Model, *tokenizer.Tokenizer) {

@@ -68,7 +68,6 @@ func Perplexity(model models.Model, stream []int32, o PerplexityOptions) (Perple
 	for i := range table {
 		table[i] = kvcache.BlockID(i)
 	}
-	kv := &pagedKV{storage: st}
 	vocab := spec.VocabSize
 	windows := (len(stream) - 1) / o.Context
 	if o.MaxWindows > 0 {
@@ -79,9 +78,8 @@ func Perplexity(model models.Model, stream []int32, o PerplexityOptions) (Perple
 		win := stream[w*o.Context : w*o.Context+o.Context+1]
 		for start := 0; start < o.Context; start += chunk {
 			toks := win[start:min(start+chunk, o.Context)]
-			kv.reset()
-			kv.add(table, start, len(toks))
-			out, err := model.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: toks, PastLen: start, AllLogits: true}}}, kv)
+			row := models.SeqInput{Tokens: toks, PastLen: start, Blocks: table, AllLogits: true}
+			out, err := model.Forward(&models.Batch{Seqs: []models.SeqInput{row}, Cache: st})
 			if err != nil {
 				return PerplexityResult{}, err
 			}

@@ -27,7 +27,7 @@ func TestPerplexity(t *testing.T) {
 			want, n := 0.0, 0
 			for w := 0; w+ctx < len(stream); w += ctx {
 				win := stream[w : w+ctx+1]
-				out, err := m.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: win[:ctx], AllLogits: true}}}, nil)
+				out, err := m.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: win[:ctx], AllLogits: true}}})
 				if err != nil {
 					t.Fatal(err)
 				}

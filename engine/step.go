@@ -10,8 +10,9 @@ import (
 )
 
 // step runs one planned forward pass and everything around it: copy-on-write block
-// copies, the batch and its paged KV view, ONE Forward, sampling and stop checks for
-// every sequence that computed its last known token, the scheduler's Update, events.
+// copies, the batch (the storage, and each row's tokens, past length and block table),
+// ONE Forward, sampling and stop checks for every sequence that computed its last known
+// token, the scheduler's Update, events.
 // start is when the step began, before Schedule planned it (StepInfo.Duration).
 func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	items := plan.Items
@@ -30,7 +31,6 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		}
 	}
 
-	e.kv.reset()
 	e.batch.Seqs = e.batch.Seqs[:0]
 	e.dequeue = e.dequeue[:0]
 	numTokens := 0
@@ -43,9 +43,9 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		e.batch.Seqs = append(e.batch.Seqs, models.SeqInput{
 			Tokens:    it.Tokens(),
 			PastLen:   it.StartPos,
+			Blocks:    it.Blocks,
 			AllLogits: st.wantsPromptLogits(it),
 		})
-		e.kv.add(it.Blocks, it.StartPos, it.NumNewTokens)
 		numTokens += it.NumNewTokens
 		e.phases.PastTokens += it.StartPos
 		e.phases.MaxPast = max(e.phases.MaxPast, it.StartPos)
@@ -58,7 +58,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	var out *models.Output
 	if err == nil {
 		fwdStart := time.Now()
-		out, err = e.model.Forward(&e.batch, &e.kv)
+		out, err = e.model.Forward(&e.batch)
 		e.phases.Forward = time.Since(fwdStart)
 		e.sched.ObserveStep(e.phases.Forward)
 		if err == nil && (out == nil || len(out.Logits) != len(items)) {

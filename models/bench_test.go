@@ -88,22 +88,14 @@ func benchModelDir(b *testing.B, cfg *build.Config, quantize string) string {
 	return dir
 }
 
-// staticKV leaves the past as the runner allocated it (zeros) and drops the new keys
-// and values, so the benchmark measures the forward pass alone.
-type staticKV struct{}
-
-func (staticKV) GatherPast(k, v []DenseKV) error                { return nil }
-func (staticKV) ScatterNew(k, v []DenseKV, newOffset int) error { return nil }
-
 // BenchmarkDecodeStep times one decode step (one new token per row) on the paged
 // attention path, for batches of sequences that all have the same past length, each
 // in its own randomly placed blocks.
 func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionPaged}) }
 
-// BenchmarkDecodeStepDense is BenchmarkDecodeStep on the dense Optimum path. Its KV
-// leaves the past as the runner allocated it and drops the new keys and values, so it
-// times the forward pass without the engine's gather and scatter (a lower bound of the
-// dense path's step).
+// BenchmarkDecodeStepDense is BenchmarkDecodeStep on the dense Optimum path, over the
+// same kind of cache: the step includes gathering every row's past out of its blocks
+// and scattering the new keys and values back.
 func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionDense}) }
 
 // BenchmarkDecodeStepFloat16 is BenchmarkDecodeStep with a float16 KV cache.
@@ -131,7 +123,6 @@ func benchDecode(b *testing.B, o benchOptions) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
 			r := openBenchModel(b, m.cfg, o)
-			attention := o.attention
 			for _, past := range []int{128, 512, 2048} {
 				if past >= m.cfg.MaxPositionEmbeddings {
 					continue
@@ -143,8 +134,7 @@ func benchDecode(b *testing.B, o benchOptions) {
 						for i := range tokens {
 							tokens[i], lens[i] = []int32{int32(i % m.cfg.VocabSize)}, past
 						}
-						in, kv := benchBatch(r.Spec(), attention, tokens, lens)
-						timeSteps(b, r, in, kv, batch)
+						timeSteps(b, r, benchBatch(r.Spec(), tokens, lens), batch)
 					})
 				}
 			}
@@ -171,8 +161,7 @@ func benchPrefill(b *testing.B, quantize string, paths []string) {
 							continue
 						}
 						b.Run(fmt.Sprintf("tokens%d", n), func(b *testing.B) {
-							in, kv := benchBatch(r.Spec(), attention, [][]int32{randTokens(1, n, m.cfg.VocabSize)}, []int{0})
-							timeSteps(b, r, in, kv, n)
+							timeSteps(b, r, benchBatch(r.Spec(), [][]int32{randTokens(1, n, m.cfg.VocabSize)}, []int{0}), n)
 						})
 					}
 				})
@@ -191,16 +180,9 @@ func openBenchModel(b *testing.B, cfg *build.Config, o benchOptions) Model {
 	return r
 }
 
-// benchBatch returns a batch of the given rows and the KV the path reads: for paged,
-// a cache where every row's past sits in its own randomly placed blocks.
-func benchBatch(spec Spec, attention string, tokens [][]int32, past []int) (*Batch, KV) {
-	if attention == AttentionDense {
-		b := &Batch{}
-		for i := range tokens {
-			b.Seqs = append(b.Seqs, SeqInput{Tokens: tokens[i], PastLen: past[i]})
-		}
-		return b, staticKV{}
-	}
+// benchBatch returns a batch of the given rows over a cache where every row's past
+// sits in its own randomly placed blocks.
+func benchBatch(spec Spec, tokens [][]int32, past []int) *Batch {
 	const bs = 16
 	blocks := 0
 	seqs := make([]int, len(tokens))
@@ -208,7 +190,7 @@ func benchBatch(spec Spec, attention string, tokens [][]int32, past []int) (*Bat
 		blocks += (past[i]+len(tokens[i]))/bs + 1
 		seqs[i] = i
 	}
-	kv := newPagedTestKV(spec, len(tokens), blocks, bs, 1)
+	kv := newTestCache(spec, len(tokens), blocks, bs, 1)
 	for i := range tokens {
 		kv.lens[i] = past[i]
 		for len(kv.tables[i])*bs < past[i] {
@@ -216,19 +198,19 @@ func benchBatch(spec Spec, attention string, tokens [][]int32, past []int) (*Bat
 			kv.free = kv.free[1:]
 		}
 	}
-	return kv.batch(seqs, tokens, false), kv
+	return kv.batch(seqs, tokens, false)
 }
 
 // timeSteps runs in through r b.N times after a warm-up and reports ms/step and
 // tokens/s for tokensPerStep tokens a step.
-func timeSteps(b *testing.B, r Model, in *Batch, kv KV, tokensPerStep int) {
-	if _, err := r.Forward(in, kv); err != nil { // warm up, size buffers, touch the arenas
+func timeSteps(b *testing.B, r Model, in *Batch, tokensPerStep int) {
+	if _, err := r.Forward(in); err != nil { // warm up, size buffers, touch the arenas
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		if _, err := r.Forward(in, kv); err != nil {
+		if _, err := r.Forward(in); err != nil {
 			b.Fatal(err)
 		}
 	}

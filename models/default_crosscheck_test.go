@@ -134,13 +134,13 @@ func crosscheckModel(t *testing.T, ref *referenceLogits, r Model) {
 	V := spec.VocabSize
 
 	t.Run("batch", func(t *testing.T) {
-		kv := newPagedTestKV(spec, len(ref.Prompts), 64, 16, 3)
+		kv := newTestCache(spec, len(ref.Prompts), 64, 16, 3)
 		seqs := make([]int, len(ref.Prompts))
 		tokens := make([][]int32, len(ref.Prompts))
 		for i, p := range ref.Prompts {
 			seqs[i], tokens[i] = i, p.IDs
 		}
-		out, err := r.Forward(kv.batch(seqs, tokens, true), kv)
+		out, err := r.Forward(kv.batch(seqs, tokens, true))
 		if err != nil {
 			t.Fatalf("Forward: %v", err)
 		}
@@ -162,15 +162,15 @@ func crosscheckModel(t *testing.T, ref *referenceLogits, r Model) {
 				p = &ref.Prompts[i]
 			}
 		}
-		kv := newPagedTestKV(spec, 1, 16, 16, 4)
+		kv := newTestCache(spec, 1, 16, 16, 4)
 		half := len(p.IDs) / 2
-		out, err := r.Forward(kv.batch([]int{0}, [][]int32{p.IDs[:half]}, false), kv)
+		out, err := r.Forward(kv.batch([]int{0}, [][]int32{p.IDs[:half]}, false))
 		if err != nil {
 			t.Fatalf("prefill: %v", err)
 		}
 		checkPosition(t, "prefill", out.Logits[0], p, half-1)
 		for pos := half; pos < len(p.IDs); pos++ {
-			out, err := r.Forward(kv.batch([]int{0}, [][]int32{p.IDs[pos : pos+1]}, false), kv)
+			out, err := r.Forward(kv.batch([]int{0}, [][]int32{p.IDs[pos : pos+1]}, false))
 			if err != nil {
 				t.Fatalf("decode position %d: %v", pos, err)
 			}

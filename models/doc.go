@@ -18,17 +18,31 @@
 //	logits                    [batch, seq, vocab]              float32
 //	present.{i}.key           [batch, kv_heads, past+seq, head_dim] (and .value)
 //
-// The runner does not own the KV cache: through the KV interface the caller gathers
-// each row's past into the dense past_key_values tensors before the pass and takes the
-// new keys and values out of present afterwards.
+// The runner does not own the KV cache; the batch carries it (see "The cache in the
+// batch" below). Before the pass the runner gathers each row's past out of its blocks
+// into the dense past_key_values tensors (kvcache.Storage.Gather), and afterwards it
+// stores the new keys and values from present in the rows' blocks (Storage.Scatter).
 //
 // The interface pads every row to the batch's longest past and longest new-token
 // count, so a Forward is planned (planPasses in passes.go) from an estimate of each
 // pass's work: one ONNX Runtime pass when the rows are alike, or a few passes over
 // groups of alike rows when one pass would be mostly padding (a prompt chunk next to
-// decoding sequences) or would span more positions than the context window. A KV that
-// implements RowsKV serves each group's rows directly; any other KV is gathered and
-// scattered once for the whole batch.
+// decoding sequences) or would span more positions than the context window. Each group's
+// pass is a batch of its own over the same cache, holding the group's rows, so it gathers
+// and scatters only theirs.
+//
+// # The cache in the batch
+//
+// A Batch is plain data, like vLLM's attention metadata: its rows (new tokens, past
+// length, block table) and the cache their block tables point into, a kvcache.Storage
+// (Batch.Cache, SeqInput.Blocks). There is no interface to implement and nothing to
+// type-switch on; each runner does its own thing with the data. The paged runner hands
+// the storage's arenas (LayerK, LayerV) and the block tables to the attention kernel;
+// the dense runner gathers and scatters through the storage. The cache's layers, KV
+// heads, head size and element type must be the model's (Spec) and each row's block
+// table must cover its positions, or Forward fails with ErrBatch. A nil Cache means no
+// cache: nothing is read or kept, so no row may have a past (the paged runner then
+// attends over scratch blocks of its own).
 //
 // # Attention paths
 //
@@ -39,9 +53,9 @@
 //     (the previous layer's output projection and MLP, then this layer's norm and
 //     q|k|v projection) over the step's tokens packed row after row, with the native
 //     kernel of package models/attention between segments. The kernel reads every
-//     row's past from the KV blocks in place and writes the new keys and values into
-//     their blocks (the KV must implement PagedKV), so no step copies the past and a
-//     prompt chunk next to decoding rows costs only its own tokens.
+//     row's past from its blocks in the batch's cache in place and writes the new keys
+//     and values into their blocks, so no step copies the past and a prompt chunk next
+//     to decoding rows costs only its own tokens.
 //   - dense: Runner, the Optimum interface above, for any ONNX decoder.
 //
 // Both read and write the same block layout, so a cache filled by one path is read by
@@ -61,6 +75,22 @@
 //		return err
 //	}
 //	defer r.Close()
-//	out, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: []int32{1, 42, 7}}}}, nil)
-//	// out.Logits[0] holds the next-token logits after the prompt.
+//	out, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: []int32{1, 42, 7}}}})
+//	// out.Logits[0] holds the next-token logits after the prompt; nothing was kept.
+//
+//	// With a cache, a later pass reads the prompt's keys and values from its blocks:
+//	sp := r.Spec()
+//	cache, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: 8, BlockSizeTokens: 16,
+//		Layers: sp.NumLayers, KVHeads: sp.NumKVHeads, HeadDim: sp.HeadDim, DType: kvcache.Float32})
+//	if err != nil {
+//		return err
+//	}
+//	blocks := []kvcache.BlockID{5} // the sequence's positions 0-15
+//	prompt := models.SeqInput{Tokens: []int32{1, 42, 7}, Blocks: blocks}
+//	if _, err := r.Forward(&models.Batch{Cache: cache, Seqs: []models.SeqInput{prompt}}); err != nil {
+//		return err
+//	}
+//	next := models.SeqInput{Tokens: []int32{9}, PastLen: 3, Blocks: blocks}
+//	out, err = r.Forward(&models.Batch{Cache: cache, Seqs: []models.SeqInput{next}})
+//	// out.Logits[0] predicts the token after 1, 42, 7, 9.
 package models

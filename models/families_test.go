@@ -93,12 +93,12 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 				}
 
 				// All sequences in one step, every position's logits.
-				kv := newPagedTestKV(m.Spec(), len(ref.Sequences), 64, 4, 3)
+				kv := newTestCache(m.Spec(), len(ref.Sequences), 64, 4, 3)
 				seqs := make([]int, len(ref.Sequences))
 				for i := range seqs {
 					seqs[i] = i
 				}
-				out, err := m.Forward(kv.batch(seqs, ref.Sequences, true), kv)
+				out, err := m.Forward(kv.batch(seqs, ref.Sequences, true))
 				if err != nil {
 					t.Fatalf("%s: %v", path, err)
 				}
@@ -110,7 +110,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 
 				// Token by token, sequence s starting at step 3s, so that the rows of a
 				// step have different past lengths.
-				kv = newPagedTestKV(m.Spec(), len(ref.Sequences), 64, 4, 5)
+				kv = newTestCache(m.Spec(), len(ref.Sequences), 64, 4, 5)
 				for step := 0; ; step++ {
 					var rows []int
 					var toks [][]int32
@@ -126,7 +126,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 						}
 						continue
 					}
-					out, err := m.Forward(kv.batch(rows, toks, false), kv)
+					out, err := m.Forward(kv.batch(rows, toks, false))
 					if err != nil {
 						t.Fatalf("%s step %d: %v", path, step, err)
 					}

@@ -20,24 +20,25 @@ const (
 //
 // Rows may mix prefill and decode: input_ids are right-padded to the longest row, the
 // past is dense over maxPast = max PastLen, and attention_mask is 1 on [0, PastLen_b)
-// and [maxPast, maxPast+n_b). kv.GatherPast fills the past tensors before the run and
-// kv.ScatterNew receives the present tensors (new tokens at column maxPast) after it.
-// kv may be nil when every row has PastLen 0 and the new keys and values are not needed.
+// and [maxPast, maxPast+n_b). Before the run the runner gathers every row's past from
+// its blocks in b.Cache into the past tensors (Storage.Gather); after it, it stores the
+// new keys and values from the present tensors (column maxPast on) in the rows' blocks
+// (Storage.Scatter). With a nil Cache nothing is gathered or stored.
 //
 // Rows of very different shapes (a prompt chunk next to decoding sequences) would be
 // mostly padding in one pass, and one pass must never span more key positions than the
 // context window: planPasses may therefore run the rows as a few passes over groups of
-// alike rows, behind one GatherPast and one ScatterNew (see passes.go).
+// alike rows, each a batch of its own over the same cache (see passes.go).
 //
-// Bad input is an error wrapping ErrBatch; a failed run wraps ErrRun. The returned
-// logits are valid until the next Forward.
-func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
+// Bad input is an error wrapping ErrBatch; a failed run, gather or scatter wraps
+// ErrRun. The returned logits are valid until the next Forward.
+func (r *Runner) Forward(b *Batch) (*Output, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.session == nil {
 		return nil, fmt.Errorf("%w: runner is closed", ErrRun)
 	}
-	maxPast, maxNew, err := checkBatch(b, kv, r.spec)
+	maxPast, maxNew, err := checkBatch(b, r.spec)
 	if err != nil {
 		return nil, err
 	}
@@ -50,20 +51,24 @@ func (r *Runner) Forward(b *Batch, kv KV) (*Output, error) {
 		}
 	}
 	if groups := planPasses(b, r.cost, r.spec.MaxPositions); groups != nil {
-		return r.forwardGroups(b, kv, groups, maxPast, maxNew)
+		return r.forwardGroups(b, groups)
 	}
-	return r.forward(b, kv, maxPast, maxNew)
+	return r.forward(b, maxPast, maxNew)
 }
 
 // forward runs one checked batch in one ONNX Runtime call.
-func (r *Runner) forward(b *Batch, kv KV, maxPast, maxNew int) (*Output, error) {
+func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 	rows := len(b.Seqs)
 	total := maxPast + maxNew
 	r.fillTokenInputs(b, maxPast, maxNew)
 	r.layoutKV(rows, maxPast, total)
-	if kv != nil && maxPast > 0 {
-		if err := kv.GatherPast(r.kvViews[pastKeys], r.kvViews[pastValues]); err != nil {
-			return nil, fmt.Errorf("%w: gather past: %w", ErrRun, err)
+	if b.Cache != nil {
+		r.fillRowLists(b)
+		if maxPast > 0 {
+			err := b.Cache.Gather(r.tables, r.pastLens, maxPast, r.kvViews[pastKeys], r.kvViews[pastValues])
+			if err != nil {
+				return nil, fmt.Errorf("%w: gather past: %w", ErrRun, err)
+			}
 		}
 	}
 
@@ -74,19 +79,40 @@ func (r *Runner) forward(b *Batch, kv KV, maxPast, maxNew int) (*Output, error) 
 	if err := r.session.Run(r.inputs, r.outputs); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrRun, oneLine(err.Error()))
 	}
-	if kv != nil {
-		if err := kv.ScatterNew(r.kvViews[presentKeys], r.kvViews[presentValues], maxPast); err != nil {
+	if b.Cache != nil {
+		err := b.Cache.Scatter(r.tables, r.pastLens, r.counts, total, maxPast, r.kvViews[presentKeys], r.kvViews[presentValues])
+		if err != nil {
 			return nil, fmt.Errorf("%w: scatter new: %w", ErrRun, err)
 		}
 	}
 	return r.collectLogits(b, maxNew)
 }
 
+// fillRowLists collects the rows' block tables, past lengths and new-token counts in the
+// form Storage.Gather and Scatter take them.
+func (r *Runner) fillRowLists(b *Batch) {
+	r.tables, r.pastLens, r.counts = r.tables[:0], r.pastLens[:0], r.counts[:0]
+	for _, s := range b.Seqs {
+		r.tables = append(r.tables, s.Blocks)
+		r.pastLens = append(r.pastLens, s.PastLen)
+		r.counts = append(r.counts, len(s.Tokens))
+	}
+}
+
 // checkBatch validates the batch for a model of spec and returns the longest past and
 // new-token counts.
-func checkBatch(b *Batch, kv KV, spec Spec) (maxPast, maxNew int, err error) {
+func checkBatch(b *Batch, spec Spec) (maxPast, maxNew int, err error) {
 	if b == nil || len(b.Seqs) == 0 {
 		return 0, 0, fmt.Errorf("%w: empty batch", ErrBatch)
+	}
+	blockSize := 0
+	if b.Cache != nil {
+		c := b.Cache.Config()
+		if c.Layers != spec.NumLayers || c.KVHeads != spec.NumKVHeads || c.HeadDim != spec.HeadDim || c.DType != spec.KVDType.cacheDType() {
+			return 0, 0, fmt.Errorf("%w: the cache holds %d layers of %d KV heads x %d %s values, the model has %d of %d x %d %s",
+				ErrBatch, c.Layers, c.KVHeads, c.HeadDim, c.DType, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, spec.KVDType)
+		}
+		blockSize = c.BlockSizeTokens
 	}
 	vocab := int32(spec.VocabSize)
 	for i, s := range b.Seqs {
@@ -99,8 +125,11 @@ func checkBatch(b *Batch, kv KV, spec Spec) (maxPast, maxNew int, err error) {
 		case s.PastLen > spec.MaxPositions-n:
 			return 0, 0, fmt.Errorf("%w: row %d: %d past + %d new tokens exceed the context of %d tokens",
 				ErrBatch, i, s.PastLen, n, spec.MaxPositions)
-		case s.PastLen > 0 && kv == nil:
-			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but no KV was given", ErrBatch, i, s.PastLen)
+		case s.PastLen > 0 && b.Cache == nil:
+			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but the batch has no cache", ErrBatch, i, s.PastLen)
+		case b.Cache != nil && len(s.Blocks)*blockSize < s.PastLen+n:
+			return 0, 0, fmt.Errorf("%w: row %d: a block table of %d blocks of %d tokens cannot hold %d positions",
+				ErrBatch, i, len(s.Blocks), blockSize, s.PastLen+n)
 		}
 		for j, t := range s.Tokens {
 			if t < 0 || t >= vocab {
@@ -139,27 +168,26 @@ func (r *Runner) fillTokenInputs(b *Batch, maxPast, maxNew int) {
 	}
 }
 
-// layoutKV sizes the key/value memory for this pass and points the DenseKV views at it.
+// layoutKV sizes the key/value memory for this pass and points the per-layer views at
+// it: [rows, kvHeads, maxPast, headDim] for the past, [rows, kvHeads, total, headDim]
+// for the present.
 func (r *Runner) layoutKV(rows, maxPast, total int) {
 	sp := r.spec
 	for kind := range r.kvMem {
-		tokens := maxPast
-		if kind >= presentKeys {
-			tokens = total
-		}
-		layerBytes := rows * sp.NumKVHeads * tokens * sp.HeadDim * sp.KVDType.Size()
+		layerBytes := rows * sp.NumKVHeads * kvTokens(kind, maxPast, total) * sp.HeadDim * sp.KVDType.Size()
 		r.kvMem[kind] = growBytes(r.kvMem[kind], sp.NumLayers*layerBytes)
 		for l := range r.kvViews[kind] {
-			r.kvViews[kind][l] = DenseKV{
-				Data:    r.kvMem[kind][l*layerBytes : (l+1)*layerBytes : (l+1)*layerBytes],
-				Batch:   rows,
-				KVHeads: sp.NumKVHeads,
-				Tokens:  tokens,
-				HeadDim: sp.HeadDim,
-				DType:   sp.KVDType,
-			}
+			r.kvViews[kind][l] = r.kvMem[kind][l*layerBytes : (l+1)*layerBytes : (l+1)*layerBytes]
 		}
 	}
+}
+
+// kvTokens returns the token length of a key/value tensor of the given kind.
+func kvTokens(kind, maxPast, total int) int {
+	if kind >= presentKeys {
+		return total
+	}
+	return maxPast
 }
 
 // makeTensors wraps the Go buffers in ONNX Runtime tensors (no copies).
@@ -197,12 +225,11 @@ func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
 		if kind >= presentKeys {
 			dst = r.outputs
 		}
-		for l, v := range r.kvViews[kind] {
-			data := v.Data
+		shape := ort.NewShape(b, int64(r.spec.NumKVHeads), int64(kvTokens(kind, maxPast, maxPast+maxNew)), int64(r.spec.HeadDim))
+		for l, data := range r.kvViews[kind] {
 			if len(data) == 0 {
 				data = r.empty
 			}
-			shape := ort.NewShape(int64(v.Batch), int64(v.KVHeads), int64(v.Tokens), int64(v.HeadDim))
 			if dst[idx[l]], err = ort.NewCustomDataTensor(shape, data, kvType); err != nil {
 				return fail(fmt.Sprintf("layer %d key/value", l), err)
 			}

@@ -19,8 +19,11 @@ const (
 
 // Model is a loaded model, on either attention path.
 type Model interface {
+	// Spec describes the model's shape, context and eos ids.
 	Spec() Spec
-	Forward(b *Batch, kv KV) (*Output, error)
+	// Forward runs one forward pass over the batch, reading each row's past from the
+	// batch's cache and writing the new keys and values into it.
+	Forward(b *Batch) (*Output, error)
 	// Attention returns AttentionPaged or AttentionDense.
 	Attention() string
 	Close() error

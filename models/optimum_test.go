@@ -93,14 +93,14 @@ func TestOptimumGPT2Logits(t *testing.T) {
 	}
 	batch := &Batch{}
 	for i, c := range ref.Full {
-		out, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: c.Tokens, AllLogits: true}}}, nil)
+		out, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: c.Tokens, AllLogits: true}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(t, "alone", out.Logits[0], i)
 		batch.Seqs = append(batch.Seqs, SeqInput{Tokens: c.Tokens, AllLogits: true})
 	}
-	out, err := r.Forward(batch, nil)
+	out, err := r.Forward(batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,14 +126,14 @@ func TestOptimumGPT2CachedDecode(t *testing.T) {
 			V := r.Spec().VocabSize
 			decode := func(t *testing.T, seqs []int) {
 				t.Helper()
-				kv := newDenseKV(r.Spec(), len(seqs))
+				kv := newContextCache(r.Spec(), len(seqs))
 				rows := make([]int, len(seqs))
 				toks := make([][]int32, len(seqs))
 				for i, s := range seqs {
 					rows[i], toks[i] = i, ref.Cached[s].Prompt
 				}
 				for step := 0; ; step++ {
-					out, err := r.Forward(kv.batch(rows, toks, false), kv)
+					out, err := r.Forward(kv.batch(rows, toks, false))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -188,14 +188,14 @@ func TestOptimumGPT2FullContext(t *testing.T) {
 	longAlone := decodeAlone(t, r, long, 3) // positions up to MaxPositions-2
 	shortAlone := decodeAlone(t, r, short, 1)
 
-	kv := newDenseKV(sp, 2)
-	if _, err := r.Forward(kv.batch([]int{0}, [][]int32{long}, false), kv); err != nil {
+	kv := newContextCache(sp, 2)
+	if _, err := r.Forward(kv.batch([]int{0}, [][]int32{long}, false)); err != nil {
 		t.Fatal(err)
 	}
 	// Row 0 decodes at position 124 with a past of 124 while row 1 prefills 20 tokens:
 	// the pass's key length is 144 > 128.
 	b := kv.batch([]int{0, 1}, [][]int32{{longAlone.tokens[len(long)]}, short}, false)
-	out, err := r.Forward(b, kv)
+	out, err := r.Forward(b)
 	if err != nil {
 		t.Fatalf("decode next to a prefill at the end of the context: %v", err)
 	}
@@ -207,7 +207,7 @@ func TestOptimumGPT2FullContext(t *testing.T) {
 	}
 	// The keys and values that pass stored are right: both rows decode on as alone.
 	b = kv.batch([]int{0, 1}, [][]int32{{longAlone.tokens[len(long)+1]}, {shortAlone.tokens[len(short)]}}, false)
-	if out, err = r.Forward(b, kv); err != nil {
+	if out, err = r.Forward(b); err != nil {
 		t.Fatal(err)
 	}
 	if e := relErr32(out.Logits[0], longAlone.logits[len(long)+1]); e > logitTolerance {
@@ -218,14 +218,14 @@ func TestOptimumGPT2FullContext(t *testing.T) {
 	}
 	// Decode the long row to the last position alone, and a full-context prompt.
 	for p := len(long) + 2; p < sp.MaxPositions; p++ {
-		if _, err := r.Forward(kv.batch([]int{0}, [][]int32{{1}}, false), kv); err != nil {
+		if _, err := r.Forward(kv.batch([]int{0}, [][]int32{{1}}, false)); err != nil {
 			t.Fatalf("position %d: %v", p, err)
 		}
 	}
-	if _, err := r.Forward(kv.batch([]int{0}, [][]int32{{1}}, false), kv); err == nil {
+	if _, err := r.Forward(kv.batch([]int{0}, [][]int32{{1}}, false)); err == nil {
 		t.Fatal("a token beyond the context window was accepted")
 	}
-	if _, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: randTokens(43, sp.MaxPositions, V)}}}, nil); err != nil {
+	if _, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: randTokens(43, sp.MaxPositions, V)}}}); err != nil {
 		t.Fatalf("a prompt of exactly n_positions tokens: %v", err)
 	}
 }

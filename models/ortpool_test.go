@@ -31,12 +31,12 @@ func TestSharedPool(t *testing.T) {
 	defer own.Close()
 
 	batch := &Batch{Seqs: []SeqInput{{Tokens: []int32{3, 14, 15, 92, 65}}, {Tokens: []int32{35}}}}
-	want, err := own.Forward(batch, nil)
+	want, err := own.Forward(batch)
 	if err != nil {
 		t.Fatalf("Forward (own pool): %v", err)
 	}
 	wantRows := cloneRows(want.Logits)
-	got, err := shared.Forward(batch, nil)
+	got, err := shared.Forward(batch)
 	if err != nil {
 		t.Fatalf("Forward (shared pool): %v", err)
 	}

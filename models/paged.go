@@ -11,26 +11,9 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
-	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
-
-// PagedKV is the KV of the paged attention path: instead of gathering each row's past
-// into dense tensors, the runner hands the cache's own arenas and the rows' block
-// tables to the attention kernel, which reads the past where it lives and writes the
-// new keys and values straight into their blocks.
-type PagedKV interface {
-	KV
-	// BlockTable returns row b's block table: entry i holds the row's positions
-	// [i*BlockSize, (i+1)*BlockSize). It must cover PastLen+len(Tokens) positions.
-	BlockTable(b int) []int32
-	// Arena returns layer l's key and value arenas, laid out
-	// [NumBlocks][NumKVHeads][BlockSize][HeadDim] in the model's KV type.
-	Arena(l int) (k, v []byte)
-	// Blocks returns the arenas' block count and tokens per block.
-	Blocks() (numBlocks, blockSizeTokens int)
-}
 
 // PagedRunner runs a model through its paged layout (modeldir.PagedManifest): one ONNX
 // Runtime segment per layer with the native attention kernel between segments. The
@@ -53,6 +36,7 @@ type PagedRunner struct {
 	logits            []float32 // [R][vocab]
 	rows              [][]float32
 	seqs              []attention.Seq
+	tableIDs          []int32 // every row's block table, packed, as the kernel reads them
 }
 
 type pagedLayer struct {
@@ -228,37 +212,21 @@ func (r *PagedRunner) Close() error {
 }
 
 // Forward runs one step: every row's new tokens packed together through the layer
-// segments, attention over the paged blocks of kv (which must implement PagedKV; kv may
-// be nil only when no row has a past and the new keys and values are not kept), then the
-// head for each row's last position (or all of its positions with AllLogits).
-func (r *PagedRunner) Forward(b *Batch, kv KV) (*Output, error) {
+// segments, attention over the rows' blocks in b.Cache (read and written in place), then
+// the head for each row's last position (or all of its positions with AllLogits). With a
+// nil Cache (no row has a past) attention runs over scratch blocks that are dropped
+// after the pass.
+func (r *PagedRunner) Forward(b *Batch) (*Output, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.head == nil {
 		return nil, fmt.Errorf("%w: runner is closed", ErrRun)
 	}
-	if _, _, err := checkBatch(b, kv, r.spec); err != nil {
+	if _, _, err := checkBatch(b, r.spec); err != nil {
 		return nil, err
 	}
-	pkv, err := r.pagedKV(b, kv)
-	if err != nil {
-		return nil, err
-	}
-	arenaType := kvcache.Float32
-	if r.spec.KVDType == Float16 {
-		arenaType = kvcache.Float16
-	}
-	cache := func(l int) attention.Cache {
-		k, v := pkv.Arena(l)
-		n, bs := pkv.Blocks()
-		return attention.Cache{K: k, V: v, NumBlocks: n, BlockSize: bs, DType: arenaType}
-	}
-
+	cache := r.attentionCache(b)
 	tokens := r.embedTokens(b)
-	r.seqs = r.seqs[:0]
-	for i, s := range b.Seqs {
-		r.seqs = append(r.seqs, attention.Seq{Table: pkv.BlockTable(i), PastLen: s.PastLen, NumNew: len(s.Tokens)})
-	}
 	for l := range r.layers {
 		layer := &r.layers[l]
 		r.qkv = grow(r.qkv, tokens*layer.qkvCols)
@@ -283,17 +251,52 @@ func (r *PagedRunner) Forward(b *Batch, kv KV) (*Output, error) {
 	return r.runHead(b, tokens)
 }
 
-// pagedKV checks that kv can serve the paged path.
-func (r *PagedRunner) pagedKV(b *Batch, kv KV) (PagedKV, error) {
-	if kv == nil {
-		// Without a KV nothing may be read or kept: give the kernel scratch blocks.
-		return newScratchKV(r.spec, b), nil
+// scratchBlockSize is the block size in tokens of a Forward without a cache.
+const scratchBlockSize = 16
+
+// attentionCache fills r.seqs with every row's block table, past and new-token count,
+// and returns layer l's arenas for the kernel: b.Cache's, or, when the batch has no
+// cache, scratch arenas that hold only this pass's new keys and values (every layer
+// writes its own before reading them, so the layers share one pair).
+func (r *PagedRunner) attentionCache(b *Batch) func(l int) attention.Cache {
+	rowBlocks := func(s SeqInput) int {
+		if b.Cache != nil {
+			return len(s.Blocks)
+		}
+		return (len(s.Tokens) + scratchBlockSize - 1) / scratchBlockSize
 	}
-	pkv, ok := kv.(PagedKV)
-	if !ok {
-		return nil, fmt.Errorf("%w: the paged attention path needs a PagedKV (block tables and arenas), got %T", ErrBatch, kv)
+	numBlocks := 0
+	for _, s := range b.Seqs {
+		numBlocks += rowBlocks(s)
 	}
-	return pkv, nil
+	r.tableIDs = grow(r.tableIDs, numBlocks)
+	r.seqs = r.seqs[:0]
+	off := 0
+	for _, s := range b.Seqs {
+		n := rowBlocks(s)
+		table := r.tableIDs[off : off+n : off+n]
+		for j := range table {
+			if b.Cache != nil {
+				table[j] = int32(s.Blocks[j])
+			} else {
+				table[j] = int32(off + j) // scratch blocks in row order
+			}
+		}
+		off += n
+		r.seqs = append(r.seqs, attention.Seq{Table: table, PastLen: s.PastLen, NumNew: len(s.Tokens)})
+	}
+	dtype := r.spec.KVDType.cacheDType()
+	if b.Cache != nil {
+		c := b.Cache.Config()
+		return func(l int) attention.Cache {
+			return attention.Cache{K: b.Cache.LayerK(l), V: b.Cache.LayerV(l), NumBlocks: c.NumBlocks,
+				BlockSize: c.BlockSizeTokens, DType: dtype}
+		}
+	}
+	size := numBlocks * r.spec.NumKVHeads * scratchBlockSize * r.spec.HeadDim * dtype.Size()
+	scratch := attention.Cache{K: make([]byte, size), V: make([]byte, size), NumBlocks: numBlocks,
+		BlockSize: scratchBlockSize, DType: dtype}
+	return func(int) attention.Cache { return scratch }
 }
 
 // embedTokens fills r.hidden with every row's token embeddings, packed, and returns
@@ -398,35 +401,3 @@ func runSegment(s *ort.DynamicAdvancedSession, tokens int, in, out []segmentTens
 	}
 	return nil
 }
-
-// scratchKV serves a Forward without a KV (every row without past): fresh blocks that
-// are dropped after the pass.
-type scratchKV struct {
-	tables    [][]int32
-	k, v      []byte
-	numBlocks int
-}
-
-const scratchBlockSize = 16
-
-func newScratchKV(sp Spec, b *Batch) *scratchKV {
-	s := &scratchKV{}
-	for _, row := range b.Seqs {
-		n := (row.PastLen + len(row.Tokens) + scratchBlockSize - 1) / scratchBlockSize
-		t := make([]int32, n)
-		for i := range t {
-			t[i] = int32(s.numBlocks + i)
-		}
-		s.numBlocks += n
-		s.tables = append(s.tables, t)
-	}
-	size := s.numBlocks * sp.NumKVHeads * scratchBlockSize * sp.HeadDim * sp.KVDType.Size()
-	s.k, s.v = make([]byte, size), make([]byte, size)
-	return s
-}
-
-func (s *scratchKV) GatherPast(k, v []DenseKV) error                { return nil }
-func (s *scratchKV) ScatterNew(k, v []DenseKV, newOffset int) error { return nil }
-func (s *scratchKV) BlockTable(b int) []int32                       { return s.tables[b] }
-func (s *scratchKV) Arena(int) (k, v []byte)                        { return s.k, s.v }
-func (s *scratchKV) Blocks() (int, int)                             { return s.numBlocks, scratchBlockSize }

@@ -39,9 +39,9 @@ type scenarioResult struct {
 	logits [3][][]float32 // per position
 }
 
-func pagedScenario(t *testing.T, spec Spec, vocab int, run func(step int, b *Batch, kv *pagedTestKV) *Output) scenarioResult {
+func pagedScenario(t *testing.T, spec Spec, vocab int, run func(step int, b *Batch) *Output) scenarioResult {
 	t.Helper()
-	kv := newPagedTestKV(spec, 3, 96, 4, 11)
+	kv := newTestCache(spec, 3, 96, 4, 11)
 	var res scenarioResult
 	for i := range res.logits {
 		res.logits[i] = make([][]float32, 64)
@@ -50,7 +50,7 @@ func pagedScenario(t *testing.T, spec Spec, vocab int, run func(step int, b *Bat
 	step := 0
 	feed := func(seqs []int, toks [][]int32) {
 		b := kv.batch(seqs, toks, true)
-		out := run(step, b, kv)
+		out := run(step, b)
 		step++
 		for r, s := range seqs {
 			start := len(res.tokens[s])
@@ -74,26 +74,6 @@ func pagedScenario(t *testing.T, spec Spec, vocab int, run func(step int, b *Bat
 	feed([]int{0, 1, 2}, [][]int32{{5}, randTokens(2, 5, vocab), randTokens(3, 3, vocab)})
 	feed([]int{2, 0, 1}, [][]int32{{7}, {8}, {9}})
 	return res
-}
-
-// fork makes dst a copy-on-write fork of src: src's full blocks are shared, its
-// partial last block is copied into a fresh block.
-func (p *pagedTestKV) fork(src, dst int) {
-	full := p.lens[src] / p.bs
-	p.tables[dst] = append([]int32(nil), p.tables[src][:full]...)
-	p.lens[dst] = p.lens[src]
-	if p.lens[src]%p.bs == 0 {
-		return
-	}
-	nb := p.free[0]
-	p.free = p.free[1:]
-	ob := p.tables[src][full]
-	blockBytes := len(p.k[0]) / p.numBlocks
-	for l := range p.k {
-		copy(p.k[l][int(nb)*blockBytes:(int(nb)+1)*blockBytes], p.k[l][int(ob)*blockBytes:])
-		copy(p.v[l][int(nb)*blockBytes:(int(nb)+1)*blockBytes], p.v[l][int(ob)*blockBytes:])
-	}
-	p.tables[dst] = append(p.tables[dst], nb)
 }
 
 // TestPagedMatchesReferenceAndDense runs the paged scenario on the paged path, on the
@@ -122,12 +102,12 @@ func TestPagedMatchesReferenceAndDense(t *testing.T) {
 			ref := newRefModel(t, cfg, w)
 			spec := paged.Spec()
 			for _, mode := range []string{"paged", "dense", "mixed"} {
-				res := pagedScenario(t, spec, c.voc, func(step int, b *Batch, kv *pagedTestKV) *Output {
+				res := pagedScenario(t, spec, c.voc, func(step int, b *Batch) *Output {
 					m := paged
 					if mode == "dense" || (mode == "mixed" && step%2 == 1) {
 						m = dense
 					}
-					out, err := m.Forward(b, kv)
+					out, err := m.Forward(b)
 					if err != nil {
 						t.Fatalf("%s step %d: %v", mode, step, err)
 					}
@@ -154,14 +134,14 @@ func TestPagedBatchInvariance(t *testing.T) {
 	buildPagedTestModel(t, cfg, 3, dir)
 	m := openTestModel(t, dir, AttentionPaged)
 	prompts := [][]int32{randTokens(5, 9, 131), randTokens(6, 1, 131), randTokens(7, 17, 131)}
-	together := newPagedTestKV(m.Spec(), 3, 64, 4, 1)
-	out, err := m.Forward(together.batch([]int{0, 1, 2}, prompts, false), together)
+	together := newTestCache(m.Spec(), 3, 64, 4, 1)
+	out, err := m.Forward(together.batch([]int{0, 1, 2}, prompts, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range prompts {
-		alone := newPagedTestKV(m.Spec(), 1, 64, 4, uint64(9+i))
-		o, err := m.Forward(alone.batch([]int{0}, [][]int32{p}, false), alone)
+		alone := newTestCache(m.Spec(), 1, 64, 4, uint64(9+i))
+		o, err := m.Forward(alone.batch([]int{0}, [][]int32{p}, false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,21 +156,30 @@ func TestPagedRejectsBadInput(t *testing.T) {
 	dir := t.TempDir()
 	buildPagedTestModel(t, cfg, 4, dir)
 	m := openTestModel(t, dir, AttentionPaged)
-	kv := newPagedTestKV(m.Spec(), 1, 8, 4, 1)
+	kv := newTestCache(m.Spec(), 1, 8, 4, 1)
 	b := kv.batch([]int{0}, [][]int32{{1, 2, 3, 4, 5}}, false)
 	kv.tables[0][1] = 99 // a block outside the arena
-	if _, err := m.Forward(b, kv); !errors.Is(err, ErrRun) {
+	if _, err := m.Forward(b); !errors.Is(err, ErrRun) {
 		t.Errorf("bad block table: %v, want ErrRun", err)
 	}
-	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{50}}}}, nil); !errors.Is(err, ErrBatch) {
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{50}}}}); !errors.Is(err, ErrBatch) {
 		t.Errorf("token out of the vocabulary: %v, want ErrBatch", err)
 	}
-	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}}, newDenseKV(m.Spec(), 1)); !errors.Is(err, ErrBatch) {
-		t.Errorf("a KV without block tables: %v, want ErrBatch", err)
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}, Cache: kv.storage}); !errors.Is(err, ErrBatch) {
+		t.Errorf("a row without a block table: %v, want ErrBatch", err)
 	}
-	// Without a KV, rows without past run on scratch blocks.
-	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}}, {Tokens: []int32{3}}}}, nil); err != nil {
-		t.Errorf("no KV, no past: %v", err)
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}}); !errors.Is(err, ErrBatch) {
+		t.Errorf("a past without a cache: %v, want ErrBatch", err)
+	}
+	otherSpec := m.Spec()
+	otherSpec.HeadDim *= 2
+	other := newTestCache(otherSpec, 1, 8, 4, 1)
+	if _, err := m.Forward(other.batch([]int{0}, [][]int32{{1}}, false)); !errors.Is(err, ErrBatch) {
+		t.Errorf("another model's cache: %v, want ErrBatch", err)
+	}
+	// Without a cache, rows without past run on scratch blocks.
+	if _, err := m.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}}, {Tokens: []int32{3}}}}); err != nil {
+		t.Errorf("no cache, no past: %v", err)
 	}
 }
 
@@ -231,8 +220,8 @@ func TestPagedFloat16KV(t *testing.T) {
 		return m
 	}
 	run := func(m Model) scenarioResult {
-		return pagedScenario(t, m.Spec(), cfg.VocabSize, func(step int, b *Batch, kv *pagedTestKV) *Output {
-			out, err := m.Forward(b, kv)
+		return pagedScenario(t, m.Spec(), cfg.VocabSize, func(step int, b *Batch) *Output {
+			out, err := m.Forward(b)
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}

@@ -2,7 +2,6 @@ package models
 
 import (
 	"cmp"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -141,22 +140,12 @@ func planPasses(b *Batch, cost costModel, maxPositions int) [][]int {
 	return groups
 }
 
-// forwardGroups runs a batch as several passes, one per group of rows. A RowsKV serves
-// each group's rows itself. Any other KV sees one GatherPast of the whole batch
-// (Tokens = maxPast) and one ScatterNew of the whole batch's new keys and values
-// (Tokens = maxNew, newOffset 0); the groups read from and write to those tensors,
-// whose memory the runner keeps across steps.
-func (r *Runner) forwardGroups(b *Batch, kv KV, groups [][]int, maxPast, maxNew int) (*Output, error) {
-	rowsKV, direct := kv.(RowsKV)
-	var split *splitKV
-	if kv != nil && !direct {
-		split = r.splitKV(b, maxPast, maxNew)
-		if maxPast > 0 {
-			if err := kv.GatherPast(split.past[0], split.past[1]); err != nil {
-				return nil, fmt.Errorf("%w: gather past: %w", ErrRun, err)
-			}
-		}
-	}
+// forwardGroups runs a batch as several passes, one per group of rows: each pass is a
+// batch of its own over the same cache, holding the group's rows, so it gathers and
+// scatters only their blocks. A row reads only its own past and writes only its own new
+// positions, and no row reads or writes the blocks another row's new tokens go to, so the
+// passes give what one pass would.
+func (r *Runner) forwardGroups(b *Batch, groups [][]int) (*Output, error) {
 	need := 0
 	for _, s := range b.Seqs {
 		need += logitPositions(s) * r.spec.VocabSize
@@ -164,25 +153,18 @@ func (r *Runner) forwardGroups(b *Batch, kv KV, groups [][]int, maxPast, maxNew 
 	r.groupLogits = grow(r.groupLogits, need)
 	r.groupRows = grow(r.groupRows, len(b.Seqs)) // forward reuses r.rows for each group
 	logits := r.groupRows
-	sub := &r.groupBatch
+	seqs := r.groupSeqs
 	off := 0
 	for _, g := range groups {
-		sub.Seqs = sub.Seqs[:0]
+		seqs = seqs[:0]
 		subPast, subNew := 0, 0
 		for _, row := range g {
-			sub.Seqs = append(sub.Seqs, b.Seqs[row])
+			seqs = append(seqs, b.Seqs[row])
 			subPast = max(subPast, b.Seqs[row].PastLen)
 			subNew = max(subNew, len(b.Seqs[row].Tokens))
 		}
-		var subKV KV
-		switch {
-		case direct:
-			subKV = rowsKV.Rows(g)
-		case split != nil:
-			split.rows = g
-			subKV = split
-		}
-		out, err := r.forward(sub, subKV, subPast, subNew)
+		r.groupSeqs = seqs
+		out, err := r.forward(&Batch{Seqs: seqs, Cache: b.Cache}, subPast, subNew)
 		if err != nil {
 			return nil, err
 		}
@@ -193,91 +175,5 @@ func (r *Runner) forwardGroups(b *Batch, kv KV, groups [][]int, maxPast, maxNew 
 			off += n
 		}
 	}
-	if split != nil {
-		if err := kv.ScatterNew(split.new[0], split.new[1], 0); err != nil {
-			return nil, fmt.Errorf("%w: scatter new: %w", ErrRun, err)
-		}
-	}
 	return &Output{Logits: logits}, nil
-}
-
-// splitKV is the KV of one group's pass inside forwardGroups: it copies the group's
-// rows out of the whole batch's gathered past and its new keys and values into the
-// whole batch's new tensors.
-type splitKV struct {
-	mem  [2][2][]byte // [past, new][keys, values]: the runner's memory, reused across steps
-	past [2][]DenseKV // keys, values: [batch, kvHeads, maxPast, headDim] per layer
-	new  [2][]DenseKV // keys, values: [batch, kvHeads, maxNew, headDim] per layer
-	b    *Batch
-	rows []int // the current group's rows in b
-}
-
-// splitKV lays out the runner's grouped-pass KV for batch b.
-func (r *Runner) splitKV(b *Batch, maxPast, maxNew int) *splitKV {
-	sp := r.spec
-	s := &r.split
-	s.b, s.rows = b, nil
-	for which, tokens := range [2]int{maxPast, maxNew} {
-		views := &s.past
-		if which == 1 {
-			views = &s.new
-		}
-		layerBytes := len(b.Seqs) * sp.NumKVHeads * tokens * sp.HeadDim * sp.KVDType.Size()
-		for kind := range 2 {
-			s.mem[which][kind] = growBytes(s.mem[which][kind], sp.NumLayers*layerBytes)
-			if len(views[kind]) != sp.NumLayers {
-				views[kind] = make([]DenseKV, sp.NumLayers)
-			}
-			for l := range views[kind] {
-				views[kind][l] = DenseKV{
-					Data:    s.mem[which][kind][l*layerBytes : (l+1)*layerBytes : (l+1)*layerBytes],
-					Batch:   len(b.Seqs),
-					KVHeads: sp.NumKVHeads,
-					Tokens:  tokens,
-					HeadDim: sp.HeadDim,
-					DType:   sp.KVDType,
-				}
-			}
-		}
-	}
-	return s
-}
-
-// GatherPast copies the group's rows' pasts (already zero beyond each row's PastLen)
-// from the whole batch's past tensors.
-func (s *splitKV) GatherPast(k, v []DenseKV) error {
-	for kind, dst := range [2][]DenseKV{k, v} {
-		for l, d := range dst {
-			src := s.past[kind][l]
-			hb := d.HeadDim * d.DType.Size()
-			for i, row := range s.rows {
-				for h := 0; h < d.KVHeads; h++ {
-					from := (row*src.KVHeads + h) * src.Tokens * hb
-					to := (i*d.KVHeads + h) * d.Tokens * hb
-					copy(d.Data[to:to+d.Tokens*hb], src.Data[from:from+d.Tokens*hb])
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// ScatterNew copies the group's rows' new keys and values into the whole batch's new
-// tensors, at columns [0, len(Tokens)).
-func (s *splitKV) ScatterNew(k, v []DenseKV, newOffset int) error {
-	for kind, src := range [2][]DenseKV{k, v} {
-		for l, sv := range src {
-			dst := s.new[kind][l]
-			hb := sv.HeadDim * sv.DType.Size()
-			for i, row := range s.rows {
-				n := len(s.b.Seqs[row].Tokens) * hb
-				for h := 0; h < sv.KVHeads; h++ {
-					from := ((i*sv.KVHeads+h)*sv.Tokens + newOffset) * hb
-					to := (row*dst.KVHeads + h) * dst.Tokens * hb
-					copy(dst.Data[to:to+n], sv.Data[from:from+n])
-				}
-			}
-		}
-	}
-	return nil
 }

@@ -34,8 +34,8 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 			m := openTestModel(t, dir, path)
 			vocab := m.Spec().VocabSize
 			for _, p := range ref.Prompts {
-				kv := newPagedTestKV(m.Spec(), 1, 64, 16, 1)
-				out, err := m.Forward(kv.batch([]int{0}, [][]int32{p.IDs}, true), kv)
+				kv := newTestCache(m.Spec(), 1, 64, 16, 1)
+				out, err := m.Forward(kv.batch([]int{0}, [][]int32{p.IDs}, true))
 				if err != nil {
 					t.Fatalf("%s %s: %v", q, path, err)
 				}
@@ -118,14 +118,14 @@ func TestInt8RowsIndependent(t *testing.T) {
 	a, other := ref.Prompts[0].IDs, ref.Prompts[1].IDs
 	for _, path := range []string{AttentionPaged, AttentionDense} {
 		m := openTestModel(t, dir, path)
-		kv := newPagedTestKV(m.Spec(), 1, 64, 16, 1)
-		out, err := m.Forward(kv.batch([]int{0}, [][]int32{a}, false), kv)
+		kv := newTestCache(m.Spec(), 1, 64, 16, 1)
+		out, err := m.Forward(kv.batch([]int{0}, [][]int32{a}, false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		alone := append([]float32(nil), out.Logits[0]...)
-		kv = newPagedTestKV(m.Spec(), 2, 64, 16, 1)
-		out, err = m.Forward(kv.batch([]int{0, 1}, [][]int32{a, other}, false), kv)
+		kv = newTestCache(m.Spec(), 2, 64, 16, 1)
+		out, err = m.Forward(kv.batch([]int{0, 1}, [][]int32{a, other}, false))
 		if err != nil {
 			t.Fatal(err)
 		}

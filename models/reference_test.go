@@ -29,7 +29,7 @@ func TestONNXMatchesReference(t *testing.T) {
 			w := buildTestModel(t, cfg, int64(100+i), dir)
 			r := openTestRunner(t, dir)
 			tokens := randTokens(uint64(i), 12, c.voc)
-			out, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: tokens, AllLogits: true}}}, nil)
+			out, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: tokens, AllLogits: true}}})
 			if err != nil {
 				t.Fatal(err)
 			}

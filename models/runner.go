@@ -13,6 +13,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -26,7 +27,8 @@ var (
 	// ErrBatch means a Forward call's batch is invalid (empty, a row without tokens, a
 	// token id outside the vocabulary, a past beyond the context window...).
 	ErrBatch = errors.New("models: invalid batch")
-	// ErrRun means the forward pass itself failed (ONNX Runtime or the KV callbacks).
+	// ErrRun means the forward pass itself failed: ONNX Runtime, the attention kernel, or
+	// moving keys and values between the cache and the model.
 	ErrRun = errors.New("models: forward pass failed")
 )
 
@@ -53,6 +55,14 @@ func (d DType) String() string {
 		return "float16"
 	}
 	return "float32"
+}
+
+// cacheDType returns the KV cache's element type for d.
+func (d DType) cacheDType() kvcache.DType {
+	if d == Float16 {
+		return kvcache.Float16
+	}
+	return kvcache.Float32
 }
 
 // Spec is what the engine needs to know about a loaded model. It comes from the ONNX
@@ -117,9 +127,19 @@ func (o RunnerOptions) Validate() error {
 	return nil
 }
 
-// Batch is the input of one forward pass: one row per sequence.
+// Batch is the input of one forward pass: one row per sequence, and the KV cache the
+// rows' block tables point into. It is plain data, like vLLM's attention metadata: each
+// runner uses the cache its own way (the paged runner attends over the blocks in place,
+// the dense runner gathers each row's past out of them and scatters the new keys and
+// values back), and no runner asks what kind of cache it was given.
 type Batch struct {
 	Seqs []SeqInput
+	// Cache holds every layer's keys and values in the blocks the rows' block tables
+	// name; its layers, KV heads, head size and element type are the model's (Spec).
+	// The pass reads each row's past from it and writes the new tokens' keys and values
+	// into it. nil means no cache: nothing is read or kept, and every row must have
+	// PastLen 0.
+	Cache *kvcache.Storage
 }
 
 // SeqInput is one row of a Batch.
@@ -129,45 +149,14 @@ type SeqInput struct {
 	// PastLen is the number of tokens already in the KV cache; the new tokens take
 	// positions PastLen .. PastLen+len(Tokens)-1.
 	PastLen int
+	// Blocks is the row's block table in the batch's Cache: entry i holds positions
+	// [i*BlockSizeTokens, (i+1)*BlockSizeTokens). It covers at least PastLen+len(Tokens)
+	// positions, and no other row of the batch reads or writes the blocks the new tokens
+	// go to (the pool's copy-on-write sees to that). It is not read when Cache is nil.
+	Blocks []kvcache.BlockID
 	// AllLogits asks for the logits of every new position (prompt logprobs, echo);
 	// otherwise only the last position's are returned.
 	AllLogits bool
-}
-
-// DenseKV is one layer's K or V as a dense [Batch, KVHeads, Tokens, HeadDim] tensor
-// in DType, as row-major bytes.
-type DenseKV struct {
-	Data                            []byte
-	Batch, KVHeads, Tokens, HeadDim int
-	DType                           DType
-}
-
-// KV moves keys and values between the engine's cache and the model's dense tensors,
-// for one pass. The runner owns the memory behind every DenseKV it hands out; it is
-// valid only during the call.
-//
-// This is the seam for a faster data path: a runner that binds the cache's own
-// buffers in place (ONNX Runtime's GroupQueryAttention appends to a bound past
-// buffer) or an attention kernel that reads paged blocks directly can skip the
-// gather and scatter copies without the engine, scheduler or API changing.
-type KV interface {
-	// GatherPast fills k[l], v[l] (Tokens = max PastLen of the batch) with each row's
-	// past, zeroing positions at or beyond the row's PastLen. len(k) == NumLayers.
-	GatherPast(k, v []DenseKV) error
-	// ScatterNew stores each row b's new keys/values: the present tensors hold them at
-	// token columns [newOffset, newOffset+len(Tokens_b)); they belong at positions
-	// [PastLen_b, PastLen_b+len(Tokens_b)).
-	ScatterNew(k, v []DenseKV, newOffset int) error
-}
-
-// RowsKV is a KV that can also serve a subset of the batch's rows. When Forward runs a
-// batch as several passes over groups of rows (see planPasses), it gathers and scatters
-// each group's rows through Rows directly; other KVs pay for one more copy of the past.
-type RowsKV interface {
-	KV
-	// Rows returns the KV of one pass over the given rows of the batch, in that order:
-	// row i of that pass is row rows[i] of the batch. It is used before the next call.
-	Rows(rows []int) KV
 }
 
 // Output is the result of Forward.
@@ -190,21 +179,24 @@ type Runner struct {
 	ids, pos, mask []int64
 	// kvMem holds past K, past V, present K and present V, each as NumLayers
 	// consecutive [B, kvh, tokens, hd] tensors (tokens = maxPast, or maxPast+maxNew
-	// for present).
+	// for present); kvViews[kind][l] is layer l's tensor.
 	kvMem     [4][]byte
-	kvViews   [4][]DenseKV
+	kvViews   [4][][]byte
 	empty     []byte    // backing for zero-sized tensors
 	logits    []float32 // [B, S, V] written by ONNX Runtime (float32 logits)
 	logits16  []byte    // [B, S, V] written by ONNX Runtime (float16 logits)
 	logitsOut []float32 // logits converted from float16
 	rows      [][]float32
 	useCache  []bool
+	// The rows' block tables, past lengths and new-token counts for Storage.Gather
+	// and Scatter.
+	tables           [][]kvcache.BlockID
+	pastLens, counts []int
 
 	cost        costModel   // estimates passes for planPasses
-	split       splitKV     // the KV of grouped passes (forwardGroups)
 	groupLogits []float32   // every row's logits of a grouped Forward
 	groupRows   [][]float32 // views into groupLogits, one per row
-	groupBatch  Batch       // the rows of one group's pass
+	groupSeqs   []SeqInput  // the rows of one group's pass
 }
 
 // decoderIO records where each decoder input and output sits in the session's name lists.
@@ -271,7 +263,7 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 		cost:     newCostModel(spec, modelWeightBytes(dir)),
 	}
 	for i := range r.kvViews {
-		r.kvViews[i] = make([]DenseKV, spec.NumLayers)
+		r.kvViews[i] = make([][]byte, spec.NumLayers)
 	}
 	r.empty = growBytes(nil, 8)
 	return r, nil

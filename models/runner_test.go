@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/build"
 )
 
@@ -49,15 +50,15 @@ func TestRunnerSpec(t *testing.T) {
 // KV cache gives the same logits as recomputing the whole sequence without a cache.
 func TestKVCachedDecoding(t *testing.T) {
 	r, cfg, w := gqaModel(t)
-	kv := newDenseKV(r.Spec(), 1)
+	kv := newContextCache(r.Spec(), 1)
 	seq := randTokens(1, 9, cfg.VocabSize)
-	out, err := r.Forward(kv.batch([]int{0}, [][]int32{seq}, false), kv)
+	out, err := r.Forward(kv.batch([]int{0}, [][]int32{seq}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cached := append([]float32(nil), out.Logits[0]...)
 	for step := 0; step <= 32; step++ {
-		full, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: seq}}}, nil)
+		full, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: seq}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,14 +70,24 @@ func TestKVCachedDecoding(t *testing.T) {
 		}
 		next := argmax(cached)
 		seq = append(seq, next)
-		out, err := r.Forward(kv.batch([]int{0}, [][]int32{{next}}, false), kv)
+		out, err := r.Forward(kv.batch([]int{0}, [][]int32{{next}}, false))
 		if err != nil {
 			t.Fatal(err)
 		}
 		cached = append(cached[:0], out.Logits[0]...)
 	}
-	if kv.length(0) != len(seq) {
-		t.Fatalf("cache holds %d positions, want %d", kv.length(0), len(seq))
+	// The cache holds every position's keys and values, as one pass over the whole
+	// sequence stores them.
+	whole := newContextCache(r.Spec(), 1)
+	if _, err := r.Forward(whole.batch([]int{0}, [][]int32{seq}, false)); err != nil {
+		t.Fatal(err)
+	}
+	gotK, gotV := kv.keys(0)
+	wantK, wantV := whole.keys(0)
+	for l := range gotK {
+		if e := max(relErr32(gotK[l], wantK[l]), relErr32(gotV[l], wantV[l])); e > logitTolerance {
+			t.Fatalf("layer %d: the cache's %d positions differ from one pass's by %.2e", l, len(seq), e)
+		}
 	}
 	// The end of the trajectory also matches the independent reference.
 	ref := newRefModel(t, cfg, w).forward(t, seq)
@@ -94,9 +105,9 @@ type trajectory struct {
 
 func decodeAlone(t *testing.T, r *Runner, prompt []int32, steps int) trajectory {
 	t.Helper()
-	kv := newDenseKV(r.Spec(), 1)
+	kv := newContextCache(r.Spec(), 1)
 	tr := trajectory{prompt: len(prompt), tokens: append([]int32(nil), prompt...)}
-	out, err := r.Forward(kv.batch([]int{0}, [][]int32{prompt}, true), kv)
+	out, err := r.Forward(kv.batch([]int{0}, [][]int32{prompt}, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +118,7 @@ func decodeAlone(t *testing.T, r *Runner, prompt []int32, steps int) trajectory 
 	for i := 0; i < steps; i++ {
 		next := argmax(tr.logits[len(tr.logits)-1])
 		tr.tokens = append(tr.tokens, next)
-		out, err := r.Forward(kv.batch([]int{0}, [][]int32{{next}}, false), kv)
+		out, err := r.Forward(kv.batch([]int{0}, [][]int32{{next}}, false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +170,7 @@ func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
 	}
 
 	// check compares one batched pass's rows with the sequences decoded alone.
-	check := func(t *testing.T, name string, kv *denseKV, b *Batch, out *Output) {
+	check := func(t *testing.T, name string, kv *testCache, b *Batch, out *Output) {
 		t.Helper()
 		for row, s := range kv.rows {
 			in := b.Seqs[row]
@@ -181,7 +192,7 @@ func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
 		}
 	}
 	// run feeds each listed sequence its next n tokens of the alone trajectory.
-	run := func(t *testing.T, name string, kv *denseKV, seqs []int, n []int, allLogits bool) {
+	run := func(t *testing.T, name string, kv *testCache, seqs []int, n []int, allLogits bool) {
 		t.Helper()
 		toks := make([][]int32, len(seqs))
 		for i, s := range seqs {
@@ -189,7 +200,7 @@ func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
 			toks[i] = alone[s].tokens[p : p+n[i]]
 		}
 		b := kv.batch(seqs, toks, allLogits)
-		out, err := r.Forward(b, kv)
+		out, err := r.Forward(b)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -199,7 +210,7 @@ func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
 	ones := []int{1, 1, 1, 1}
 
 	t.Run("together", func(t *testing.T) {
-		kv := newDenseKV(r.Spec(), 4)
+		kv := newContextCache(r.Spec(), 4)
 		lens := make([]int, 4)
 		for i, p := range prompts {
 			lens[i] = len(p)
@@ -210,7 +221,7 @@ func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
 		}
 	})
 	t.Run("mixed", func(t *testing.T) {
-		kv := newDenseKV(r.Spec(), 4)
+		kv := newContextCache(r.Spec(), 4)
 		run(t, "prefill 0, chunk 1", kv, []int{0, 1}, []int{5, 6}, false)
 		run(t, "decode 0, chunk 1, prefill 2", kv, []int{0, 1, 2}, []int{1, 7, 1}, true)
 		run(t, "decode 0-2, prefill 3", kv, []int{2, 0, 3, 1}, []int{1, 1, 8, 1}, false)
@@ -264,11 +275,11 @@ func TestLogitsVariants(t *testing.T) {
 			if !v.Float16KV && !v.Float16Logits {
 				tol = logitTolerance
 			}
-			kv := newDenseKV(r.Spec(), 2)
+			kv := newContextCache(r.Spec(), 2)
 			seqs := [][]int32{prompts[0], prompts[1]}
 			for step := 0; step < 4; step++ {
 				toks := [][]int32{seqs[0][kv.length(0):], seqs[1][kv.length(1):]}
-				out, err := r.Forward(kv.batch([]int{0, 1}, toks, false), kv)
+				out, err := r.Forward(kv.batch([]int{0, 1}, toks, false))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,7 +297,7 @@ func TestLogitsVariants(t *testing.T) {
 				{Seqs: []SeqInput{{Tokens: []int32{1, 2}}, {Tokens: []int32{3}}}},
 				{Seqs: []SeqInput{{Tokens: []int32{1, 2}, AllLogits: true}}},
 			} {
-				_, err := r.Forward(b, nil)
+				_, err := r.Forward(b)
 				if v.LastLogitsOnly && !errors.Is(err, ErrBatch) {
 					t.Errorf("last-logits model: err = %v, want ErrBatch", err)
 				}
@@ -300,33 +311,44 @@ func TestLogitsVariants(t *testing.T) {
 
 func TestForwardRejectsBadBatches(t *testing.T) {
 	r, cfg, _ := gqaModel(t)
-	kv := newDenseKV(r.Spec(), 1)
+	kv := newContextCache(r.Spec(), 1)
+	blocks := kv.free // every block of the cache: room for any row
+	row := func(past int, tokens ...int32) SeqInput {
+		return SeqInput{Tokens: tokens, PastLen: past, Blocks: blocks}
+	}
+	rows := func(rs ...SeqInput) *Batch { return &Batch{Seqs: rs, Cache: kv.storage} }
+	otherSpec := r.Spec()
+	otherSpec.NumKVHeads++
+	other := newContextCache(otherSpec, 1)
 	cases := map[string]*Batch{
 		"nil batch":       nil,
-		"empty batch":     {},
-		"no tokens":       {Seqs: []SeqInput{{Tokens: []int32{1}}, {Tokens: nil}}},
-		"negative past":   {Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: -1}}},
-		"beyond context":  {Seqs: []SeqInput{{Tokens: []int32{1, 2}, PastLen: cfg.MaxPositionEmbeddings - 1}}},
-		"token too large": {Seqs: []SeqInput{{Tokens: []int32{1, int32(cfg.VocabSize)}}}},
-		"negative token":  {Seqs: []SeqInput{{Tokens: []int32{-1}}}},
+		"empty batch":     rows(),
+		"no tokens":       rows(row(0, 1), row(0)),
+		"negative past":   rows(row(-1, 1)),
+		"beyond context":  rows(row(cfg.MaxPositionEmbeddings-1, 1, 2)),
+		"token too large": rows(row(0, 1, int32(cfg.VocabSize))),
+		"negative token":  rows(row(0, -1)),
+		"too few blocks":  rows(SeqInput{Tokens: []int32{1, 2}, PastLen: 15, Blocks: blocks[:1]}),
+		"another model's cache": {Seqs: []SeqInput{{Tokens: []int32{1}, Blocks: other.free}},
+			Cache: other.storage},
 	}
 	for name, b := range cases {
-		if _, err := r.Forward(b, kv); !errors.Is(err, ErrBatch) {
+		if _, err := r.Forward(b); !errors.Is(err, ErrBatch) {
 			t.Errorf("%s: err = %v, want ErrBatch", name, err)
 		}
 	}
-	if _, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}}, nil); !errors.Is(err, ErrBatch) {
-		t.Errorf("past without KV: err = %v, want ErrBatch", err)
+	if _, err := r.Forward(&Batch{Seqs: []SeqInput{{Tokens: []int32{1}, PastLen: 3}}}); !errors.Is(err, ErrBatch) {
+		t.Errorf("past without a cache: err = %v, want ErrBatch", err)
 	}
 	// The context limit itself is fine.
 	ok := &Batch{Seqs: []SeqInput{{Tokens: []int32{1, 2}}}}
-	if _, err := r.Forward(ok, nil); err != nil {
+	if _, err := r.Forward(ok); err != nil {
 		t.Fatalf("valid batch after errors: %v", err)
 	}
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Forward(ok, nil); !errors.Is(err, ErrRun) {
+	if _, err := r.Forward(ok); !errors.Is(err, ErrRun) {
 		t.Errorf("Forward after Close: err = %v, want ErrRun", err)
 	}
 	if err := r.Close(); err != nil {
@@ -334,32 +356,20 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	}
 }
 
-// failingKV fails in one of its two calls.
-type failingKV struct{ gather bool }
-
-var errTestKV = errors.New("test kv failure")
-
-func (f failingKV) GatherPast(k, v []DenseKV) error {
-	if f.gather {
-		return errTestKV
-	}
-	return nil
-}
-
-func (f failingKV) ScatterNew(k, v []DenseKV, newOffset int) error {
-	if !f.gather {
-		return errTestKV
-	}
-	return nil
-}
-
+// TestForwardKVErrors makes the cache refuse the gather of the past, then the scatter of
+// the new keys and values (a block outside the pool): the pass fails with ErrRun wrapping
+// the cache's error.
 func TestForwardKVErrors(t *testing.T) {
 	r, _, _ := gqaModel(t)
-	b := &Batch{Seqs: []SeqInput{{Tokens: []int32{3}, PastLen: 2}}}
-	for _, f := range []failingKV{{gather: true}, {gather: false}} {
-		_, err := r.Forward(b, f)
-		if !errors.Is(err, ErrRun) || !errors.Is(err, errTestKV) {
-			t.Errorf("gather=%v: err = %v, want ErrRun wrapping the KV error", f.gather, err)
+	kv := newTestCache(r.Spec(), 1, 4, 4, 1)
+	for call, blocks := range map[string][]kvcache.BlockID{
+		"gather":  {99, 0}, // the past's block
+		"scatter": {0, 99}, // the new token's block
+	} {
+		b := &Batch{Seqs: []SeqInput{{Tokens: []int32{3}, PastLen: 4, Blocks: blocks}}, Cache: kv.storage}
+		_, err := r.Forward(b)
+		if !errors.Is(err, ErrRun) || !errors.Is(err, kvcache.ErrInvalid) || !strings.Contains(err.Error(), call) {
+			t.Errorf("%s: err = %v, want ErrRun wrapping the cache's refusal to %s", call, err, call)
 		}
 	}
 }

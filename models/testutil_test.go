@@ -2,7 +2,6 @@ package models
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -90,119 +89,6 @@ func openTestRunner(tb testing.TB, dir string) *Runner {
 	}
 	tb.Cleanup(func() { _ = r.Close() })
 	return r
-}
-
-// seqKV is one sequence's keys and values in a plain dense layout: k[layer] holds
-// [pos][kvHead][headDim] elements of the model's KV type, as bytes.
-type seqKV struct {
-	k, v [][]byte
-}
-
-// denseKV is a simple in-memory KV implementation for tests: one seqKV per sequence,
-// and the mapping of the current batch's rows to sequences. It copies bytes, so it
-// serves float32 and float16 models alike.
-type denseKV struct {
-	spec   Spec
-	seqs   []*seqKV
-	rows   []int // rows[b] = index into seqs
-	past   []int // rows' PastLen
-	counts []int // rows' new-token counts
-}
-
-func newDenseKV(spec Spec, numSeqs int) *denseKV {
-	d := &denseKV{spec: spec}
-	for i := 0; i < numSeqs; i++ {
-		d.seqs = append(d.seqs, &seqKV{k: make([][]byte, spec.NumLayers), v: make([][]byte, spec.NumLayers)})
-	}
-	return d
-}
-
-// headBytes is the size of one head's vector at one position.
-func (d *denseKV) headBytes() int { return d.spec.HeadDim * d.spec.KVDType.Size() }
-
-// length returns how many positions sequence i holds.
-func (d *denseKV) length(i int) int {
-	return len(d.seqs[i].k[0]) / (d.spec.NumKVHeads * d.headBytes())
-}
-
-// batch builds the Batch for the given sequences and new tokens, recording the row
-// mapping for GatherPast/ScatterNew. Each row's PastLen is its sequence's length.
-func (d *denseKV) batch(seqs []int, tokens [][]int32, allLogits bool) *Batch {
-	b := &Batch{}
-	d.rows, d.past, d.counts = seqs, nil, nil
-	for i, s := range seqs {
-		past := d.length(s)
-		b.Seqs = append(b.Seqs, SeqInput{Tokens: tokens[i], PastLen: past, AllLogits: allLogits})
-		d.past = append(d.past, past)
-		d.counts = append(d.counts, len(tokens[i]))
-	}
-	return b
-}
-
-// checkDense verifies a DenseKV's geometry against the batch.
-func (d *denseKV) checkDense(kv DenseKV) error {
-	if kv.DType != d.spec.KVDType || kv.Batch != len(d.rows) || kv.KVHeads != d.spec.NumKVHeads || kv.HeadDim != d.spec.HeadDim {
-		return fmt.Errorf("unexpected dense KV %dx%dx%dx%d %s", kv.Batch, kv.KVHeads, kv.Tokens, kv.HeadDim, kv.DType)
-	}
-	if want := kv.Batch * kv.KVHeads * kv.Tokens * kv.HeadDim * kv.DType.Size(); len(kv.Data) != want {
-		return fmt.Errorf("DenseKV has %d bytes, want %d", len(kv.Data), want)
-	}
-	return nil
-}
-
-func (d *denseKV) GatherPast(k, v []DenseKV) error {
-	if len(k) != d.spec.NumLayers || len(v) != d.spec.NumLayers {
-		return fmt.Errorf("got %d/%d layers, want %d", len(k), len(v), d.spec.NumLayers)
-	}
-	kvh, hb := d.spec.NumKVHeads, d.headBytes()
-	for l := range k {
-		for kind, dst := range []DenseKV{k[l], v[l]} {
-			if err := d.checkDense(dst); err != nil {
-				return err
-			}
-			clear(dst.Data)
-			for b, s := range d.rows {
-				src := d.seqs[s].k[l]
-				if kind == 1 {
-					src = d.seqs[s].v[l]
-				}
-				for h := 0; h < kvh; h++ {
-					for p := 0; p < d.past[b]; p++ {
-						o := ((b*kvh+h)*dst.Tokens + p) * hb
-						copy(dst.Data[o:o+hb], src[(p*kvh+h)*hb:(p*kvh+h+1)*hb])
-					}
-				}
-			}
-		}
-	}
-	return nil
-}
-
-func (d *denseKV) ScatterNew(k, v []DenseKV, newOffset int) error {
-	kvh, hb := d.spec.NumKVHeads, d.headBytes()
-	for l := range k {
-		for kind, src := range []DenseKV{k[l], v[l]} {
-			if err := d.checkDense(src); err != nil {
-				return err
-			}
-			for b, s := range d.rows {
-				dst := &d.seqs[s].k[l]
-				if kind == 1 {
-					dst = &d.seqs[s].v[l]
-				}
-				if len(*dst) != d.past[b]*kvh*hb {
-					return fmt.Errorf("row %d: sequence holds %d bytes, want past %d", b, len(*dst), d.past[b])
-				}
-				for j := 0; j < d.counts[b]; j++ {
-					for h := 0; h < kvh; h++ {
-						o := ((b*kvh+h)*src.Tokens + newOffset + j) * hb
-						*dst = append(*dst, src.Data[o:o+hb]...)
-					}
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // modelVariant changes the Llama graph's interface the way other exporters do.

@@ -550,7 +550,7 @@ func (p *pacedModel) forceTokens(promptLen int, ids []int32) {
 
 func (p *pacedModel) Spec() models.Spec { return p.inner.Spec() }
 
-func (p *pacedModel) Forward(b *models.Batch, kv models.KV) (*models.Output, error) {
+func (p *pacedModel) Forward(b *models.Batch) (*models.Output, error) {
 	start := time.Now()
 	defer func() {
 		if d := time.Duration(p.pace.Load()) - time.Since(start); d > 0 {
@@ -562,7 +562,7 @@ func (p *pacedModel) Forward(b *models.Batch, kv models.KV) (*models.Output, err
 			return nil, errors.New("injected failure")
 		}
 	}
-	out, err := p.inner.Forward(b, kv)
+	out, err := p.inner.Forward(b)
 	if err != nil {
 		return nil, err
 	}

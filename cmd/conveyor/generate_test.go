@@ -73,7 +73,7 @@ func TestGenerateGreedyMatchesRecompute(t *testing.T) {
 	eos := r.Spec().EOSTokenIDs
 	var want []int32
 	for len(want) < o.maxTokens {
-		res, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: seq}}}, nil)
+		res, err := r.Forward(&models.Batch{Seqs: []models.SeqInput{{Tokens: seq}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,8 +44,8 @@
 //	2048 × 64             163                  102 – 113             212
 //
 // The paged column is `go test ./models/ -bench DecodeStep/50M` (blocks of 16 tokens
-// placed at random in a kvcache.Storage); dense is DecodeStepDense (which leaves out
-// the engine's gather, so the real dense step is slower still). The GQA column came
+// placed at random in a kvcache.Storage); dense is DecodeStepDense from before it
+// included the gather of the past, so the real dense step is slower still. The GQA column came
 // from a throwaway graph with ONNX Runtime's com.microsoft.GroupQueryAttention, each
 // layer's past_key/present_key bound to one [batch, kv_heads, capacity, head_dim]
 // tensor so the op appends in place (it does: without the shared buffer it zeroes
