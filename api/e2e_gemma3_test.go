@@ -2,19 +2,14 @@ package api
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/conveyor-llm/conveyor/engine"
-	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/build"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
@@ -38,7 +33,7 @@ func TestE2EGemma3ChatCompletes(t *testing.T) {
 	}
 	client := serveRandomModel(t, src, `{"model_type":"gemma","architectures":["GemmaForCausalLM"],"vocab_size":262144,"hidden_size":32,
 		"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16,
-		"max_position_embeddings":512,"rms_norm_eps":1e-6,"tie_word_embeddings":true,"bos_token_id":2,"eos_token_id":[1,106]}`, "gemma", tok)
+		"max_position_embeddings":512,"rms_norm_eps":1e-6,"tie_word_embeddings":true,"bos_token_id":2,"eos_token_id":[1,106]}`, "gemma")
 
 	p := openai.ChatCompletionNewParams{Model: "gemma", MaxCompletionTokens: openai.Int(12), Temperature: openai.Float(0),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be brief."), openai.UserMessage("Hi there"),
@@ -82,11 +77,9 @@ func TestE2EGemma3ChatCompletes(t *testing.T) {
 }
 
 // serveRandomModel builds a random model of config cfg beside the tokenizer files in
-// src, serves it as name on a real port with structured output over tok's vocabulary,
-// and returns an official client for it.
-func serveRandomModel(t *testing.T, src, cfg, name string, tok *tokenizer.Tokenizer) openai.Client {
+// src and serves it as name on a real port (startE2EModel), returning an official client.
+func serveRandomModel(t *testing.T, src, cfg, name string) openai.Client {
 	t.Helper()
-	lib := ortLib(t)
 	tinyModel(t) // initialises ONNX Runtime
 	if err := os.WriteFile(filepath.Join(src, "config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -95,33 +88,6 @@ func serveRandomModel(t *testing.T, src, cfg, name string, tok *tokenizer.Tokeni
 	if _, err := build.BuildRandom(filepath.Join(src, "config.json"), dir, 3); err != nil {
 		t.Fatal(err)
 	}
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { runner.Close() })
-	ecfg := engine.DefaultConfig()
-	ecfg.KVCacheBytes = 4 << 20
-	eng, err := engine.New(ecfg, runner, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.Start(context.Background())
-	t.Cleanup(func() { _ = eng.Shutdown(context.Background()) })
-	acfg := DefaultConfig()
-	acfg.ModelName = name
-	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := New(acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(),
-		Formats: NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return openai.NewClient(option.WithBaseURL("http://"+ln.Addr().String()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	e := startE2EModel(t, dir, func(c *Config) { c.ModelName = name }, func(c *engine.Config) { c.KVCacheBytes = 4 << 20 })
+	return e.client
 }

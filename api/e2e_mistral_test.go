@@ -95,7 +95,7 @@ func TestE2EMistralToolCalls(t *testing.T) {
 	callTok := ids[0]
 	client := serveRandomModel(t, src, `{"model_type":"llama","architectures":["LlamaForCausalLM"],"vocab_size":32064,
 		"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,
-		"max_position_embeddings":1024,"rms_norm_eps":1e-5,"tie_word_embeddings":true,"bos_token_id":1,"eos_token_id":2}`, "mistral", tok)
+		"max_position_embeddings":1024,"rms_norm_eps":1e-5,"tie_word_embeddings":true,"bos_token_id":1,"eos_token_id":2}`, "mistral")
 
 	validators := map[string]*jsonschema.Schema{}
 	for name, s := range e2eToolParams {
@@ -122,30 +122,6 @@ func TestE2EMistralToolCalls(t *testing.T) {
 				checkCall(t, validators, call.Function.Name, call.Function.Arguments, "")
 			}
 		}
-		st := client.Chat.Completions.NewStreaming(context.Background(), p)
-		finish := map[int64]string{}
-		names, args := map[int64]string{}, map[int64]string{}
-		for st.Next() {
-			for _, c := range st.Current().Choices {
-				if c.FinishReason != "" {
-					finish[c.Index] = c.FinishReason
-				}
-				for _, d := range c.Delta.ToolCalls {
-					if d.Index == 0 {
-						names[c.Index] += d.Function.Name
-						args[c.Index] += d.Function.Arguments
-					}
-				}
-			}
-		}
-		if err := st.Err(); err != nil {
-			t.Fatalf("%s streamed: %v", label, err)
-		}
-		for i := int64(0); i < 2; i++ {
-			if finish[i] != "tool_calls" {
-				t.Fatalf("%s streamed: choice %d finished %q, want tool_calls", label, i, finish[i])
-			}
-			checkCall(t, validators, names[i], args[i], "")
-		}
+		checkStreamedCalls(t, client, p, 2, validators, label+" streamed")
 	}
 }

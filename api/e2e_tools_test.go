@@ -284,10 +284,17 @@ func TestE2EDefaultModelThreeTools(t *testing.T) {
 			checkCall(t, validators, call.Function.Name, call.Function.Arguments, "")
 		}
 	}
-	st := e.client.Chat.Completions.NewStreaming(context.Background(), p)
+	checkStreamedCalls(t, e.client, p, 3, validators, "streamed")
+}
+
+// checkStreamedCalls streams p and requires each of its n choices to end with
+// finish_reason tool_calls and a first call that validates, assembled from its deltas.
+func checkStreamedCalls(t *testing.T, client openai.Client, p openai.ChatCompletionNewParams, n int,
+	validators map[string]*jsonschema.Schema, label string) {
+	t.Helper()
+	st := client.Chat.Completions.NewStreaming(context.Background(), p)
 	finish := map[int64]string{}
-	args := map[int64]string{}
-	names := map[int64]string{}
+	names, args := map[int64]string{}, map[int64]string{}
 	for st.Next() {
 		for _, c := range st.Current().Choices {
 			if c.FinishReason != "" {
@@ -302,11 +309,11 @@ func TestE2EDefaultModelThreeTools(t *testing.T) {
 		}
 	}
 	if err := st.Err(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", label, err)
 	}
-	for i := int64(0); i < 3; i++ {
+	for i := range int64(n) {
 		if finish[i] != "tool_calls" {
-			t.Fatalf("streamed choice %d: finish %q; want tool_calls", i, finish[i])
+			t.Fatalf("%s: choice %d finished %q, want tool_calls", label, i, finish[i])
 		}
 		checkCall(t, validators, names[i], args[i], "")
 	}
