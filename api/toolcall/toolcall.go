@@ -3,18 +3,21 @@
 // arguments validate against the tool's parameters), how to find calls in a finished
 // reply, and which format a chat template speaks.
 //
-// Formats, with vLLM's parser names: hermes (<tool_call>{"name": ..., "arguments": ...}</tool_call>,
-// Qwen2.5, Qwen3 and Hermes models), llama3_json ({"name": ..., "parameters": ...}, Llama
-// 3.1 and later, optionally after <|python_tag|>), mistral ([TOOL_CALLS][{"name": ...,
-// "arguments": ...}]) and generic, for models whose template knows no tools: the whole
-// reply is one {"name": ..., "arguments": ...} object.
+// Formats, with vLLM's parser names, one file each that registers the format (its
+// detection from the chat template, call layout, trigger and parser): hermes
+// (<tool_call>{"name": ..., "arguments": ...}</tool_call>, Qwen2.5, Qwen3 and Hermes
+// models), llama3_json ({"name": ..., "parameters": ...}, Llama 3.1 and later, optionally
+// after <|python_tag|>), mistral ([TOOL_CALLS][{"name": ..., "arguments": ...}]) and
+// generic, for models whose template knows no tools: the whole reply is one {"name":
+// ..., "arguments": ...} object. Adding a format is one file and its tests; nothing
+// outside this package names a format.
 package toolcall
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/conveyor-llm/conveyor/engine/structured"
@@ -47,7 +50,35 @@ type Format struct {
 	// ControlPrefix: Prefix opens with a token the model's tokenizer makes a control
 	// (special) token, which the reply's text must keep for the calls to be found.
 	ControlPrefix bool
-	parse         func(text string) (content string, calls []Call, ok bool)
+
+	// marks are texts whose presence in a chat template means the format (none: the
+	// fallback); rank orders the formats when Detect looks for them (lowest first).
+	marks []string
+	rank  int
+	// parse finds the calls in a finished reply (Parse).
+	parse func(text string) (content string, calls []Call)
+}
+
+// formats holds every format, by name; each format's file registers itself.
+var formats = map[string]Format{}
+
+// register adds a format; its file calls it from init.
+func register(f Format) Format {
+	if _, dup := formats[f.Name]; dup {
+		panic("toolcall: format " + f.Name + " registered twice")
+	}
+	formats[f.Name] = f
+	return f
+}
+
+// byRank returns the formats in Detect's order.
+func byRank() []Format {
+	out := make([]Format, 0, len(formats))
+	for _, f := range formats {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rank < out[j].rank })
+	return out
 }
 
 // ControlLiterals are the call formats' literals that tokenizers make control tokens
@@ -55,39 +86,33 @@ type Format struct {
 // what the grammar asks for.
 var ControlLiterals = []string{"[TOOL_CALLS]"}
 
-// Formats by name.
-var (
-	Hermes = Format{Name: "hermes", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Sep: "\n", ArgsKey: "arguments",
-		Trigger: structured.Trigger{Text: "<tool_call>"}}
-	Llama3JSON = Format{Name: "llama3_json", ArgsKey: "parameters", Sep: "; ", Trigger: structured.Trigger{Text: "{", AtStart: true}}
-	Mistral    = Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments",
-		Trigger: structured.Trigger{Text: "[TOOL_CALLS]"}, ControlPrefix: true}
-	Generic = Format{Name: "generic", ArgsKey: "arguments", Sep: "\n", Trigger: structured.Trigger{Text: "{", AtStart: true},
-		DescribeTools: true}
-)
-
 // ByName returns the format with vLLM's parser name.
 func ByName(name string) (Format, error) {
-	for _, f := range []Format{Hermes, Llama3JSON, Mistral, Generic} {
-		if f.Name == name {
-			return f, nil
-		}
+	if f, ok := formats[name]; ok {
+		return f, nil
 	}
-	return Format{}, fmt.Errorf("unknown tool-call format %q (want hermes, llama3_json, mistral or generic)", name)
+	var names []string
+	for _, f := range byRank() {
+		names = append(names, f.Name)
+	}
+	return Format{}, fmt.Errorf("unknown tool-call format %q (want one of %s)", name, strings.Join(names, ", "))
 }
 
 // Detect returns the format a chat template writes calls in, as llama.cpp chooses one:
-// by the markers the template itself uses; generic when it has none.
+// by the markers the template itself uses; the fallback (generic) when it has none.
 func Detect(template string) Format {
-	switch {
-	case strings.Contains(template, "<tool_call>"):
-		return Hermes
-	case strings.Contains(template, "[TOOL_CALLS]"):
-		return Mistral
-	case strings.Contains(template, "<|python_tag|>") || strings.Contains(template, "Environment: ipython"):
-		return Llama3JSON
+	var fallback Format
+	for _, f := range byRank() {
+		if len(f.marks) == 0 {
+			fallback = f
+		}
+		for _, m := range f.marks {
+			if strings.Contains(template, m) {
+				return f
+			}
+		}
 	}
-	return Generic
+	return fallback
 }
 
 // CallSchema returns the JSON Schema of one call object of format f to one of tools
@@ -120,54 +145,10 @@ func (f Format) CallSchema(tools []Tool, name string) ([]byte, error) {
 // whose call text is malformed (not JSON, no name, arguments not an object) has no
 // calls: it is returned whole as content, never an error.
 func (f Format) Parse(text string) (content string, calls []Call) {
-	switch f.Name {
-	case "hermes":
-		return parseHermes(text)
-	case "mistral":
-		return parseMistral(text)
-	default:
+	if f.parse == nil {
 		return parseBare(text, f.ArgsKey)
 	}
-}
-
-var hermesCall = regexp.MustCompile(`(?s)<tool_call>\s*(.*?)\s*</tool_call>`)
-
-func parseHermes(text string) (string, []Call) {
-	matches := hermesCall.FindAllStringSubmatchIndex(text, -1)
-	if len(matches) == 0 {
-		return text, nil
-	}
-	var calls []Call
-	for _, m := range matches {
-		c, ok := callFrom(text[m[2]:m[3]], "arguments")
-		if !ok {
-			return text, nil
-		}
-		calls = append(calls, c)
-	}
-	content := strings.TrimSpace(hermesCall.ReplaceAllString(text, ""))
-	return content, calls
-}
-
-func parseMistral(text string) (string, []Call) {
-	i := strings.Index(text, "[TOOL_CALLS]")
-	if i < 0 {
-		return text, nil
-	}
-	var raw []json.RawMessage
-	dec := json.NewDecoder(strings.NewReader(text[i+len("[TOOL_CALLS]"):]))
-	if err := dec.Decode(&raw); err != nil || len(raw) == 0 {
-		return text, nil
-	}
-	var calls []Call
-	for _, r := range raw {
-		c, ok := callFrom(string(r), "arguments")
-		if !ok {
-			return text, nil
-		}
-		calls = append(calls, c)
-	}
-	return strings.TrimSpace(text[:i]), calls
+	return f.parse(text)
 }
 
 // parseBare reads a reply that is one call object, or several separated by ';' or

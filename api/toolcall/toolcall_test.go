@@ -169,3 +169,23 @@ func walkOut(c *structured.Constraint, v *structured.Vocabulary, rng *rand.Rand,
 	}
 	return string(out), false
 }
+
+// TestRegistry: every format is registered once under its vLLM name, Detect falls back
+// to generic, and an unknown name lists the registered ones.
+func TestRegistry(t *testing.T) {
+	for _, f := range []Format{Hermes, Llama3JSON, Mistral, Generic} {
+		got, err := ByName(f.Name)
+		if err != nil || got.Name != f.Name {
+			t.Errorf("ByName(%q) = %q, %v", f.Name, got.Name, err)
+		}
+	}
+	if len(formats) != 4 {
+		t.Errorf("%d formats registered, want 4", len(formats))
+	}
+	if f := Detect("{{ messages }}"); f.Name != "generic" {
+		t.Errorf("a template without markers detects %q, want generic", f.Name)
+	}
+	if _, err := ByName("pythonic"); err == nil || !strings.Contains(err.Error(), "hermes, mistral, llama3_json, generic") {
+		t.Errorf("ByName(pythonic): %v", err)
+	}
+}
