@@ -98,6 +98,7 @@ type chatAcc struct {
 	// inCall that a call has opened (the rest is held until the reply ends).
 	sent   int
 	inCall bool
+	prose  bool // no call can open any more: the rest is content
 
 	// checked records that the reply's calls were checked (and a rejection counted).
 	checked bool
@@ -314,12 +315,19 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 	}
 	text := a.text.String()
 	if !a.inCall {
-		trig := o.tools.format.Trigger
-		at, _ := trig.Locate([]byte(text))
-		a.inCall = at >= 0
-		if safe := trig.Safe([]byte(text)); safe > a.sent {
-			out := text[a.sent:safe]
-			a.sent = safe
+		// Only the text not sent yet is scanned: what went out is prose and ends with no
+		// beginning of the trigger.
+		pending := text[a.sent:]
+		safe := len(pending)
+		if !a.prose {
+			var at int
+			var final bool
+			at, final, safe = o.tools.format.Trigger.Scan([]byte(pending))
+			a.inCall, a.prose = at >= 0, at < 0 && final
+		}
+		if safe > 0 {
+			out := pending[:safe]
+			a.sent += safe
 			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &out}})
 		}
 	}

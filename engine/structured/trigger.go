@@ -39,24 +39,24 @@ func (t Trigger) Locate(out []byte) (at int, final bool) {
 	return -1, false
 }
 
-// Safe returns how many bytes of out, the reply so far, are prose whatever follows:
+// Scan is Locate plus safe: how many bytes of out are prose whatever follows —
 // everything before the trigger, and before a tail that may be the trigger's beginning.
-func (t Trigger) Safe(out []byte) int {
-	at, final := t.Locate(out)
+func (t Trigger) Scan(out []byte) (at int, final bool, safe int) {
+	at, final = t.Locate(out)
 	switch {
 	case at >= 0 && t.AtStart:
-		return 0 // the whitespace before a call that opens the reply is the call's
+		return at, final, 0 // the whitespace before a call that opens the reply is the call's
 	case at >= 0:
-		return at
+		return at, final, at
 	case final:
-		return len(out)
+		return at, final, len(out)
 	case t.AtStart:
-		return 0 // whitespace, or the trigger's beginning, so far
+		return at, final, 0 // whitespace, or the trigger's beginning, so far
 	}
 	for k := min(len(t.Text)-1, len(out)); k > 0; k-- {
 		if bytes.HasSuffix(out, []byte(t.Text[:k])) {
-			return len(out) - k
+			return at, final, len(out) - k
 		}
 	}
-	return len(out)
+	return at, final, len(out)
 }

@@ -29,8 +29,8 @@ func TestTrigger(t *testing.T) {
 		if at != tc.at || final != tc.final {
 			t.Errorf("%+v.Locate(%q) = %d, %v; want %d, %v", tc.trig, tc.out, at, final, tc.at, tc.final)
 		}
-		if got := tc.trig.Safe([]byte(tc.out)); got != tc.safeBytes {
-			t.Errorf("%+v.Safe(%q) = %d, want %d", tc.trig, tc.out, got, tc.safeBytes)
+		if a, f, got := tc.trig.Scan([]byte(tc.out)); got != tc.safeBytes || a != at || f != final {
+			t.Errorf("%+v.Scan(%q) = %d, %v, %d; want %d, %v, %d", tc.trig, tc.out, a, f, got, at, final, tc.safeBytes)
 		}
 	}
 }
