@@ -85,12 +85,15 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 			if len(fn.Parameters) > 0 && string(fn.Parameters) != "null" && jsonKind(fn.Parameters) != "an object" {
 				c.fail(invalidParam("tools", "%s.function.parameters must be a JSON Schema object", name))
 			}
-			if strict && !c.failed() && len(fn.Parameters) > 0 {
-				// As response_format's strict: a keyword the constraint cannot honour is refused
-				// by name rather than ignored.
-				if _, err := structured.CompileSchema(fn.Parameters, true); err != nil {
-					c.fail(unsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(err.Error(), "structured: ")))
+			if !c.failed() {
+				// Whether the constraint can enforce every keyword of the parameters: a strict
+				// tool's must be (as response_format's strict, a keyword it cannot honour is
+				// refused by name rather than ignored), and only then may arguments stream.
+				_, strictErr := structured.CompileSchema(parametersOrObject(fn.Parameters), true)
+				if strict && strictErr != nil {
+					c.fail(unsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(strictErr.Error(), "structured: ")))
 				}
+				p.streamArgs = p.streamArgs && strictErr == nil
 			}
 			if !c.failed() {
 				v, err := compileParameters(fn.Parameters)
@@ -98,9 +101,6 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 					c.fail(invalidParam("tools", "%s.function.parameters is not a valid JSON Schema: %s", name, strings.Join(strings.Fields(err.Error()), " ")))
 				}
 				p.params[fname] = v
-				if _, err := structured.CompileSchema(parametersOrObject(fn.Parameters), true); err != nil {
-					p.streamArgs = false
-				}
 			}
 			if c.failed() {
 				return nil, parallel
