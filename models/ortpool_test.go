@@ -88,3 +88,32 @@ func idleThreads(t *testing.T) int {
 	}
 	return n
 }
+
+// TestSharesPool: a runner shares the pool only when its thread count and spinning
+// match; NoSpin against a spinning pool gets a pool of its own, and spinning against a
+// pool made without it is refused rather than ignored.
+func TestSharesPool(t *testing.T) {
+	saved := sharedPool
+	defer func() { sharedPool = saved }()
+	sharedPool.threads, sharedPool.spin = 2, true
+	for _, tc := range []struct {
+		threads   int
+		spin      bool
+		poolSpins bool
+		share     bool
+		err       bool
+	}{
+		{2, true, true, true, false},
+		{2, false, true, false, false}, // NoSpin honoured: its own pool
+		{3, true, true, false, false},  // another size: its own pool
+		{2, false, false, true, false},
+		{2, true, false, false, true}, // cannot spin: refused
+	} {
+		sharedPool.spin = tc.poolSpins
+		share, err := sharesPool(tc.threads, tc.spin)
+		if share != tc.share || (err != nil) != tc.err {
+			t.Errorf("sharesPool(%d, spin %v) with a pool that spins=%v: %v, %v; want share %v, error %v",
+				tc.threads, tc.spin, tc.poolSpins, share, err, tc.share, tc.err)
+		}
+	}
+}

@@ -93,7 +93,8 @@ type RunnerOptions struct {
 	// (they then sleep and are woken for each run). Spinning workers run at SCHED_IDLE,
 	// so they yield to any other thread, but they keep a core busy while the engine
 	// runs. The first runner opened in a process sets the pool; runners whose
-	// IntraOpThreads differ from it get a pool of their own, which never spins.
+	// IntraOpThreads differ from it, or that ask for NoSpin when it spins, get a pool
+	// of their own, which never spins; asking to spin when it does not is an error.
 	NoSpin bool
 	// Attention selects the attention path for Open: AttentionPaged, AttentionDense,
 	// or "" for paged when the model has a paged layout.
@@ -274,6 +275,20 @@ func (o RunnerOptions) pool() poolOptions {
 	return poolOptions{threads: o.IntraOpThreads, spin: !o.NoSpin}
 }
 
+// sharesPool reports whether a session of threads intra-op threads that wants its
+// workers to spin (or not) runs on the shared pool: when the sizes match and the pool
+// spins as asked. One that must not spin gets a pool of its own (which never spins);
+// spinning cannot be had once the process's pool was made without it.
+func sharesPool(threads int, spin bool) (bool, error) {
+	switch {
+	case threads != sharedPool.threads:
+		return false, nil
+	case spin && !sharedPool.spin:
+		return false, fmt.Errorf("%w: this process's ONNX Runtime pool was created without spinning; open the runner with NoSpin", ErrORT)
+	}
+	return spin == sharedPool.spin, nil
+}
+
 // newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
 func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 	so, err := ort.NewSessionOptions()
@@ -298,7 +313,12 @@ func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}
 	}
-	if threads == sharedPool.threads {
+	share, err := sharesPool(threads, !opts.NoSpin)
+	if err != nil {
+		so.Destroy()
+		return nil, err
+	}
+	if share {
 		if err := useSharedPool(so); err != nil {
 			so.Destroy()
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
