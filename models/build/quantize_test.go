@@ -37,14 +37,7 @@ func dequantize(q Quantization, qw quantizedWeight, rows, in int) [][]float32 {
 func TestQuantizeRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const in = 72 // two full 32-blocks and a ragged one
-	a := make([]float32, 3*in)
-	c := make([]float32, 2*in)
-	for i := range a {
-		a[i] = float32(rng.NormFloat64())
-	}
-	for i := range c {
-		c[i] = float32(rng.NormFloat64() * 10)
-	}
+	a, c := randomProjections(rng, in)
 	a[5] = -7.5 // a block whose extreme is negative
 	for _, bits := range []int{4} {
 		q := Quantization{Bits: bits, BlockSize: 32}
@@ -100,14 +93,7 @@ func TestQuantizeRows(t *testing.T) {
 func TestQuantizeColumns(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const in = 70
-	a := make([]float32, 3*in)
-	c := make([]float32, 2*in)
-	for i := range a {
-		a[i] = float32(rng.NormFloat64())
-	}
-	for i := range c {
-		c[i] = float32(rng.NormFloat64() * 10)
-	}
+	a, c := randomProjections(rng, in)
 	a[in+5] = -9  // column 1's extreme is negative
 	clear(c[in:]) // column 4 is all zero
 	cw := quantizeColumns(in, []projection{{a, 0.5}, {c, 1}})
@@ -150,4 +136,17 @@ func TestQuantizeColumns(t *testing.T) {
 	if err := (Quantization{Bits: 8, BlockSize: 32}).validate(); err == nil {
 		t.Error("int8 with a block size accepted")
 	}
+}
+
+// randomProjections returns two weights of in columns: a ([3, in], unit normal) and c
+// ([2, in], ten times larger), to be stacked with different scales.
+func randomProjections(rng *rand.Rand, in int) (a, c []float32) {
+	a, c = make([]float32, 3*in), make([]float32, 2*in)
+	for i := range a {
+		a[i] = float32(rng.NormFloat64())
+	}
+	for i := range c {
+		c[i] = float32(rng.NormFloat64() * 10)
+	}
+	return a, c
 }
