@@ -75,6 +75,10 @@
 //
 // # Errors
 //
+// Requests are decoded here and checked for wire types only: every limit on a value is
+// the engine's (engine.Limits.Check), and an engine.ParamError it returns is reported
+// with the parameter renamed to the endpoint's member (wireError).
+//
 // Every error body is {"error":{"message","type","param","code"}}. statusTable maps
 // errors (errors.Is) to a status: engine.ErrInvalidRequest and engine.ErrPromptTooLong
 // 400, a bad API key 401, an unknown model or route 404, a wrong method 405, a body over

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/engine/structured"
@@ -101,16 +102,55 @@ type Backend struct {
 // SamplingDefaults are a model's own defaults for sampling fields a request leaves out,
 // as vLLM takes them from generation_config.json (its --generation-config auto). A nil
 // field keeps the OpenAI default (temperature 1, top_p 1, no top_k, min_p 0, no
-// repetition penalty). Values outside a field's accepted range are ignored.
+// repetition penalty). They are used as they are: whoever sets them keeps only values the
+// engine's rules accept (see Checked).
 type SamplingDefaults struct {
 	Temperature, TopP, MinP, RepetitionPenalty *float64
 	TopK                                       *int
 }
 
-// orDefault returns *p when p is set and within [lo, hi], def otherwise.
-func orDefault(p *float64, def, lo, hi float64) float64 {
-	if p == nil || *p < lo || *p > hi || *p != *p {
-		return def
+// apply sets the defaults that are set in p.
+func (d SamplingDefaults) apply(p *engine.SamplingParams) {
+	set := func(dst *float32, v *float64) {
+		if v != nil {
+			*dst = float32(*v)
+		}
 	}
-	return *p
+	set(&p.Temperature, d.Temperature)
+	set(&p.TopP, d.TopP)
+	set(&p.MinP, d.MinP)
+	set(&p.RepetitionPenalty, d.RepetitionPenalty)
+	if d.TopK != nil {
+		p.TopK = *d.TopK
+	}
+}
+
+// Checked returns d without the defaults the engine's rules refuse, and why each was
+// dropped: a generation_config.json with temperature 5 leaves requests at OpenAI's 1.
+func (d SamplingDefaults) Checked(l engine.Limits) (SamplingDefaults, []error) {
+	var dropped []error
+	for {
+		p := engine.DefaultSamplingParams()
+		d.apply(&p)
+		_, err := l.Check(&engine.Request{Prompt: []int32{0}, Params: p})
+		var pe *engine.ParamError
+		if !errors.As(err, &pe) {
+			return d, dropped
+		}
+		switch pe.Param {
+		case "temperature":
+			d.Temperature = nil
+		case "top_p":
+			d.TopP = nil
+		case "min_p":
+			d.MinP = nil
+		case "repetition_penalty":
+			d.RepetitionPenalty = nil
+		case "top_k":
+			d.TopK = nil
+		default: // not a default's rule
+			return d, append(dropped, err)
+		}
+		dropped = append(dropped, err)
+	}
 }

@@ -118,8 +118,13 @@ func classify(err error) (int, errorBody) {
 		body.Error.Code = &code
 	}
 	var pe *paramError
-	if errors.As(err, &pe) && pe.param != "" {
+	var ep *engine.ParamError
+	switch {
+	case errors.As(err, &pe) && pe.param != "":
 		p := pe.param
+		body.Error.Param = &p
+	case errors.As(err, &ep):
+		p := ep.Param
 		body.Error.Param = &p
 	}
 	return status, body

@@ -82,7 +82,15 @@ func newFakeEngine() *fakeEngine {
 	return &fakeEngine{aborted: map[string]bool{}, live: map[string]chan struct{}{}}
 }
 
+// fakeLimits are the fake engine's sizes: fakeTokenizer's vocabulary, testMaxLen.
+var fakeLimits = engine.Limits{VocabSize: 257, MaxModelLen: testMaxLen}
+
 func (e *fakeEngine) Submit(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
+	// The engine's own request rules, as the real engine applies them.
+	params, err := fakeLimits.Check(req)
+	if err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	if e.submitFn != nil {
 		if err := e.submitFn(req); err != nil {
@@ -91,6 +99,7 @@ func (e *fakeEngine) Submit(ctx context.Context, req *engine.Request) (<-chan en
 		}
 	}
 	r := *req
+	r.Params = params
 	e.reqs = append(e.reqs, &r)
 	abort := make(chan struct{})
 	e.live[req.ID] = abort

@@ -27,7 +27,7 @@ func (s *Server) handleCompletions(c *gin.Context) {
 	for i, p := range req.prompts {
 		prompts[i] = p.tokens
 	}
-	s.generate(c, b, &req.generation, "cmpl-", prompts, "prompt", func(id string, created int64) converter {
+	s.generate(c, b, &req.generation, "cmpl-", prompts, func(id string, created int64) converter {
 		base := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName}
 		return newCompletionOutput(req, b.Tokenizer, base)
 	})
@@ -50,14 +50,14 @@ func (s *Server) handleChat(c *gin.Context) {
 		writeError(c.Writer, err)
 		return
 	}
-	s.generate(c, b, &req.generation, "chatcmpl-", [][]int32{req.prompt}, "messages", func(id string, created int64) converter {
+	s.generate(c, b, &req.generation, "chatcmpl-", [][]int32{req.prompt}, func(id string, created int64) converter {
 		return newChatOutput(req, b.Tokenizer, chatResponse{ID: id, Created: created, Model: s.cfg.ModelName}, s.metrics.rejectToolCalls)
 	})
 }
 
 // generate runs a validated request of either endpoint: it checks the model, submits one
 // engine request per prompt and writes the response through the endpoint's converter.
-func (s *Server) generate(c *gin.Context, b *Backend, g *generation, idPrefix string, prompts [][]int32, promptParam string,
+func (s *Server) generate(c *gin.Context, b *Backend, g *generation, idPrefix string, prompts [][]int32,
 	newConverter func(id string, created int64) converter) {
 	if g.model != s.cfg.ModelName {
 		writeError(c.Writer, modelNotFound(g.model))
@@ -68,7 +68,7 @@ func (s *Server) generate(c *gin.Context, b *Backend, g *generation, idPrefix st
 	ctx := c.Request.Context()
 	id := newID(idPrefix)
 	c.Set(completionIDKey, id)
-	jobs, err := s.submitAll(ctx, b, id, prompts, g.params, promptParam)
+	jobs, err := s.submitAll(ctx, b, id, prompts, g.params, g.names)
 	if err != nil {
 		writeError(c.Writer, err)
 		return

@@ -561,15 +561,20 @@ func TestGeneratedOffsetsMultibyte(t *testing.T) {
 
 // TestSamplingDefaultsFromModel checks Backend.Defaults (conveyor serve
 // --generation-config auto): they fill the fields a request leaves out, a request's own
-// values win, and a default outside a field's range is ignored.
+// values win, and a default the engine's rules refuse is dropped (Checked).
 func TestSamplingDefaultsFromModel(t *testing.T) {
 	f := func(x float64) *float64 { return &x }
-	topK := 40
+	topK, hugeK := 40, 1000
 	eng := newFakeEngine()
 	s := newTestServer(t, nil, nil)
-	s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen, Defaults: SamplingDefaults{
-		Temperature: f(0.8), TopP: f(0.95), TopK: &topK, RepetitionPenalty: f(7), MinP: f(0.05),
-	}})
+	defaults, dropped := SamplingDefaults{Temperature: f(0.8), TopP: f(0.95), TopK: &topK, RepetitionPenalty: f(7), MinP: f(0.05)}.Checked(fakeLimits)
+	if len(dropped) != 1 || !strings.Contains(dropped[0].Error(), "repetition_penalty must be between 0 and 2, got 7") {
+		t.Fatalf("dropped %v, want the repetition_penalty of 7", dropped)
+	}
+	if d, dropped := (SamplingDefaults{TopK: &hugeK, Temperature: f(-1)}).Checked(fakeLimits); len(dropped) != 2 || d.TopK != nil || d.Temperature != nil {
+		t.Fatalf("top_k past the vocabulary and a negative temperature: kept %+v, dropped %v", d, dropped)
+	}
+	s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen, Defaults: defaults})
 	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
 		body := `{"model":"test-model","prompt":"hi"}`
 		if path == "/v1/chat/completions" {

@@ -47,9 +47,9 @@ func (j *job) drain() {
 }
 
 // submitAll submits one engine request per prompt, all with params. If one is refused, the
-// ones already accepted are aborted and the refusal is returned (nothing was written yet);
-// a prompt the engine finds too long is reported against promptParam.
-func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, prompts [][]int32, params engine.SamplingParams, promptParam string) ([]*job, error) {
+// ones already accepted are aborted and the refusal is returned (nothing was written yet),
+// its parameter renamed to the endpoint's by names.
+func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, prompts [][]int32, params engine.SamplingParams, names map[string]string) ([]*job, error) {
 	jobs := make([]*job, 0, len(prompts))
 	for i, p := range prompts {
 		id := baseID
@@ -63,15 +63,32 @@ func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, promp
 			for _, j := range jobs {
 				go j.drain()
 			}
-			var pe *paramError
-			if errors.Is(err, engine.ErrPromptTooLong) && !errors.As(err, &pe) {
-				err = &paramError{param: promptParam, kind: err, msg: err.Error()}
-			}
-			return nil, err
+			return nil, wireError(err, names, i, len(prompts) > 1)
 		}
 		jobs = append(jobs, &job{id: id, prompt: p, nSeqs: params.N, events: ch, lastTok: make([]time.Time, params.N), metrics: s.metrics})
 	}
 	return jobs, nil
+}
+
+// wireError is an engine rule's error as the endpoint reports it: the parameter named as
+// the endpoint names it, and the prompt it is about when the request has several.
+func wireError(err error, names map[string]string, prompt int, several bool) error {
+	var pe *engine.ParamError
+	if !errors.As(err, &pe) {
+		if !errors.Is(err, engine.ErrPromptTooLong) {
+			return err
+		}
+		pe = &engine.ParamError{Param: "prompt", Problem: "does not fit: " + err.Error(), Kind: err}
+	}
+	param := pe.Param
+	if name, ok := names[param]; ok {
+		param = name
+	}
+	label := param
+	if pe.Param == "prompt" && several {
+		label = fmt.Sprintf("%s[%d]", param, prompt)
+	}
+	return &paramError{param: param, msg: pe.Named(label), kind: pe.Kind}
 }
 
 // abortJobs asks the engine to end the jobs (Abort is a no-op for a request that already

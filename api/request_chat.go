@@ -80,10 +80,11 @@ type parsedChat struct {
 // parseChat validates a /v1/chat/completions request and renders its prompt.
 func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	c := &check{}
-	g, maxTokensName := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens}, maxTokensParam{"max_completion_tokens", w.MaxCompletionTokens})
+	g := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens}, maxTokensParam{"max_completion_tokens", w.MaxCompletionTokens})
+	g.names["prompt"], g.names["logprobs"] = "messages", "top_logprobs"
 	r := &parsedChat{generation: g}
 	logprobs := c.boolean("logprobs", w.Logprobs, false)
-	top := c.integer("top_logprobs", w.TopLogprobs, -1, 0, maxTopLogprob)
+	top := c.integer("top_logprobs", w.TopLogprobs, -1, minInt32, maxInt32)
 	addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
 	w.chatFeatures.check(c)
 	msgs := parseMessages(c, w.Messages)
@@ -91,14 +92,14 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	if r.params.MaxTokens == 0 {
-		return nil, invalidParam(maxTokensName, "%s must be at least 1", maxTokensName)
-	}
 	if top >= 0 && !logprobs {
 		return nil, invalidParam("top_logprobs", "top_logprobs requires logprobs to be true")
 	}
 	if logprobs {
-		r.params.Logprobs = max(int(top), 0)
+		r.params.Logprobs = 0 // the chosen token's logprob, no alternatives
+		if top != -1 {
+			r.params.Logprobs = int(top)
+		}
 	}
 	if plan != nil {
 		// A format whose calls open with a control token needs it in the text.
@@ -122,9 +123,6 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	}
 	ids, err := renderChat(b, msgs, addGen, plan)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkPromptLen(b, len(ids), "messages", 0, false); err != nil {
 		return nil, err
 	}
 	r.prompt = ids

@@ -3,8 +3,6 @@ package api
 import (
 	"encoding/json"
 	"fmt"
-
-	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // completionRequest is the wire schema of POST /v1/completions.
@@ -103,31 +101,25 @@ type parsedCompletion struct {
 	promptOnly bool
 }
 
-// parseCompletion validates a /v1/completions request.
+// parseCompletion decodes a /v1/completions request.
 func parseCompletion(w *completionRequest, b *Backend) (*parsedCompletion, error) {
 	c := &check{}
-	g, _ := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens})
+	g := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens})
 	r := &parsedCompletion{generation: g}
 	r.echo = c.boolean("echo", w.Echo, false)
-	lp := c.integer("logprobs", w.Logprobs, -1, 0, maxLogprobs)
+	lp := c.integer("logprobs", w.Logprobs, -1, minInt32, maxInt32)
 	if s, ok := c.str("suffix", w.Suffix); ok && s != "" {
 		c.fail(unsupportedParam("suffix", "suffix is not supported"))
 	}
 	r.n = r.params.N
-	r.bestOf = int(c.integer("best_of", w.BestOf, int64(r.n), 1, maxN))
+	r.bestOf = int(c.integer("best_of", w.BestOf, int64(r.n), minInt32, maxInt32))
 	if c.err != nil {
 		return nil, c.err
-	}
-	if r.bestOf < r.n {
-		return nil, invalidParam("best_of", "best_of (%d) must be greater than or equal to n (%d)", r.bestOf, r.n)
 	}
 	if r.stream && r.bestOf > r.n {
 		return nil, invalidParam("best_of", "best_of > n cannot be streamed")
 	}
-	if r.params.MaxTokens == 0 {
-		if !r.echo {
-			return nil, invalidParam("max_tokens", "max_tokens must be at least 1 (0 is allowed only with echo)")
-		}
+	if r.params.MaxTokens == 0 && r.echo {
 		r.promptOnly = true
 		r.params.MaxTokens = 1
 		r.params.MinTokens = 0
@@ -144,13 +136,8 @@ func parseCompletion(w *completionRequest, b *Backend) (*parsedCompletion, error
 	if err != nil {
 		return nil, err
 	}
-	if len(prompts)*r.bestOf > maxTotalSeqs {
+	if len(prompts)*max(r.bestOf, 1) > maxTotalSeqs {
 		return nil, invalidParam("prompt", "%d prompts × %d sequences exceeds the limit of %d sequences per request", len(prompts), r.bestOf, maxTotalSeqs)
-	}
-	for i, p := range prompts {
-		if err := checkPromptLen(b, len(p.tokens), "prompt", i, len(prompts) > 1); err != nil {
-			return nil, err
-		}
 	}
 	r.prompts = prompts
 	return r, nil
@@ -184,25 +171,11 @@ func parsePrompt(o opt[promptUnion], b *Backend) ([]prompt, error) {
 		if u.nested {
 			name = fmt.Sprintf("prompt[%d]", i)
 		}
-		ids, err := tokenIDs("prompt", name, list, b.vocab())
+		ids, err := tokenIDs("prompt", name, list)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, prompt{tokens: ids, text: b.Tokenizer.Decode(ids, false)})
 	}
 	return out, nil
-}
-
-// checkPromptLen rejects a prompt that leaves no room for a completion.
-func checkPromptLen(b *Backend, n int, param string, i int, several bool) error {
-	if b.MaxModelLen <= 0 || n < b.MaxModelLen {
-		return nil
-	}
-	which := "the prompt"
-	if several {
-		which = fmt.Sprintf("prompt %d", i)
-	}
-	return &paramError{param: param, kind: engine.ErrPromptTooLong, msg: fmt.Sprintf(
-		"this model's maximum context length is %d tokens, but %s has %d tokens; it must be at most %d tokens to leave room for at least one completion token",
-		b.MaxModelLen, which, n, b.MaxModelLen-1)}
 }

@@ -41,22 +41,13 @@ func checkParseError(t *testing.T, body []byte, err error, bodyLevel bool) {
 	}
 }
 
-// checkSampling checks what every accepted request asks of the engine.
-func checkSampling(t *testing.T, body []byte, p engine.SamplingParams) {
+// checkSampling checks what an accepted request asks of the engine: the engine's rules
+// either accept it or refuse it with an error that names a parameter.
+func checkSampling(t *testing.T, body []byte, prompt []int32, p engine.SamplingParams, names map[string]string) {
 	t.Helper()
-	switch {
-	case p.N < 1 || p.N > maxN, p.BestOf != 0 && p.BestOf < p.N,
-		p.MaxTokens < 1 || p.MaxTokens > 1<<30, p.MinTokens < 0 || p.MinTokens > p.MaxTokens,
-		p.Temperature < 0 || p.Temperature > 2, p.TopP <= 0 || p.TopP > 1, p.TopK < 0,
-		p.MinP < 0 || p.MinP > 1, p.RepetitionPenalty <= 0 || p.RepetitionPenalty > 2,
-		p.PresencePenalty < -2 || p.PresencePenalty > 2, p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2,
-		len(p.Stop) > maxStopWords, p.Logprobs < -1 || p.Logprobs > maxTopLogprob:
-		t.Fatalf("%q: accepted with out-of-range sampling parameters %+v", body, p)
-	}
-	for id, bias := range p.LogitBias {
-		if id < 0 || int(id) >= (fakeTokenizer{}).VocabSize() || bias < -100 || bias > 100 {
-			t.Fatalf("%q: accepted logit_bias %d: %v", body, id, bias)
-		}
+	_, err := fakeLimits.Check(&engine.Request{Prompt: prompt, Params: p})
+	if err != nil {
+		checkParseError(t, body, wireError(err, names, 0, false), false)
 	}
 }
 
@@ -78,20 +69,12 @@ func FuzzCompletionRequest(f *testing.F) {
 			checkParseError(t, body, err, false)
 			return
 		}
-		checkSampling(t, body, req.params)
-		if req.model == "" || len(req.prompts) == 0 || req.n != req.params.N || req.bestOf < req.n ||
+		for _, p := range req.prompts {
+			checkSampling(t, body, p.tokens, req.params, req.names)
+		}
+		if req.model == "" || len(req.prompts) == 0 || req.n != req.params.N ||
 			len(req.prompts)*req.bestOf > maxTotalSeqs || (req.stream && req.bestOf > req.n) || (req.promptOnly && !req.echo) {
 			t.Fatalf("%q: accepted as %+v", body, req)
-		}
-		for _, p := range req.prompts {
-			if len(p.tokens) == 0 || len(p.tokens) >= testMaxLen {
-				t.Fatalf("%q: accepted a prompt of %d tokens", body, len(p.tokens))
-			}
-			for _, id := range p.tokens {
-				if id < 0 || int(id) >= (fakeTokenizer{}).VocabSize() {
-					t.Fatalf("%q: accepted token id %d", body, id)
-				}
-			}
 		}
 	})
 }
@@ -113,8 +96,8 @@ func FuzzChatRequest(f *testing.F) {
 			checkParseError(t, body, err, false)
 			return
 		}
-		checkSampling(t, body, req.params)
-		if req.model == "" || len(req.prompt) == 0 || len(req.prompt) >= testMaxLen || req.params.BestOf > req.params.N {
+		checkSampling(t, body, req.prompt, req.params, req.names)
+		if req.model == "" || req.params.BestOf > req.params.N {
 			t.Fatalf("%q: accepted as %+v", body, req)
 		}
 	})

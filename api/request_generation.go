@@ -2,20 +2,21 @@ package api
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// Limits on request fields that OpenAI leaves open.
+// maxTotalSeqs bounds the sequences of one HTTP request: prompts × best_of. (Every other
+// limit is the engine's: see engine.Limits.Check.)
+const maxTotalSeqs = 1024
+
+// Wire types of request numbers: counts and token ids are 32-bit integers.
 const (
-	maxN          = 128  // n and best_of
-	maxStopWords  = 4    // stop strings
-	maxLogprobs   = 5    // completions logprobs
-	maxTopLogprob = 20   // chat top_logprobs
-	maxTotalSeqs  = 1024 // prompts × best_of in one request
+	minInt32 = -1 << 31
+	maxInt32 = 1<<31 - 1
 )
 
 // generationRequest is the wire schema both generation endpoints share: the OpenAI
@@ -70,12 +71,15 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// generation is what a validated request of either endpoint asks of the engine.
+// generation is what a decoded request of either endpoint asks of the engine.
 type generation struct {
 	model        string
 	stream       bool
 	includeUsage bool
 	params       engine.SamplingParams
+	// names renames the engine's parameters in its errors to the endpoint's
+	// (chat's messages, top_logprobs and max_completion_tokens).
+	names map[string]string
 }
 
 // maxTokensParam is one member that may carry max_tokens (chat has two names for it).
@@ -84,12 +88,14 @@ type maxTokensParam struct {
 	v    opt[jsonInt]
 }
 
-// parse validates the shared members into engine sampling parameters; errors are left
-// in c. Of the members in maxTokens, the last one present wins, and its name is
-// returned for the endpoint's own checks of the value.
-func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensParam) (generation, string) {
-	var g generation
+// parse decodes the shared members into engine sampling parameters; errors are left in
+// c. Only wire types are checked here: the engine owns every limit on the values (its
+// errors are renamed to the endpoint's members by names). Of the members in maxTokens,
+// the last one present wins.
+func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensParam) generation {
+	g := generation{names: map[string]string{}}
 	p := engine.DefaultSamplingParams()
+	b.Defaults.apply(&p)
 
 	model, ok := c.str("model", w.Model)
 	if !c.failed() && (!ok || model == "") {
@@ -97,25 +103,15 @@ func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensPa
 	}
 	g.model = model
 
-	maxLen := int64(b.MaxModelLen)
-	if maxLen <= 0 {
-		maxLen = 1 << 30
-	}
-	p.MaxTokens = 16
-	maxTokensName := "max_tokens"
 	for _, m := range maxTokens {
 		if m.v.Set {
-			p.MaxTokens = int(c.integer(m.name, m.v, 16, 0, maxLen))
-			maxTokensName = m.name
+			p.MaxTokens = int(c.integer(m.name, m.v, int64(p.MaxTokens), minInt32, maxInt32))
+			g.names["max_tokens"] = m.name
 		}
 	}
-	d := b.Defaults
-	p.Temperature = float32(c.number("temperature", w.Temperature, orDefault(d.Temperature, 1, 0, 2), 0, 2))
-	p.TopP = float32(c.number("top_p", w.TopP, orDefault(d.TopP, 1, 0, 1), 0, 1))
-	if p.TopP == 0 {
-		p.TopP = 1e-6 // only the most likely token survives
-	}
-	p.N = int(c.integer("n", w.N, 1, 1, maxN))
+	p.Temperature = float32(c.number("temperature", w.Temperature, float64(p.Temperature)))
+	p.TopP = float32(c.number("top_p", w.TopP, float64(p.TopP)))
+	p.N = int(c.integer("n", w.N, 1, minInt32, maxInt32))
 	g.stream = c.boolean("stream", w.Stream, false)
 	if shape(c, "stream_options", "an object", w.StreamOptions) {
 		g.includeUsage = c.boolean("stream_options.include_usage", w.StreamOptions.V.IncludeUsage, false)
@@ -125,41 +121,27 @@ func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensPa
 		}
 	}
 	p.Stop = parseStop(c, w.Stop)
-	p.PresencePenalty = float32(c.number("presence_penalty", w.PresencePenalty, 0, -2, 2))
-	p.FrequencyPenalty = float32(c.number("frequency_penalty", w.FrequencyPenalty, 0, -2, 2))
-	p.LogitBias = parseLogitBias(c, w.LogitBias, b.vocab())
+	p.PresencePenalty = float32(c.number("presence_penalty", w.PresencePenalty, 0))
+	p.FrequencyPenalty = float32(c.number("frequency_penalty", w.FrequencyPenalty, 0))
+	p.LogitBias = parseLogitBias(c, w.LogitBias)
 	if w.Seed.Set {
 		seed := c.integer("seed", w.Seed, 0, -1<<63, 1<<63-1)
 		p.Seed = &seed
 	}
 	c.str("user", w.User)
 
-	defTopK := int64(0)
-	if d.TopK != nil && *d.TopK > 0 && *d.TopK <= b.vocab() {
-		defTopK = int64(*d.TopK)
-	}
-	topK := c.integer("top_k", w.TopK, defTopK, -1, int64(b.vocab()))
-	if topK < 0 {
-		topK = 0
-	}
-	p.TopK = int(topK)
-	p.MinP = float32(c.number("min_p", w.MinP, orDefault(d.MinP, 0, 0, 1), 0, 1))
-	p.RepetitionPenalty = float32(c.number("repetition_penalty", w.RepetitionPenalty, orDefault(d.RepetitionPenalty, 1, 1e-6, 2), 0, 2))
-	if !c.failed() && p.RepetitionPenalty == 0 {
-		c.fail(invalidParam("repetition_penalty", "repetition_penalty must be greater than 0"))
-	}
-	p.MinTokens = int(c.integer("min_tokens", w.MinTokens, 0, 0, maxLen))
-	if !c.failed() && p.MinTokens > p.MaxTokens {
-		c.fail(invalidParam("min_tokens", "min_tokens (%d) must not exceed max_tokens (%d)", p.MinTokens, p.MaxTokens))
-	}
+	p.TopK = int(c.integer("top_k", w.TopK, int64(p.TopK), minInt32, maxInt32))
+	p.MinP = float32(c.number("min_p", w.MinP, float64(p.MinP)))
+	p.RepetitionPenalty = float32(c.number("repetition_penalty", w.RepetitionPenalty, float64(p.RepetitionPenalty)))
+	p.MinTokens = int(c.integer("min_tokens", w.MinTokens, 0, minInt32, maxInt32))
 	p.IgnoreEOS = c.boolean("ignore_eos", w.IgnoreEOS, false)
-	p.StopTokenIDs = c.tokenIDList("stop_token_ids", w.StopTokenIDs, b.vocab())
+	p.StopTokenIDs = c.tokenIDList("stop_token_ids", w.StopTokenIDs)
 	p.Constraint = responseConstraint(c, b, w.ResponseFormat)
 	g.params = p
-	return g, maxTokensName
+	return g
 }
 
-// parseStop returns stop's strings, at most four; empty strings are dropped.
+// parseStop returns stop's strings.
 func parseStop(c *check, o opt[stopList]) []string {
 	if c.failed() || !o.Set {
 		return nil
@@ -168,19 +150,11 @@ func parseStop(c *check, o opt[stopList]) []string {
 		c.fail(invalidParam("stop", "stop must be a string or an array of strings, got %s", o.kind()))
 		return nil
 	}
-	if len(o.V) > maxStopWords {
-		c.fail(invalidParam("stop", "stop may hold at most %d strings, got %d", maxStopWords, len(o.V)))
-		return nil
-	}
-	out := slices.DeleteFunc(slices.Clone(o.V), func(s string) bool { return s == "" })
-	if len(out) == 0 {
-		return nil
-	}
-	return out
+	return o.V
 }
 
-// parseLogitBias returns logit_bias: {"token id": bias in -100..100}.
-func parseLogitBias(c *check, o opt[map[string]opt[float64]], vocab int) map[int32]float32 {
+// parseLogitBias returns logit_bias: {"token id": bias}.
+func parseLogitBias(c *check, o opt[map[string]opt[float64]]) map[int32]float32 {
 	if c.failed() || !o.Set {
 		return nil
 	}
@@ -188,16 +162,12 @@ func parseLogitBias(c *check, o opt[map[string]opt[float64]], vocab int) map[int
 		c.fail(invalidParam("logit_bias", "logit_bias must be an object mapping token ids to numbers, got %s", o.kind()))
 		return nil
 	}
-	keys := make([]string, 0, len(o.V))
-	for k := range o.V {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // the first bad entry is the same one every time
+	keys := slices.Sorted(maps.Keys(o.V)) // the first bad entry is the same one every time
 	out := make(map[int32]float32, len(o.V))
 	for _, k := range keys {
 		id, err := strconv.ParseInt(k, 10, 32)
-		if err != nil || id < 0 || int(id) >= vocab {
-			c.fail(invalidParam("logit_bias", "logit_bias key %q is not a token id in 0..%d", k, vocab-1))
+		if err != nil {
+			c.fail(invalidParam("logit_bias", "logit_bias key %q is not a token id", k))
 			return nil
 		}
 		v := o.V[k]
@@ -207,10 +177,6 @@ func parseLogitBias(c *check, o opt[map[string]opt[float64]], vocab int) map[int
 				kind = v.kind()
 			}
 			c.fail(invalidParam("logit_bias", "logit_bias value for %q must be a number, got %s", k, kind))
-			return nil
-		}
-		if v.V < -100 || v.V > 100 {
-			c.fail(invalidParam("logit_bias", "logit_bias value for %q must be between -100 and 100, got %g", k, v.V))
 			return nil
 		}
 		out[int32(id)] = float32(v.V)

@@ -156,17 +156,13 @@ func intError(name string, v json.RawMessage, lo, hi int64) error {
 	return invalidParam(name, "%s must be an integer, got %s", name, lit)
 }
 
-// number returns a number parameter within [lo, hi]; def when omitted.
-func (c *check) number(name string, o opt[float64], def, lo, hi float64) float64 {
+// number returns a number parameter; def when omitted.
+func (c *check) number(name string, o opt[float64], def float64) float64 {
 	if c.failed() || !o.Set {
 		return def
 	}
 	if !o.OK {
 		c.fail(invalidParam(name, "%s must be a number, got %s", name, o.kind()))
-		return def
-	}
-	if x := o.V; x < lo || x > hi || math.IsNaN(x) {
-		c.fail(invalidParam(name, "%s must be between %g and %g, got %g", name, lo, hi, x))
 		return def
 	}
 	return o.V
@@ -209,16 +205,17 @@ func shape[T any](c *check, name, what string, o opt[T]) bool {
 	return true
 }
 
-// tokenIDs checks token ids against the vocabulary; name is how the array is named in
-// messages ("prompt[1]"), param the parameter errors report ("prompt").
-func tokenIDs(param, name string, ids []jsonInt, vocab int) ([]int32, error) {
+// tokenIDs decodes token ids (32-bit integers; whether they are in the vocabulary is the
+// engine's rule); name is how the array is named in messages ("prompt[1]"), param the
+// parameter errors report ("prompt").
+func tokenIDs(param, name string, ids []jsonInt) ([]int32, error) {
 	out := make([]int32, len(ids))
 	for i, id := range ids {
 		if !id.ok() {
 			return nil, invalidParam(param, "%s[%d] must be an integer token id, got %s", name, i, jsonKind(id.bad))
 		}
-		if id.N < 0 || id.N >= int64(vocab) {
-			return nil, invalidParam(param, "%s[%d] = %d is not a token id (the vocabulary has ids 0..%d)", name, i, id.N, vocab-1)
+		if id.N < minInt32 || id.N > maxInt32 {
+			return nil, invalidParam(param, "%s[%d] = %d is not a token id", name, i, id.N)
 		}
 		out[i] = int32(id.N)
 	}
@@ -226,11 +223,11 @@ func tokenIDs(param, name string, ids []jsonInt, vocab int) ([]int32, error) {
 }
 
 // tokenIDList returns an optional array of token ids; nil when omitted.
-func (c *check) tokenIDList(name string, o opt[[]jsonInt], vocab int) []int32 {
+func (c *check) tokenIDList(name string, o opt[[]jsonInt]) []int32 {
 	if !shape(c, name, "an array", o) {
 		return nil
 	}
-	ids, err := tokenIDs(name, name, o.V, vocab)
+	ids, err := tokenIDs(name, name, o.V)
 	if err != nil {
 		c.fail(err)
 		return nil

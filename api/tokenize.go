@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/gin-gonic/gin"
 )
 
@@ -98,9 +99,12 @@ func (s *Server) handleDetokenize(c *gin.Context) {
 	}
 	chk := &check{}
 	s.checkModel(chk, w.Model)
-	ids := chk.tokenIDList("tokens", w.Tokens, b.vocab())
+	ids := chk.tokenIDList("tokens", w.Tokens)
 	if !chk.failed() && !w.Tokens.Set {
 		chk.fail(invalidParam("tokens", "tokens is required"))
+	}
+	if chk.err == nil {
+		chk.fail(engine.Limits{VocabSize: b.vocab()}.CheckTokens("tokens", ids))
 	}
 	if chk.err != nil {
 		writeError(c.Writer, chk.err)

@@ -14,8 +14,9 @@
 // A single goroutine (Run, or Start) owns everything mutable: the scheduler, the block
 // pool, the K/V storage and every sequence's sampler, detokenizer and stop checker. Submit
 // and Abort only append to a mutex-guarded inbox and poke a one-slot wake channel, so they
-// never wait for a step; Submit validates the request and checks the queue bound there
-// and then, which is what lets the API answer 429 before sending headers. A request whose
+// never wait for a step; Submit checks the request against the request rules (rules.go:
+// one table, the only place a limit on a request is written; a broken rule is a
+// *ParamError naming the parameter) and the queue bound there and then, which is what lets the API answer 429 before sending headers. A request whose
 // context is done is aborted through context.AfterFunc (no goroutine until it fires).
 // When nothing is running the loop blocks on the wake channel: no polling.
 //

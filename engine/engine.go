@@ -214,7 +214,7 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p, err := e.normalize(req)
+	p, err := e.Limits().Check(req)
 	if err != nil {
 		return nil, err
 	}

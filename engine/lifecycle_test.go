@@ -155,7 +155,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"best_of below n", bad(func(r *Request) { r.Params.N = 3; r.Params.BestOf = 2 }), ErrInvalidRequest},
 		{"more sequences than a batch", bad(func(r *Request) { r.Params.N = 33 }), ErrInvalidRequest},
 		{"negative temperature", bad(func(r *Request) { r.Params.Temperature = -1 }), ErrInvalidRequest},
-		{"top_p 0", bad(func(r *Request) { r.Params.TopP = 0 }), ErrInvalidRequest},
+		{"top_p above 1", bad(func(r *Request) { r.Params.TopP = 1.5 }), ErrInvalidRequest},
 		{"max_tokens 0", bad(func(r *Request) { r.Params.MaxTokens = 0 }), ErrInvalidRequest},
 		{"logit bias outside the vocabulary", bad(func(r *Request) { r.Params.LogitBias = map[int32]float32{-1: 1} }), ErrInvalidRequest},
 		{"logprobs 21", bad(func(r *Request) { r.Params.Logprobs = 21 }), ErrInvalidRequest},
@@ -172,7 +172,7 @@ func TestSubmitValidation(t *testing.T) {
 	// The queue holds two requests while the engine is not running; the third overflows.
 	var chans []<-chan Event
 	for i := range 2 {
-		ch, err := e.Submit(ctx, greedyRequest(fmt.Sprintf("q%d", i), testPrompt(i, 60), 100))
+		ch, err := e.Submit(ctx, greedyRequest(fmt.Sprintf("q%d", i), testPrompt(i, 60), 64))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestSubmitValidation(t *testing.T) {
 	e.Start(ctx)
 	for i, ch := range chans {
 		res := collect(ch)
-		// max_tokens 100 is clipped to the 4 positions left in the 64-token context.
+		// max_tokens 64 is clipped to the 4 positions left in the 64-token context.
 		want := fakeGreedy(testPrompt(i, 60), 4)
 		if got := res.seqs[0].TokenIDs; !slices.Equal(got, want) {
 			t.Fatalf("queued request %d: %v, want %v", i, got, want)

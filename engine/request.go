@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -11,9 +10,6 @@ import (
 
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
-
-// maxLogprobs caps Logprobs and PromptLogprobs (alternatives per position).
-const maxLogprobs = 20
 
 // request is the engine's state of one submitted Request.
 type request struct {
@@ -56,98 +52,6 @@ type seqState struct {
 	done       bool
 	sentFirst  bool
 	result     Event // best_of: everything the sequence produced, merged
-}
-
-// normalize validates req and returns its parameters with defaults resolved and
-// max_tokens clipped to the room left in the context.
-func (e *Engine) normalize(req *Request) (SamplingParams, error) {
-	p := req.Params
-	invalid := func(format string, args ...any) (SamplingParams, error) {
-		return SamplingParams{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, args...)...)
-	}
-	n := len(req.Prompt)
-	if n == 0 {
-		return invalid("empty prompt")
-	}
-	if n >= e.maxModelLen {
-		return SamplingParams{}, fmt.Errorf("%w: %d prompt tokens; the context holds %d tokens, one of which must be left to generate",
-			ErrPromptTooLong, n, e.maxModelLen)
-	}
-	if blocks := (n + 1 + e.blockSize - 1) / e.blockSize; blocks > e.numBlocks {
-		return SamplingParams{}, fmt.Errorf("%w: %d prompt tokens; the KV cache holds %d tokens",
-			ErrPromptTooLong, n, e.numBlocks*e.blockSize)
-	}
-	vocab := int32(e.spec.VocabSize)
-	for i, id := range req.Prompt {
-		if id < 0 || id >= vocab {
-			return invalid("prompt token %d is id %d, outside the vocabulary [0, %d)", i, id, vocab)
-		}
-	}
-	if p.N < 1 {
-		return invalid("n %d must be >= 1", p.N)
-	}
-	if p.BestOf == 0 {
-		p.BestOf = p.N
-	}
-	if p.BestOf < p.N {
-		return invalid("best_of %d must be >= n %d", p.BestOf, p.N)
-	}
-	if p.BestOf > e.maxSeqsReq {
-		return invalid("%d sequences per request; at most %d fit a batch", p.BestOf, e.maxSeqsReq)
-	}
-	if p.MaxTokens < 1 {
-		return invalid("max_tokens %d must be >= 1", p.MaxTokens)
-	}
-	p.MaxTokens = min(p.MaxTokens, e.maxModelLen-n)
-	if p.MinTokens < 0 {
-		return invalid("min_tokens %d must be >= 0", p.MinTokens)
-	}
-	p.MinTokens = min(p.MinTokens, p.MaxTokens)
-	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
-	switch {
-	case !finite(p.Temperature) || p.Temperature < 0:
-		return invalid("temperature %v must be >= 0", p.Temperature)
-	case !finite(p.TopP) || p.TopP <= 0 || p.TopP > 1:
-		return invalid("top_p %v must be in (0, 1]", p.TopP)
-	case p.TopK < -1:
-		return invalid("top_k %d must be >= 0 (or -1 for off)", p.TopK)
-	case !finite(p.MinP) || p.MinP < 0 || p.MinP > 1:
-		return invalid("min_p %v must be in [0, 1]", p.MinP)
-	case !finite(p.RepetitionPenalty) || p.RepetitionPenalty <= 0:
-		return invalid("repetition_penalty %v must be > 0", p.RepetitionPenalty)
-	case !finite(p.PresencePenalty) || !finite(p.FrequencyPenalty):
-		return invalid("presence and frequency penalties must be finite")
-	case p.Logprobs < -1 || p.Logprobs > maxLogprobs:
-		return invalid("logprobs %d must be in [-1, %d]", p.Logprobs, maxLogprobs)
-	case p.PromptLogprobs < -1 || p.PromptLogprobs > maxLogprobs:
-		return invalid("prompt_logprobs %d must be in [-1, %d]", p.PromptLogprobs, maxLogprobs)
-	}
-	if p.TopK == -1 {
-		p.TopK = 0
-	}
-	if len(p.LogitBias) > 0 {
-		p.LogitBias = maps.Clone(p.LogitBias)
-		for id, b := range p.LogitBias {
-			if id < 0 || id >= vocab {
-				return invalid("logit_bias token id %d outside the vocabulary [0, %d)", id, vocab)
-			}
-			if !finite(b) {
-				return invalid("logit_bias for token %d is not finite", id)
-			}
-		}
-	}
-	p.StopTokenIDs = slices.Clone(p.StopTokenIDs)
-	for _, id := range p.StopTokenIDs {
-		if id < 0 || id >= vocab {
-			return invalid("stop token id %d outside the vocabulary [0, %d)", id, vocab)
-		}
-	}
-	p.Stop = slices.DeleteFunc(slices.Clone(p.Stop), func(s string) bool { return s == "" })
-	if p.Seed != nil {
-		seed := *p.Seed
-		p.Seed = &seed
-	}
-	return p, nil
 }
 
 // takeInbox moves newly submitted requests into the scheduler and applies aborts. It

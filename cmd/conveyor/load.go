@@ -52,7 +52,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		runner.Close()
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
-	defaults, err := o.samplingDefaults(log, dir)
+	defaults, err := o.samplingDefaults(log, dir, eng.Limits())
 	if err != nil {
 		_ = eng.Close()
 		runner.Close()

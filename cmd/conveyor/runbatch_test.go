@@ -113,6 +113,9 @@ func TestRunBatchMixedMatchesHTTP(t *testing.T) {
 		"invalid": `{"model":"tiny","prompt":"x","max_tokens":-1}`,
 		"nomodel": `{"model":"other","prompt":"x"}`,
 		"badtype": `{"model":"tiny","prompt":"x","stream":"yes"}`,
+		// Broken engine rules, with the parameter named as each endpoint names it.
+		"rule":     `{"model":"tiny","prompt":"x","temperature":3}`,
+		"chatrule": `{"model":"tiny","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":25}`,
 	}
 	lines := []string{
 		completionLine("cmpl", bodies["cmpl"]),
@@ -127,6 +130,8 @@ func TestRunBatchMixedMatchesHTTP(t *testing.T) {
 		completionLine("echo", bodies["echo"]),
 		completionLine("nomodel", bodies["nomodel"]),
 		completionLine("badtype", bodies["badtype"]),
+		completionLine("rule", bodies["rule"]),
+		`{"custom_id":"chatrule","method":"POST","url":"/v1/chat/completions","body":` + bodies["chatrule"] + `}`,
 		completionLine("stream", `{"model":"tiny","prompt":"x","stream":true}`),
 		`{"method":"POST","url":"/v1/completions","body":{"model":"tiny","prompt":"x"}}`, // no custom_id
 		`{"custom_id":"nobody","method":"POST","url":"/v1/completions"}`,
@@ -137,12 +142,12 @@ func TestRunBatchMixedMatchesHTTP(t *testing.T) {
 	if err := runBatch(context.Background(), o, &stderr, false); err != nil {
 		t.Fatalf("run-batch: %v\n%s", err, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "14 lines answered") {
+	if !strings.Contains(stderr.String(), "16 lines answered") {
 		t.Errorf("summary: %s", stderr.String())
 	}
 	res := readBatchOutput(t, output)
-	if len(res) != 14 {
-		t.Fatalf("%d output lines for 14 input lines", len(res))
+	if len(res) != 16 {
+		t.Fatalf("%d output lines for 16 input lines", len(res))
 	}
 	got := byCustomID(res)
 	errCode := func(id string, i int) string {
@@ -213,7 +218,7 @@ func TestRunBatchMixedMatchesHTTP(t *testing.T) {
 	}
 	for id, body := range bodies {
 		url := "/v1/completions"
-		if id == "chat" {
+		if strings.HasPrefix(id, "chat") {
 			url = "/v1/chat/completions"
 		}
 		wantStatus, wantBody := post(url, body)
@@ -232,6 +237,9 @@ func TestRunBatchMixedMatchesHTTP(t *testing.T) {
 			continue
 		}
 		if wantStatus != 200 {
+			if want := map[string]string{"rule": `"param":"temperature"`, "chatrule": `"param":"top_logprobs"`}[id]; !bytes.Contains(r.Body, []byte(want)) {
+				t.Errorf("%s: body %s does not name %s", id, r.Body, want)
+			}
 			if !bytes.Equal(r.Body, wantBody) {
 				t.Errorf("%s: body\n%s\nHTTP gives\n%s", id, r.Body, wantBody)
 			}

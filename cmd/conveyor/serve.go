@@ -445,8 +445,9 @@ func printBanner(w io.Writer, addr, model string, withKey bool) {
 // samplingDefaults reads the model's generation_config.json with --generation-config
 // auto: its temperature, top_p, top_k and repetition_penalty become the defaults of
 // requests that leave them out, as vLLM's --generation-config auto does. The default,
-// none, keeps OpenAI's defaults, which clients assume.
-func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string) (api.SamplingDefaults, error) {
+// none, keeps OpenAI's defaults, which clients assume. A value the engine's rules refuse
+// is dropped with a warning.
+func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string, lim engine.Limits) (api.SamplingDefaults, error) {
 	var d api.SamplingDefaults
 	if o.genConfig == "none" {
 		return d, nil
@@ -455,7 +456,11 @@ func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string) (api.Sampl
 	if err != nil {
 		return d, err
 	}
-	d = api.SamplingDefaults{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, RepetitionPenalty: g.RepetitionPenalty}
+	d, dropped := api.SamplingDefaults{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, RepetitionPenalty: g.RepetitionPenalty}.Checked(lim)
+	for _, err := range dropped {
+		log.Warn("generation_config.json default ignored", "reason", err.Error())
+	}
+	g.Temperature, g.TopP, g.TopK, g.RepetitionPenalty = d.Temperature, d.TopP, d.TopK, d.RepetitionPenalty
 	var set []any
 	for _, f := range []struct {
 		name string
