@@ -60,7 +60,9 @@ func validates(t *testing.T, what, text, finish string, v *jsonschema.Schema) {
 // TestE2EStructuredOutput asks the real server, through the official SDK, for
 // json_object and json_schema replies at temperature 1, n=3, streamed and not, and
 // through /v1/completions: every finished reply is JSON that validates (checked with an
-// independent validator), and most finish.
+// independent validator), a streamed reply equals its unstreamed twin, most chat replies
+// finish and at least one completion does (a test where every reply stops at max_tokens
+// validates nothing).
 func TestE2EStructuredOutput(t *testing.T) {
 	e := startE2E(t, nil, nil)
 	ctx := context.Background()
@@ -107,10 +109,14 @@ func TestE2EStructuredOutput(t *testing.T) {
 		if err := st.Err(); err != nil {
 			t.Fatalf("%s streamed: %v", name, err)
 		}
+		if len(texts) != len(r.Choices) || len(finishes) != len(r.Choices) {
+			t.Fatalf("%s streamed: %d texts and %d finish reasons for %d choices", name, len(texts), len(finishes), len(r.Choices))
+		}
 		for i, text := range texts {
 			validates(t, name+" streamed", text, finishes[i], want)
-			if text != r.Choices[i].Message.Content {
-				t.Errorf("%s: streamed choice %d %q differs from %q", name, i, text, r.Choices[i].Message.Content)
+			if text != r.Choices[i].Message.Content || finishes[i] != string(r.Choices[i].FinishReason) {
+				t.Errorf("%s: streamed choice %d %q (%s) differs from %q (%s)", name, i, text, finishes[i],
+					r.Choices[i].Message.Content, r.Choices[i].FinishReason)
 			}
 		}
 	}
@@ -135,8 +141,16 @@ func TestE2EStructuredOutput(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || len(out.Choices) != 2 {
 		t.Fatalf("completions: %d %v %+v", resp.StatusCode, err, out)
 	}
-	for _, c := range out.Choices {
+	stopped := 0
+	for i, c := range out.Choices {
 		validates(t, "completions", c.Text, c.FinishReason, v)
+		t.Logf("completions: choice %d finished %q: %q", i, c.FinishReason, c.Text)
+		if c.FinishReason == "stop" {
+			stopped++
+		}
+	}
+	if stopped == 0 {
+		t.Fatalf("completions: none of the %d replies finished with stop, so none was validated", len(out.Choices))
 	}
 }
 

@@ -244,7 +244,7 @@ func TestE2ECompletions(t *testing.T) {
 	t.Run("stop string", func(t *testing.T) {
 		runes := []rune(text)
 		if len(runes) < 6 {
-			t.Skipf("greedy text %q too short to pick a stop string", text)
+			t.Fatalf("greedy text %q too short to pick a stop string", text)
 		}
 		stop := string(runes[3:5])
 		want := text[:strings.Index(text, stop)]
@@ -356,45 +356,74 @@ func mustLoadTok(t *testing.T) *tokenizer.Tokenizer {
 // TestE2EBestOfPicksHighestCumulativeLogprob asks the real engine for best_of 4 and,
 // with the same seed (each sequence index keeps its random stream), for all 4 candidates
 // with their token logprobs: the best_of answer must be the candidate whose logprobs sum
-// highest.
+// highest. Seeds are tried in order until one gives a best candidate whose text no other
+// candidate shares (so taking the first, the last or any other candidate fails); a bounded
+// search that finds none fails the test.
 func TestE2EBestOfPicksHighestCumulativeLogprob(t *testing.T) {
 	e := startE2E(t, nil, nil)
 	ctx := context.Background()
+	const candidates, firstSeed, seeds = 4, 11, 20
 	p := openai.CompletionNewParams{Model: e2eModel, Prompt: promptString("The city of"), MaxTokens: openai.Int(8),
-		Temperature: openai.Float(1.5), Seed: openai.Int(11)}
-	all := p
-	all.N, all.Logprobs = openai.Int(4), openai.Int(0)
-	cands, err := e.client.Completions.New(ctx, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cands.Choices) != 4 {
-		t.Fatalf("%d candidates", len(cands.Choices))
-	}
-	best, bestSum, texts := -1, math.Inf(-1), map[string]bool{}
-	for i, c := range cands.Choices {
-		sum := 0.0
-		for _, lp := range c.Logprobs.TokenLogprobs {
-			sum += lp
+		Temperature: openai.Float(1.5)}
+	var cands *openai.Completion
+	best, bestSum := -1, math.Inf(-1)
+	for seed := int64(firstSeed); seed < firstSeed+seeds && best < 0; seed++ {
+		p.Seed = openai.Int(seed)
+		all := p
+		all.N, all.Logprobs = openai.Int(candidates), openai.Int(0)
+		r, err := e.client.Completions.New(ctx, all)
+		if err != nil {
+			t.Fatal(err)
 		}
-		texts[c.Text] = true
-		if sum > bestSum {
-			best, bestSum = i, sum
+		if len(r.Choices) != candidates {
+			t.Fatalf("seed %d: %d candidates", seed, len(r.Choices))
+		}
+		if i, sum := bestUnique(r.Choices); i >= 0 {
+			cands, best, bestSum = r, i, sum
+			t.Logf("seed %d: candidate %d of %d is best (cumulative logprob %.3f): %q", seed, i, candidates, sum, r.Choices[i].Text)
 		}
 	}
-	if len(texts) < 2 || best == 0 {
-		t.Skipf("the candidates do not tell best_of from taking the first (best is %d of %d distinct)", best, len(texts))
+	if best < 0 {
+		t.Fatalf("no seed in [%d, %d) gives a best candidate with a text of its own", firstSeed, firstSeed+seeds)
 	}
-	one := p // without logprobs: the engine must still rank by them
-	one.BestOf = openai.Int(4)
+	one := p // the same seed, without logprobs: the engine must still rank by them
+	one.BestOf = openai.Int(candidates)
 	got, err := e.client.Completions.New(ctx, one)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Choices) != 1 || got.Choices[0].Text != cands.Choices[best].Text {
-		t.Fatalf("best_of 4 returned %q; the candidate with the highest cumulative logprob (%.3f) is %d: %q",
-			got.Choices[0].Text, bestSum, best, cands.Choices[best].Text)
+	if len(got.Choices) != 1 {
+		t.Fatalf("best_of %d with n 1 returned %d choices", candidates, len(got.Choices))
 	}
+	if got.Choices[0].Text != cands.Choices[best].Text {
+		t.Fatalf("best_of %d returned %q; the candidate with the highest cumulative logprob (%.3f) is %d: %q",
+			candidates, got.Choices[0].Text, bestSum, best, cands.Choices[best].Text)
+	}
+}
+
+// bestUnique returns the index and cumulative logprob of the choice whose token logprobs
+// sum highest, or -1 when that choice is the first or another choice has its text (then
+// best_of's answer would not show which candidate it took).
+func bestUnique(choices []openai.CompletionChoice) (int, float64) {
+	best, bestSum := -1, math.Inf(-1)
+	for i, c := range choices {
+		sum := 0.0
+		for _, lp := range c.Logprobs.TokenLogprobs {
+			sum += lp
+		}
+		if sum > bestSum {
+			best, bestSum = i, sum
+		}
+	}
+	if best <= 0 {
+		return -1, 0
+	}
+	for i, c := range choices {
+		if i != best && c.Text == choices[best].Text {
+			return -1, 0
+		}
+	}
+	return best, bestSum
 }
 
 func TestE2EChat(t *testing.T) {

@@ -45,10 +45,20 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 			}
 		}
 	}
+	// The KL bounds sit 2.5-3x above what this test measures (mean KL, float32's
+	// distribution from the quantized one's, over the 118 positions of the cross-check
+	// prompts; the model and prompts are fixed, so the values repeat run to run). Top-1
+	// changes are a count, not a continuous measure: int8 changes none, but a position
+	// where float32's two best tokens nearly tie may flip under any rounding, so up to 2
+	// positions may; int4's bound is its 10 changes plus 4, as 3x would let a quarter of
+	// the positions change unnoticed.
 	for _, c := range []struct {
 		q              string
 		maxKL, maxFlip float64
-	}{{"int8", 0.0015, 0.02}, {"int4", 0.03, 0.12}} {
+	}{
+		{"int8", 0.0015, 0.02}, // measured KL 0.000601 (paged and dense), top-1 changed 0 of 118 (2026-11)
+		{"int4", 0.026, 0.12},  // measured KL 0.00856 paged, 0.00859 dense, top-1 changed 10 of 118 (2026-11)
+	} {
 		for _, path := range []string{AttentionPaged, AttentionDense} {
 			got, want := logprobs[c.q+"/"+path], logprobs["none/"+path]
 			var kl float64
@@ -63,9 +73,9 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 			}
 			kl /= float64(len(want))
 			flip := float64(flips) / float64(len(want))
-			t.Logf("%s %s: mean KL %.5f, top-1 changed at %d of %d positions", c.q, path, kl, flips, len(want))
+			t.Logf("%s %s: mean KL %.3g, top-1 changed at %d of %d positions", c.q, path, kl, flips, len(want))
 			if kl <= 0 || kl > c.maxKL || flip > c.maxFlip {
-				t.Errorf("%s %s: mean KL %.5f (want in (0, %g]), top-1 changed at %.1f%% of positions (want ≤ %.0f%%)",
+				t.Errorf("%s %s: mean KL %.3g (want in (0, %g]), top-1 changed at %.1f%% of positions (want ≤ %.0f%%)",
 					c.q, path, kl, c.maxKL, 100*flip, 100*c.maxFlip)
 			}
 		}
