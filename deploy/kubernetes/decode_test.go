@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -21,10 +21,14 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/kustomize/api/krusty"
+	kusttypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -34,24 +38,6 @@ const (
 	overlaysDir = "../overlays"
 	repoRoot    = "../.."
 )
-
-// kustomization is the part of kustomize's Kustomization (kustomize.config.k8s.io/v1beta1,
-// sigs.k8s.io/kustomize/api/types) the manifests use. It is declared here rather than
-// imported, to keep kustomize's module graph out of go.mod; decoding is as strict as for
-// the other kinds, so a field the manifests start using must be added here.
-type kustomization struct {
-	metav1.TypeMeta `json:",inline"`
-	Namespace       string   `json:"namespace,omitempty"`
-	Resources       []string `json:"resources,omitempty"`
-	Patches         []struct {
-		Path string `json:"path"`
-	} `json:"patches,omitempty"`
-	Images []struct {
-		Name    string `json:"name"`
-		NewName string `json:"newName,omitempty"`
-		NewTag  string `json:"newTag,omitempty"`
-	} `json:"images,omitempty"`
-}
 
 // kinds maps "apiVersion kind" to a new object of the upstream Go type it decodes into.
 // A document whose apiVersion and kind are not here fails the tests.
@@ -72,7 +58,7 @@ var kinds = map[string]func() any{
 	"gateway.networking.k8s.io/v1 Gateway":            func() any { return &gatewayv1.Gateway{} },
 	"gateway.networking.k8s.io/v1 HTTPRoute":          func() any { return &gatewayv1.HTTPRoute{} },
 	"inference.networking.k8s.io/v1 InferencePool":    func() any { return &inferencev1.InferencePool{} },
-	"kustomize.config.k8s.io/v1beta1 Kustomization":   func() any { return &kustomization{} },
+	"kustomize.config.k8s.io/v1beta1 Kustomization":   func() any { return &kusttypes.Kustomization{} },
 }
 
 // decodeStrict decodes one YAML document into v the way the API server decodes a
@@ -196,7 +182,7 @@ func kustomizationDirs(t *testing.T) []string {
 }
 
 // readKustomization decodes dir/kustomization.yaml.
-func readKustomization(t *testing.T, dir string) *kustomization {
+func readKustomization(t *testing.T, dir string) *kusttypes.Kustomization {
 	t.Helper()
 	objs, err := decodeFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
@@ -205,7 +191,7 @@ func readKustomization(t *testing.T, dir string) *kustomization {
 	if len(objs) != 1 {
 		t.Fatalf("%s/kustomization.yaml: %d documents, want 1", dir, len(objs))
 	}
-	k, ok := objs[0].obj.(*kustomization)
+	k, ok := objs[0].obj.(*kusttypes.Kustomization)
 	if !ok {
 		t.Fatalf("%s/kustomization.yaml is a %s", dir, objs[0].key)
 	}
@@ -326,28 +312,74 @@ func TestDecodeRejectsWhatTheAPIServerWould(t *testing.T) {
 	}
 }
 
-// render runs kubectl's built-in kustomize on dir and decodes what it would apply.
-func render(t *testing.T, kubectl, dir string) []object {
-	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", dir)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+// render builds dir with kustomize's Go API (sigs.k8s.io/kustomize/api/krusty, the library
+// `kubectl kustomize` and `kubectl apply -k` embed, with their default options: no plugins,
+// files only from under the kustomization's root) and decodes what would be applied.
+func render(dir string) ([]object, error) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
-	objs, err := decodeAll("kubectl kustomize "+dir, out)
+	out, err := resources.AsYaml()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
+	}
+	return decodeAll("kustomize build "+dir, out)
+}
+
+// mustRender is render, failing the test on an error.
+func mustRender(t *testing.T, dir string) []object {
+	t.Helper()
+	objs, err := render(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return objs
 }
 
+// overlayOf writes, in a new temporary directory, a kustomization whose one resource is
+// base (named by a relative path: kustomize loads a base from anywhere, other files only
+// from under the root), with the further fields given as YAML lines and one patch per
+// entry of patches (file name to content). It returns the directory.
+func overlayOf(t *testing.T, base, fields string, patches map[string]string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	abs, err := filepath.Abs(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(tmp, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + filepath.ToSlash(rel) + "\n" + fields
+	if len(patches) > 0 {
+		k += "patches:\n"
+	}
+	for _, name := range slices.Sorted(maps.Keys(patches)) {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(patches[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		k += "  - path: " + name + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tmp
+}
+
+// checkRendered checks what a kustomization renders to, as a whole: every object is in
+// namespace ns (checkNamespaces), every image is a registry reference (checkImages) and
+// every port named rather than numbered exists (checkPorts).
+func checkRendered(objs []object, ns string) error {
+	return errors.Join(checkNamespaces(objs, ns), checkImages(objs), checkPorts(objs))
+}
+
 // checkNamespaces requires every namespaced object in objs to be in namespace ns, the
 // Namespace object (if any) to be ns, and every ServiceAccount subject of a binding to
 // name ns.
-func checkNamespaces(t *testing.T, objs []object, ns string) {
-	t.Helper()
+func checkNamespaces(objs []object, ns string) error {
+	var errs []error
 	for _, o := range objs {
 		m, ok := o.obj.(metav1.Object)
 		if !ok {
@@ -356,11 +388,11 @@ func checkNamespaces(t *testing.T, objs []object, ns string) {
 		switch {
 		case o.key == "v1 Namespace":
 			if m.GetName() != ns {
-				t.Errorf("Namespace %s, want %s", m.GetName(), ns)
+				errs = append(errs, fmt.Errorf("Namespace %s, want %s", m.GetName(), ns))
 			}
 		case strings.HasPrefix(o.key, "rbac.authorization.k8s.io/v1 Cluster"):
 		case m.GetNamespace() != ns:
-			t.Errorf("%s %s is in namespace %q, want %q", o.key, m.GetName(), m.GetNamespace(), ns)
+			errs = append(errs, fmt.Errorf("%s %s is in namespace %q, want %q", o.key, m.GetName(), m.GetNamespace(), ns))
 		}
 	}
 	var subjects []rbacv1.Subject
@@ -372,32 +404,108 @@ func checkNamespaces(t *testing.T, objs []object, ns string) {
 	}
 	for _, s := range subjects {
 		if s.Kind == "ServiceAccount" && s.Namespace != ns {
-			t.Errorf("binding subject ServiceAccount %s is in namespace %q, want %q", s.Name, s.Namespace, ns)
+			errs = append(errs, fmt.Errorf("binding subject ServiceAccount %s is in namespace %q, want %q", s.Name, s.Namespace, ns))
 		}
 	}
+	return errors.Join(errs...)
 }
 
-// TestRenderedKustomizationsDecodeStrictly renders the base and each overlay with kubectl's
-// built-in kustomize (skipped without kubectl) and decodes what would be applied; and
-// renders the base into another namespace, which must move everything.
-func TestRenderedKustomizationsDecodeStrictly(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl is not on PATH; the rendered output is not checked")
+// checkImages requires every container's image to be a registry reference. The base
+// names its image "conveyor" and lets kustomize's images setting say where it was pushed;
+// a bare name left over means a kustomization forgot that setting.
+func checkImages(objs []object) error {
+	var errs []error
+	for _, p := range podTemplates(objs) {
+		for _, c := range allContainers(p.spec) {
+			if !strings.Contains(c.Image, "/") || !strings.Contains(c.Image, ":") {
+				errs = append(errs, fmt.Errorf("%s, container %s: image %q is not a registry reference", p.owner, c.Name, c.Image))
+			}
+		}
 	}
-	for _, dir := range kustomizationDirs(t) {
-		t.Run(filepath.Base(filepath.Clean(dir)), func(t *testing.T) {
-			objs := render(t, kubectl, dir)
-			checkNamespaces(t, objs, readKustomization(t, baseDir).Namespace)
-			for _, spec := range podSpecs(objs) {
-				for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-					// The base names its image "conveyor" and lets kustomize's images
-					// setting say where it was pushed; a bare name left over means a
-					// kustomization forgot that setting.
-					if !strings.Contains(c.Image, "/") || !strings.Contains(c.Image, ":") {
-						t.Errorf("container %s: image %q is not a registry reference", c.Name, c.Image)
+	return errors.Join(errs...)
+}
+
+// checkPorts requires every port given by name to be a container port where Kubernetes
+// looks the name up. Nothing rejects a wrong name when it is applied: a Service whose
+// targetPort names no port of a pod just gets no endpoint in it, and a probe on a missing
+// port fails until the pod is restarted. So every Service must select a pod template
+// here, and its named targetPorts be a container port of each one it selects; a probe's
+// named httpGet or tcpSocket port must be a port of the probe's own container.
+func checkPorts(objs []object) error {
+	var errs []error
+	pods := podTemplates(objs)
+	for _, svc := range all[corev1.Service](objs) {
+		var selected []podTemplate
+		for _, p := range pods {
+			if selects(svc.Spec.Selector, p.labels) {
+				selected = append(selected, p)
+			}
+		}
+		if len(selected) == 0 {
+			errs = append(errs, fmt.Errorf("Service %s selects none of the pods (selector %v)", svc.Name, svc.Spec.Selector))
+		}
+		for _, sp := range svc.Spec.Ports {
+			if sp.TargetPort.Type != intstr.String {
+				continue
+			}
+			for _, p := range selected {
+				if !slices.ContainsFunc(p.spec.Containers, func(c corev1.Container) bool { return hasPort(&c, sp.TargetPort.StrVal) }) {
+					errs = append(errs, fmt.Errorf("Service %s port %s: targetPort %q is no container port of %s", svc.Name, sp.Name, sp.TargetPort.StrVal, p.owner))
+				}
+			}
+		}
+	}
+	for _, p := range pods {
+		for _, c := range allContainers(p.spec) {
+			for _, probe := range []struct {
+				what string
+				p    *corev1.Probe
+			}{{"startupProbe", c.StartupProbe}, {"readinessProbe", c.ReadinessProbe}, {"livenessProbe", c.LivenessProbe}} {
+				if probe.p == nil {
+					continue
+				}
+				for _, port := range []*intstr.IntOrString{httpGetPort(probe.p), tcpSocketPort(probe.p)} {
+					if port != nil && port.Type == intstr.String && !hasPort(&c, port.StrVal) {
+						errs = append(errs, fmt.Errorf("%s, container %s: %s port %q is no port of the container", p.owner, c.Name, probe.what, port.StrVal))
 					}
 				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hasPort reports whether c has a port named name.
+func hasPort(c *corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == name })
+}
+
+// httpGetPort is p's httpGet port, or nil.
+func httpGetPort(p *corev1.Probe) *intstr.IntOrString {
+	if p.HTTPGet == nil {
+		return nil
+	}
+	return &p.HTTPGet.Port
+}
+
+// tcpSocketPort is p's tcpSocket port, or nil.
+func tcpSocketPort(p *corev1.Probe) *intstr.IntOrString {
+	if p.TCPSocket == nil {
+		return nil
+	}
+	return &p.TCPSocket.Port
+}
+
+// TestRenderedKustomizationsDecodeStrictly renders the base and each overlay with
+// kustomize, decodes what would be applied and checks it (checkRendered); and renders the
+// base into another namespace, which must move everything.
+func TestRenderedKustomizationsDecodeStrictly(t *testing.T) {
+	ns := readKustomization(t, baseDir).Namespace
+	for _, dir := range kustomizationDirs(t) {
+		t.Run(filepath.Base(filepath.Clean(dir)), func(t *testing.T) {
+			objs := mustRender(t, dir)
+			if err := checkRendered(objs, ns); err != nil {
+				t.Error(err)
 			}
 			dep := find[appsv1.Deployment](t, objs, "conveyor")
 			model := volume(t, &dep.Spec.Template.Spec, "model")
@@ -422,33 +530,79 @@ func TestRenderedKustomizationsDecodeStrictly(t *testing.T) {
 		})
 	}
 	t.Run("another-namespace", func(t *testing.T) {
-		tmp := t.TempDir()
-		abs, err := filepath.Abs(baseDir)
-		if err != nil {
-			t.Fatal(err)
+		objs := mustRender(t, overlayOf(t, baseDir, "namespace: llm-serving\n", nil))
+		if err := checkNamespaces(objs, "llm-serving"); err != nil {
+			t.Error(err)
 		}
-		rel, err := filepath.Rel(tmp, abs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: llm-serving\nresources:\n  - " + filepath.ToSlash(rel) + "\n"
-		if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		checkNamespaces(t, render(t, kubectl, tmp), "llm-serving")
 	})
 }
 
-// podSpecs returns the pod templates of the Deployments and Jobs in objs.
-func podSpecs(objs []object) []*corev1.PodSpec {
-	var specs []*corev1.PodSpec
+// TestCheckRenderedCatchesBrokenOverlays shows that checkRendered can fail. Each case
+// patches a real overlay the way an edit of it could go wrong; the result still renders
+// and decodes, since the API server would accept it too, but a port name no longer
+// resolves.
+func TestCheckRenderedCatchesBrokenOverlays(t *testing.T) {
+	ns := readKustomization(t, baseDir).Namespace
+	for name, c := range map[string]struct {
+		overlay, patch, want string
+	}{
+		"wrong Service targetPort": {
+			overlay: "model-pvc",
+			patch:   "apiVersion: v1\nkind: Service\nmetadata: {name: conveyor}\nspec:\n  ports:\n    - {port: 8000, protocol: TCP, targetPort: htp}\n",
+			want:    `Service conveyor port http: targetPort "htp" is no container port of Deployment conveyor`,
+		},
+		"container port renamed": {
+			overlay: "model-image",
+			patch:   "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: conveyor}\nspec:\n  template:\n    spec:\n      containers:\n        - name: conveyor\n          ports:\n            - {containerPort: 8000, protocol: TCP, name: web}\n",
+			want:    `Deployment conveyor, container conveyor: readinessProbe port "http" is no port of the container`,
+		},
+		"wrong probe port": {
+			overlay: "model-image",
+			patch:   "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: conveyor}\nspec:\n  template:\n    spec:\n      containers:\n        - name: conveyor\n          startupProbe:\n            httpGet: {port: htp}\n",
+			want:    `Deployment conveyor, container conveyor: startupProbe port "htp" is no port of the container`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := overlayOf(t, filepath.Join(overlaysDir, c.overlay), "", map[string]string{"broken.yaml": c.patch})
+			err := checkRendered(mustRender(t, dir), ns)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("checkRendered = %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// podTemplate is the pod template of a Deployment or a Job.
+type podTemplate struct {
+	owner  string // "Deployment conveyor"
+	labels map[string]string
+	spec   *corev1.PodSpec
+}
+
+// podTemplates returns the pod templates of the Deployments and Jobs in objs.
+func podTemplates(objs []object) []podTemplate {
+	var pods []podTemplate
 	for _, d := range all[appsv1.Deployment](objs) {
-		specs = append(specs, &d.Spec.Template.Spec)
+		pods = append(pods, podTemplate{"Deployment " + d.Name, d.Spec.Template.Labels, &d.Spec.Template.Spec})
 	}
 	for _, j := range all[batchv1.Job](objs) {
-		specs = append(specs, &j.Spec.Template.Spec)
+		pods = append(pods, podTemplate{"Job " + j.Name, j.Spec.Template.Labels, &j.Spec.Template.Spec})
+	}
+	return pods
+}
+
+// podSpecs returns the pod specs of the Deployments and Jobs in objs.
+func podSpecs(objs []object) []*corev1.PodSpec {
+	var specs []*corev1.PodSpec
+	for _, p := range podTemplates(objs) {
+		specs = append(specs, p.spec)
 	}
 	return specs
+}
+
+// allContainers returns spec's init containers and containers.
+func allContainers(spec *corev1.PodSpec) []corev1.Container {
+	return append(slices.Clone(spec.InitContainers), spec.Containers...)
 }
 
 // volume returns the pod volume named name.

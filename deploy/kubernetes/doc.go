@@ -14,8 +14,10 @@
 //     decodes) into its upstream Go type: k8s.io/api, sigs.k8s.io/gateway-api, the
 //     extension's InferencePool and EndpointPickerConfig; a document of a kind the
 //     tests do not know fails them, and so does a manifest kustomization.yaml does not
-//     list. With kubectl on PATH, the rendered output of each kustomization is decoded
-//     the same way.
+//     list. The base and each overlay are rendered with kustomize's Go API (the library
+//     `kubectl apply -k` embeds) and what would be applied is decoded the same way; in
+//     it, every port a Service or a probe gives by name is a port of the containers it
+//     reaches.
 //   - the objects refer to each other correctly: the pool selects the Conveyor pods on
 //     the port they listen on, the pool's endpointPickerRef reaches the picker's
 //     ext_proc port, the route reaches the pool from the Gateway, RBAC subjects and
@@ -28,6 +30,10 @@
 //     real server (the real engine on the tiny test model), and the probe paths answer
 //     as the probes need: /health 503 while loading and draining and 200 when serving,
 //     the liveness path 200 while loading.
+//   - the picker's own metrics code (v1.5.0's metrics-data-source and
+//     core-metrics-extractor plugins, made from the deploy's EndpointPickerConfig) reads
+//     a real server's queue depth, running requests, KV-cache usage and KV block layout,
+//     and sees them rise under load and fall back to zero after it.
 //   - the Kubernetes objects docs/deploy.md shows decode the same way, and the metrics
 //     its autoscaler example scales on are gauges of the real server.
 //   - deploy/Dockerfile fetches the ONNX Runtime version and sha256 the Makefile pins and

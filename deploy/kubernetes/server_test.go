@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -70,6 +71,87 @@ func get(t *testing.T, base, path string) int {
 	return resp.StatusCode
 }
 
+// testServer is the real API server on a free local port.
+type testServer struct {
+	*api.Server
+	base    string // http://127.0.0.1:port
+	served  chan error
+	drained bool
+}
+
+// startServer starts the real API server on a free local port without a model, as
+// `conveyor serve` listens while the model loads. The test's cleanup drains it unless the
+// test did.
+func startServer(t *testing.T) *testServer {
+	t.Helper()
+	acfg := api.DefaultConfig()
+	acfg.ModelName = "tiny"
+	acfg.Metrics = api.NewMetrics()
+	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := api.New(acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{Server: srv, base: "http://" + ln.Addr().String(), served: make(chan error, 1)}
+	go func() { s.served <- srv.Serve(ln) }()
+	t.Cleanup(func() { _ = s.drain() })
+	return s
+}
+
+// drain shuts the server down as SIGTERM does, waits for Serve to return and returns the
+// errors of both; after the first call it does nothing.
+func (s *testServer) drain() error {
+	if s.drained {
+		return nil
+	}
+	s.drained = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.Shutdown(ctx)
+	return errors.Join(err, <-s.served)
+}
+
+// loadTiny builds the tiny test model with random weights, starts the real engine on it
+// with ecfg (its steps feeding the server's metrics) and hands it to the server, as serve
+// does once the model is loaded. The test's cleanup stops the engine.
+func (s *testServer) loadTiny(t *testing.T, ecfg engine.Config) *engine.Engine {
+	t.Helper()
+	lib := ortLib(t)
+	if err := models.InitORT(lib); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := build.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7); err != nil {
+		t.Fatal(err)
+	}
+	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = runner.Close() })
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg.OnStep = s.Metrics().OnStep
+	eng, err := engine.New(ecfg, runner, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.Start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eng.Shutdown(ctx)
+	})
+	s.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	return eng
+}
+
 // TestEndpointPickerMetricsOnRealServer starts the real API server and engine on the tiny
 // test model, as `conveyor serve` wires them, and checks it against the manifests: the
 // probe paths answer as the probes need while loading, serving and draining, and every
@@ -80,40 +162,8 @@ func TestEndpointPickerMetricsOnRealServer(t *testing.T) {
 	readyPath, startupPath, livePath := c.ReadinessProbe.HTTPGet.Path, c.StartupProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path
 	_, conveyor, _ := eppConfig(t, m)
 
-	lib := ortLib(t)
-	if err := models.InitORT(lib); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := build.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7); err != nil {
-		t.Fatal(err)
-	}
-
-	metrics := api.NewMetrics()
-	acfg := api.DefaultConfig()
-	acfg.ModelName = "tiny"
-	acfg.Metrics = metrics
-	acfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := api.New(acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	base := "http://" + ln.Addr().String()
-	drained := false
-	t.Cleanup(func() {
-		if !drained {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-			<-served
-		}
-	})
+	srv := startServer(t)
+	base := srv.base
 
 	// Loading (the server listens before the model is ready, as serve does): readiness
 	// and startup fail, liveness passes.
@@ -126,29 +176,9 @@ func TestEndpointPickerMetricsOnRealServer(t *testing.T) {
 		t.Errorf("while loading, liveness GET %s = %d, want 200 (the pod would be restarted mid-load)", livePath, got)
 	}
 
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = runner.Close() })
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ecfg := engine.DefaultConfig()
 	ecfg.KVCacheBytes = 8 << 20
-	ecfg.OnStep = metrics.OnStep
-	eng, err := engine.New(ecfg, runner, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.Start(context.Background())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = eng.Shutdown(ctx)
-	})
-	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	eng := srv.loadTiny(t, ecfg)
 
 	// Serving: every probe passes.
 	for _, p := range []string{readyPath, startupPath, livePath} {
@@ -221,15 +251,9 @@ func TestEndpointPickerMetricsOnRealServer(t *testing.T) {
 
 	// Draining (what SIGTERM starts): readiness fails. The listener is closed by then, so
 	// ask the handler directly.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
+	if err := srv.drain(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
-	drained = true
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, readyPath, nil))
 	if rec.Code != http.StatusServiceUnavailable {
