@@ -50,7 +50,7 @@ func BuildFromHFWith(hfDir, outDir string, o Options) (*BuildResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildDir(cfg, w, filepath.Join(hfDir, "config.json"), hfDir, outDir, o, writeOptions{})
+	return buildDir(cfg, textWeights(cfg, w), filepath.Join(hfDir, "config.json"), hfDir, outDir, o, writeOptions{})
 }
 
 // BuildRandom writes a model directory for the config.json at configPath with seeded
@@ -152,12 +152,18 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 		}
 		res.Files = append(res.Files, c[1])
 	}
-	if a, err := archOf(cfg); err == nil && a.rotary.maxPositions > 0 && a.rotary.maxPositions < cfg.MaxPositionEmbeddings {
-		// The dense runner reads the context length from config.json: cap it there too.
-		if err := setConfigField(filepath.Join(outDir, "config.json"), "max_position_embeddings", a.rotary.maxPositions); err != nil {
+	if cfg.wrapper != "" {
+		// The runtime reads the sizes from the top level: write the text model's config.
+		if err := writeTextConfig(filepath.Join(outDir, "config.json"), cfg); err != nil {
 			return nil, err
 		}
-		res.ContextCapped = a.rotary.maxPositions
+	}
+	if a, err := archOf(cfg); err == nil && a.contextCap() > 0 && a.contextCap() < cfg.MaxPositionEmbeddings {
+		// The dense runner reads the context length from config.json: cap it there too.
+		if err := setConfigField(filepath.Join(outDir, "config.json"), "max_position_embeddings", a.contextCap()); err != nil {
+			return nil, err
+		}
+		res.ContextCapped = a.contextCap()
 	}
 	if q := o.Quantize; q.Bits != 0 {
 		// Recorded where Hugging Face records a checkpoint's quantization.
@@ -172,6 +178,36 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 		}
 	}
 	return res, nil
+}
+
+// writeTextConfig writes cfg, read from a multimodal wrapper's text_config with its
+// defaults filled in, as a text model's config.json.
+func writeTextConfig(path string, cfg *Config) error {
+	obj := map[string]any{}
+	for k, v := range cfg.raw {
+		obj[k] = v
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	var resolved map[string]json.RawMessage
+	if err := json.Unmarshal(b, &resolved); err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	for k, v := range resolved {
+		if string(v) != "null" { // a null stays as config.json wrote it, an absent field absent
+			obj[k] = v
+		}
+	}
+	out, err := json.MarshalIndent(obj, "", "  ")
+	if err != nil {
+		return fmt.Errorf("models: %w", err)
+	}
+	return writeFileAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(append(out, '\n'))
+		return err
+	})
 }
 
 // setConfigField rewrites one top-level field of the JSON object in path.

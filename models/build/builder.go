@@ -72,14 +72,16 @@ func dimsOf(cfg *Config) llamaDims {
 //
 // Per layer the graph does, on hidden states x [B,S,H]:
 //
-//	h = RMSNorm(x); qkv = h @ Wqkv (+ bias) (q, k, v projections fused, q pre-scaled by 1/sqrt(d))
-//	q, k = per-head RMSNorm (Qwen3), then RoPE on the [B,S,heads+kvHeads,d] block at once
+//	h = RMSNorm(x); qkv = h @ Wqkv (+ bias) (q, k, v projections fused, q pre-scaled by the attention scale)
+//	q, k = per-head RMSNorm (Qwen3, Gemma 3), then the layer's RoPE on the [B,S,heads+kvHeads,d] block at once
 //	present = Concat(past, k|v) on the token axis
 //	q is regrouped to [B,kvHeads,group*S,d] so grouped-query attention needs no copy of K/V
-//	x += softmax(q k^T + mask) v @ Wo;  x += down(act(gate(h)) * up(h)) with gate|up fused
+//	s = q k^T (soft-capped: c*tanh(s/c)); x += softmax(s + mask) v @ Wo (normalized first: Gemma 2/3)
+//	x += down(act(gate(h)) * up(h)) with gate|up fused, h = RMSNorm(x) (and the output normalized: Gemma 2/3)
 //
 // The mask bias [B,1,group*S,T] (one per sliding window in use) and the rotary cos/sin
-// [B,S,1,rotary dims] are computed once.
+// [B,S,1,rotary dims] (one pair per rotary plan in use) are computed once; the logits
+// are soft-capped when the family says so.
 func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
 	m, err := planModel(cfg, w, q)
 	if err != nil {
@@ -107,32 +109,16 @@ func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
 	embed := b.weight("model.embed_tokens.weight", []int64{V, H}, m.w["model.embed_tokens.weight"].Data)
 	x := scaleEmbeddings(b, m, b.op("Gather", []string{embed, ids}, attrI("axis", 0)))
 
-	// Rotary tables: angle[b,s,0,j] = position[b,s] * invFreq[j mod R/2] over the R
-	// rotary dims; the sign of rotate_half is folded into sin so that
-	// rotate_half(x)*sin = swap(x)*sinSigned.
-	rot := m.arch.rotary
-	R := int64(rot.dims)
-	var cos, sinSigned string
-	if R > 0 {
-		invFreq := make([]float32, R)
-		sign := make([]float32, R)
-		for j, f := range rot.invFreq {
-			invFreq[j], invFreq[j+rot.dims/2] = f, f
-			sign[j], sign[j+rot.dims/2] = -1, 1
+	// Rotary tables, one pair per plan in use (layers share them).
+	type tables struct{ cos, sinSigned string }
+	rotaries := map[*rotaryPlan]tables{}
+	rotaryFor := func(rot *rotaryPlan) tables {
+		t, ok := rotaries[rot]
+		if !ok {
+			t.cos, t.sinSigned = rotaryTables(b, pos, rot, len(rotaries))
+			rotaries[rot] = t
 		}
-		posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
-		posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
-		angle := b.op("Mul", []string{posU, b.weight("rope.inv_freq", []int64{R}, invFreq)})
-		if rot.factor != 1 { // longrope's attention factor scales cos and sin
-			for j := range sign {
-				sign[j] *= rot.factor
-			}
-		}
-		cos = b.op("Cos", []string{angle})
-		if rot.factor != 1 {
-			cos = b.op("Mul", []string{cos, b.constFloat32(nil, rot.factor)})
-		}
-		sinSigned = b.op("Mul", []string{b.op("Sin", []string{angle}), b.weight("rope.sign", []int64{R}, sign)})
+		return t
 	}
 
 	// Attention bias [B,1,S,T]: key k is visible to query j iff attention_mask[b,k] != 0
@@ -182,8 +168,9 @@ func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
 		qkv = b.op("Reshape", []string{qkv, b.ints(0, 0, NH+2*KV, D)})
 		qkAndV := b.opN("Split", 2, []string{qkv, b.ints(NH+KV, KV)}, attrI("axis", 2))
 		qk, v := qkAndV[0], qkAndV[1]
-		if R > 0 {
-			qk = applyRotary(b, qk, cos, sinSigned, R, D)
+		if rot := m.arch.rotary[i]; rot.dims > 0 {
+			t := rotaryFor(rot)
+			qk = applyRotary(b, qk, t.cos, t.sinSigned, int64(rot.dims), D)
 		}
 		qAndK := b.opN("Split", 2, []string{qk, b.ints(NH, KV)}, attrI("axis", 2))
 		toHeads := attrIntList("perm", 0, 2, 1, 3)
@@ -196,7 +183,7 @@ func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
 			q = b.op("Reshape", []string{q, b.ints(0, KV, -1, D)}) // [B,KV,group*S,D]
 		}
 		kT := b.op("Transpose", []string{presentK}, attrIntList("perm", 0, 1, 3, 2))
-		scores := b.op("MatMul", []string{q, kT}) // [B,KV,group*S,T]
+		scores := softcapped(b, b.op("MatMul", []string{q, kT}), m.arch.attnSoftcap) // [B,KV,group*S,T]
 		probs := b.op("Softmax", []string{b.op("Add", []string{scores, biasFor(m.arch.window[i])})}, attrI("axis", -1))
 		att := b.op("MatMul", []string{probs, presentV}) // [B,KV,group*S,D]
 		if group > 1 {
@@ -211,9 +198,10 @@ func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
 	if tiedHead(m.cfg, m.w) {
 		outShape := b.op("Concat", []string{b.op("Shape", []string{ids}), b.ints(V)}, attrI("axis", 0))
 		flat := b.op("Reshape", []string{x, b.ints(-1, H)})
-		b.opTo(LogitsName, "Reshape", []string{tiedHeadLogits(b, m, flat, embed), outShape})
+		logits := softcapped(b, tiedHeadLogits(b, m, flat, embed), m.arch.finalSoftcap)
+		b.opTo(LogitsName, "Reshape", []string{logits, outShape})
 	} else {
-		b.opTo(LogitsName, "Identity", []string{untiedHead(b, m, x)})
+		b.opTo(LogitsName, "Identity", []string{softcapped(b, untiedHead(b, m, x), m.arch.finalSoftcap)})
 	}
 	return &onnxModel{
 		IRVersion:    onnxIRVersion,
@@ -230,6 +218,47 @@ func modelTypeOrLlama(cfg *Config) string {
 		return "llama"
 	}
 	return cfg.ModelType
+}
+
+// rotaryTables appends the cos and sin tables [B,S,1,dims] of rot at positions pos
+// [B,S]: angle[b,s,0,j] = position[b,s] * invFreq[j mod dims/2]; the sign of
+// rotate_half is folded into sin so that rotate_half(x)*sin = swap(x)*sinSigned, and
+// longrope's attention factor into both. k numbers the plan's initializers.
+func rotaryTables(b *graphBuilder, pos string, rot *rotaryPlan, k int) (cos, sinSigned string) {
+	R := int64(rot.dims)
+	invFreq := make([]float32, R)
+	sign := make([]float32, R)
+	for j, f := range rot.invFreq {
+		invFreq[j], invFreq[j+rot.dims/2] = f, f
+		sign[j], sign[j+rot.dims/2] = -1, 1
+	}
+	name := "rope"
+	if k > 0 {
+		name = fmt.Sprintf("rope%d", k)
+	}
+	posF := b.op("Cast", []string{pos}, attrI("to", int64(onnxFloat)))
+	posU := b.op("Unsqueeze", []string{posF, b.ints(2, 3)}) // [B,S,1,1]
+	angle := b.op("Mul", []string{posU, b.weight(name+".inv_freq", []int64{R}, invFreq)})
+	if rot.factor != 1 { // longrope's attention factor scales cos and sin
+		for j := range sign {
+			sign[j] *= rot.factor
+		}
+	}
+	cos = b.op("Cos", []string{angle})
+	if rot.factor != 1 {
+		cos = b.op("Mul", []string{cos, b.constFloat32(nil, rot.factor)})
+	}
+	sinSigned = b.op("Mul", []string{b.op("Sin", []string{angle}), b.weight(name+".sign", []int64{R}, sign)})
+	return cos, sinSigned
+}
+
+// softcapped appends c * tanh(x / c), or returns x when c is 0.
+func softcapped(b *graphBuilder, x string, c float32) string {
+	if c == 0 {
+		return x
+	}
+	t := b.op("Tanh", []string{b.op("Div", []string{x, b.constFloat32(nil, c)})})
+	return b.op("Mul", []string{t, b.constFloat32(nil, c)})
 }
 
 // applyRotary turns the first R of the D dims of every head of qk [..., heads, D]
@@ -289,13 +318,13 @@ func norm(b *graphBuilder, m *modelPlan, x, name string, scale float32) string {
 // attentionInput appends layer i's input RMSNorm and fused q|k|v projection (with
 // its biases, and Qwen3's per-head q/k norms) on the residual stream x [..., H] and
 // returns qkv [..., (heads+2*kvHeads)*headDim], the queries pre-scaled by
-// 1/sqrt(headDim). The dense graph and the paged segments share it, so both compute
+// the attention scale (1/sqrt(headDim) or the family's). The dense graph and the paged segments share it, so both compute
 // (and store) the same weights.
 func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 	p := fmt.Sprintf("model.layers.%d.", i)
 	H, D, NH, KV := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.kvHeads)
 	h := norm(b, m, x, p+"input_layernorm.weight", 1)
-	scale := float32(1 / math.Sqrt(float64(D)))
+	scale := m.arch.queryScale
 	qScale := scale
 	if m.arch.qkNorm {
 		qScale = 1 // RMSNorm would undo it: the q norm's weight carries it instead
@@ -334,9 +363,14 @@ func attentionOutputAndMLP(b *graphBuilder, m *modelPlan, i int, x, att string) 
 	p := fmt.Sprintf("model.layers.%d.", i)
 	H, D, NH, I := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.inter)
 	o := linear(b, m, att, p+"self_attn.o_proj.weight", NH*D, H, []projection{{m.w[p+"self_attn.o_proj.weight"].Data, 1}})
-	x = b.op("Add", []string{x, o})
-
-	h := norm(b, m, x, p+"post_attention_layernorm.weight", 1)
+	var h string
+	if m.arch.sandwich {
+		x = b.op("Add", []string{x, norm(b, m, o, p+"post_attention_layernorm.weight", 1)})
+		h = norm(b, m, x, p+"pre_feedforward_layernorm.weight", 1)
+	} else {
+		x = b.op("Add", []string{x, o})
+		h = norm(b, m, x, p+"post_attention_layernorm.weight", 1)
+	}
 	gu := linear(b, m, h, p+"mlp.gate_up_proj.weight", H, 2*I, []projection{
 		{m.w[p+"mlp.gate_proj.weight"].Data, 1},
 		{m.w[p+"mlp.up_proj.weight"].Data, 1},
@@ -344,6 +378,9 @@ func attentionOutputAndMLP(b *graphBuilder, m *modelPlan, i int, x, att string) 
 	gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", -1))
 	act := b.op("Mul", []string{activation(b, m.arch.act, gateUp[0]), gateUp[1]})
 	down := linear(b, m, act, p+"mlp.down_proj.weight", I, H, []projection{{m.w[p+"mlp.down_proj.weight"].Data, 1}})
+	if m.arch.sandwich {
+		down = norm(b, m, down, p+"post_feedforward_layernorm.weight", 1)
+	}
 	return b.op("Add", []string{x, down})
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 )
@@ -55,11 +54,57 @@ type Config struct {
 	// PartialRotaryFactor is the share of each head that rotary embeddings turn (Phi);
 	// 0 means all of it.
 	PartialRotaryFactor float64 `json:"partial_rotary_factor"`
-	// Fields of architectures the builder refuses (mixtures of experts, soft-capping).
-	NumLocalExperts       int      `json:"num_local_experts"`
-	NumExperts            int      `json:"num_experts"`
+	// Mixtures of experts, which the builder refuses.
+	NumLocalExperts int `json:"num_local_experts"`
+	NumExperts      int `json:"num_experts"`
+	// AttnLogitSoftcapping bounds the scaled attention scores s to c*tanh(s/c) before
+	// the mask, FinalLogitSoftcapping the logits likewise (Gemma 2, 3): null means none;
+	// left out, the family's default applies (Gemma 2: 50 and 30).
 	AttnLogitSoftcapping  *float64 `json:"attn_logit_softcapping"`
 	FinalLogitSoftcapping *float64 `json:"final_logit_softcapping"`
+	// QueryPreAttnScalar replaces head_dim in the attention scale 1/sqrt(head_dim)
+	// (Gemma 2 and 3).
+	QueryPreAttnScalar *float64 `json:"query_pre_attn_scalar"`
+	// LayerTypes names every layer's attention, "full_attention" or
+	// "sliding_attention" (transformers writes it since 4.53).
+	LayerTypes []string `json:"layer_types"`
+	// MaxWindowLayers is the first layer of Qwen2/Qwen3 with a sliding window when
+	// use_sliding_window is set.
+	MaxWindowLayers *int `json:"max_window_layers"`
+	// SlidingWindowPattern makes every SlidingWindowPattern-th layer a full-attention
+	// layer and the others sliding (Gemma 3, without layer_types).
+	SlidingWindowPattern *int `json:"sliding_window_pattern"`
+	// RopeLocalBaseFreq is the rotary base of Gemma 3's sliding layers.
+	RopeLocalBaseFreq *float64 `json:"rope_local_base_freq"`
+	// NoRopeLayers holds 1 for every layer with rotary embeddings and 0 for a layer
+	// without (SmolLM3; the name reads the other way round); without it, every
+	// NoRopeLayerInterval-th layer has none.
+	NoRopeLayers        []int `json:"no_rope_layers"`
+	NoRopeLayerInterval *int  `json:"no_rope_layer_interval"`
+
+	// TextConfig is a multimodal wrapper's text model config (Gemma 3), which
+	// LoadConfigFile reads in place of the wrapper's.
+	TextConfig json.RawMessage `json:"text_config,omitempty"`
+
+	// wrapper is the multimodal model_type whose text_config this config was read
+	// from ("" for a text model's own config.json).
+	wrapper string
+	// raw holds config.json's fields as written, for the families that tell an absent
+	// field (which takes transformers' default) from a null one; nil for a Config made
+	// in code, whose nil fields read as absent.
+	raw map[string]json.RawMessage
+}
+
+// isNull reports whether config.json set key to null (rather than leaving it out).
+func (c *Config) isNull(key string) bool {
+	v, ok := c.raw[key]
+	return ok && strings.TrimSpace(string(v)) == "null"
+}
+
+// has reports whether config.json has key (null included).
+func (c *Config) has(key string) bool {
+	_, ok := c.raw[key]
+	return ok
 }
 
 // DefaultRopeTheta is the rotary base Llama uses when config.json gives none.
@@ -167,8 +212,8 @@ func (c *Config) Validate() error {
 	if d := c.HeadDimOrDefault(); d%2 != 0 {
 		return bad("head size %d is odd; rotary embeddings need an even head size", d)
 	}
-	if c.ModelType != "" && !supportedModelType(c.ModelType) {
-		return bad("model_type %q is not supported (supported: %s)", c.ModelType, strings.Join(supportedModelTypes, ", "))
+	if c.ModelType != "" && families[c.ModelType] == nil {
+		return bad("model_type %q is not supported (supported: %s)", c.ModelType, strings.Join(supportedModelTypes(), ", "))
 	}
 	if c.BOSTokenID != nil && (*c.BOSTokenID < 0 || int(*c.BOSTokenID) >= c.VocabSize) {
 		return bad("bos_token_id %d is outside the vocabulary [0,%d)", *c.BOSTokenID, c.VocabSize)
@@ -181,32 +226,72 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// supportedModelTypes are the config.json model_type values the builder implements.
-var supportedModelTypes = []string{"llama", "mistral", "qwen2", "qwen3", "gemma", "phi3"}
-
-func supportedModelType(t string) bool { return slices.Contains(supportedModelTypes, t) }
-
 // LoadConfig reads and validates dir/config.json.
 func LoadConfig(dir string) (*Config, error) {
-	path := filepath.Join(dir, "config.json")
-	var c Config
-	if err := readJSONFile(path, &c); err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &c, nil
+	return LoadConfigFile(filepath.Join(dir, "config.json"))
 }
 
 // LoadConfigFile reads and validates a config.json at an explicit path.
 func LoadConfigFile(path string) (*Config, error) {
-	var c Config
-	if err := readJSONFile(path, &c); err != nil {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("models: read %s: %w", path, err)
+	}
+	c, err := parseConfig(b)
+	if err == nil {
+		err = c.Validate()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// parseConfig decodes a config.json: a multimodal wrapper's (see textModel) is read
+// as its text_config, keeping the wrapper's token ids and dtype where the text config
+// has none; the family's defaults fill the sizes it leaves out.
+func parseConfig(b []byte) (*Config, error) {
+	c, err := decodeConfig(b)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if f := families[c.ModelType]; f != nil && f.text != nil {
+		if len(c.TextConfig) == 0 || strings.TrimSpace(string(c.TextConfig)) == "null" {
+			return nil, badConfig("model_type %q needs text_config", c.ModelType)
+		}
+		t, err := decodeConfig(c.TextConfig)
+		if err != nil {
+			return nil, fmt.Errorf("text_config: %w", err)
+		}
+		if t.ModelType != "" && t.ModelType != f.text.modelType {
+			return nil, badConfig("text_config model_type %q, want %q", t.ModelType, f.text.modelType)
+		}
+		t.ModelType, t.wrapper = f.text.modelType, c.ModelType
+		if t.BOSTokenID == nil {
+			t.BOSTokenID = c.BOSTokenID
+		}
+		if t.EOSTokenID == nil {
+			t.EOSTokenID = c.EOSTokenID
+		}
+		if t.TorchDType == "" {
+			t.TorchDType = c.TorchDType
+		}
+		c = t
+	}
+	if f := families[c.ModelType]; f != nil && f.defaults != nil {
+		f.defaults(c)
+	}
+	return c, nil
+}
+
+// decodeConfig decodes one config object, keeping its raw fields.
+func decodeConfig(b []byte) (*Config, error) {
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, badConfig("%v", err)
+	}
+	if err := json.Unmarshal(b, &c.raw); err != nil {
+		return nil, badConfig("%v", err)
 	}
 	return &c, nil
 }

@@ -2,23 +2,35 @@
 // Conveyor's model code (the runtime is package models).
 //
 // BuildLlamaONNX writes the Hugging Face Optimum decoder interface (see package models)
-// straight from Go for the Llama-like families: llama (with linear and llama3 rope
-// scaling), mistral (sliding window), qwen2 (q/k/v biases), qwen3 (per-head q/k norms),
-// gemma (scaled embeddings, 1 + weight norms, tanh GELU) and phi3 (fused projections,
-// partial rotary, longrope within the original context). family.go resolves a
-// config.json into what departs from Llama (arch) and refuses, naming the field,
-// anything the graphs would not compute as transformers does; Phi-3's fused tensors are
-// split into views of the checkpoint's memory. onnx.go encodes the ONNX protobuf
-// messages with protowire, streaming weights to disk without a second in-memory copy,
-// and builder.go lays out the graph with standard ai.onnx opset 17 operators only.
-// Hugging Face linear weights ([out, in]) are stored transposed; q, k and v are one
-// fused MatMul (with 1/sqrt(head_dim) folded into q, or into Qwen3's q norm), as are
-// gate and up. The mask bias (one per sliding window in use) and the rotary cos/sin
-// tables are computed once per pass and shared by every layer; grouped-query attention
-// regroups the queries ([B, kv_heads, group*seq, d]) instead of repeating keys and
-// values. A key column k is visible to query j iff attention_mask[b,k] == 1 and
-// k <= past + j, so padding may sit anywhere; a query whose keys are all hidden gets a
-// uniform (finite) softmax, never NaN.
+// straight from Go for the Llama-like families. A family is one file, family_<name>.go,
+// that registers the config.json model_type values it reads (registerFamily) and
+// resolves a config into the shared parameters of arch: norm style (weight or 1 +
+// weight, and Gemma 2/3's four norms per layer), MLP activation, q/k/v biases, per-head
+// q/k norms, embedding scale, attention scale, soft-caps of the scores and the logits,
+// and per layer a sliding window and a rotary plan (rope_theta and rope_scaling, a
+// local base on Gemma 3's sliding layers, none on SmolLM3's NoPE layers). It lists its
+// tensors as edits of Llama's, and refuses, naming the field and value, anything the
+// graphs would not compute as transformers does; absent fields take transformers'
+// defaults, and a null one (a soft-cap, a window) means none where transformers reads it
+// so. The registered families: llama (linear and llama3 rope scaling), mistral (sliding
+// window), qwen2 (q/k/v biases), qwen3 (q/k norms), both with use_sliding_window (layers
+// from max_window_layers on), gemma, gemma2, gemma3_text (and the text model of a gemma3
+// checkpoint with vision), phi3 (fused projections, split into views of the
+// checkpoint's memory; partial rotary; longrope within the original context) and
+// smollm3. The dense graph, the paged segments and the paged manifest read only arch.
+// onnx.go encodes the ONNX protobuf messages with protowire, streaming weights to disk
+// without a second in-memory copy, and builder.go lays out the graph with standard
+// ai.onnx opset 17 operators only. Hugging Face linear weights ([out, in]) are stored
+// transposed; q, k and v are one fused MatMul (with the attention scale folded into q,
+// or into the q norm's weight), as are gate and up. The mask bias (one per sliding
+// window in use) and the rotary cos/sin tables (one pair per rotary plan in use) are
+// computed once per pass and shared by the layers; grouped-query attention regroups the
+// queries ([B, kv_heads, group*seq, d]) instead of repeating keys and values. A key
+// column k is visible to query j iff attention_mask[b,k] == 1 and k <= past + j (and,
+// under a window w, k's position is above j's minus w: w keys with j's own), so padding
+// may sit anywhere; a query whose keys are all hidden gets a uniform (finite) softmax,
+// never NaN. A soft-capped layer computes c*tanh(s/c) of the scaled scores before the
+// mask, in the graph and in the paged kernel alike.
 //
 // Weights come from a checkpoint (LoadSafetensorsDir reads single or sharded
 // safetensors in F32, F16 or BF16, validating every header) or from RandomWeights,

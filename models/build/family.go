@@ -1,27 +1,120 @@
 package build
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
-// arch is what the graph builder needs to know about a checkpoint beyond its sizes:
-// the ways its model_type departs from Llama, resolved from config.json once.
+// A family is one model_type's reading of config.json. Each family is one file
+// (family_<name>.go) that registers itself: the model_type values it reads, how
+// config.json turns into the shared parameters of arch (norms, activation, biases, q/k
+// norms, each layer's window and rotary, soft-caps, embedding and attention scales),
+// its tensors, and what it refuses, naming the field and value. The builder, the
+// paged manifest and the dense graph read only arch, never the model_type.
+type family struct {
+	// modelTypes are the config.json model_type values the family reads.
+	modelTypes []string
+	// resolve reads cfg into a, which archOf fills first with Llama's reading: a silu
+	// MLP (hidden_act), rotary from rope_theta and rope_scaling on every layer, full
+	// attention everywhere, scores scaled by 1/sqrt(head_dim). It changes what its
+	// family does otherwise and refuses what the graphs would not compute as
+	// transformers does; errors wrap ErrBadConfig and name the field.
+	resolve func(cfg *Config, a *arch) error
+	// tensors edits the Llama layout (llamaTensors) into the family's checkpoint
+	// tensors; nil keeps it.
+	tensors func(cfg *Config, s map[string][]int)
+	// softcaps is set for a family that reads attn_logit_softcapping and
+	// final_logit_softcapping; the others refuse them.
+	softcaps bool
+	// defaults fills transformers' defaults into the sizes config.json leaves out
+	// (zero); nil for families whose configs always carry them.
+	defaults func(c *Config)
+	// text is set for a multimodal wrapper whose text model is served on its own.
+	text *textModel
+}
+
+// textModel is the text half of a multimodal checkpoint (Gemma 3): config.json nests
+// the text model's config under text_config, read as modelType, and the checkpoint
+// stores its tensors under one of prefixes (mapped to the text model's names); the
+// tensors under drop (the vision tower, the projector) are left out of the build.
+type textModel struct {
+	modelType string
+	prefixes  map[string]string // checkpoint prefix -> text model prefix
+	drop      []string
+}
+
+// textWeights returns w under the text model's tensor names when cfg was read from a
+// multimodal wrapper's text_config, without the other modalities' tensors; otherwise w.
+func textWeights(cfg *Config, w Weights) Weights {
+	f := families[cfg.wrapper]
+	if f == nil || f.text == nil {
+		return w
+	}
+	out := make(Weights, len(w))
+	for name, t := range w {
+		if slices.ContainsFunc(f.text.drop, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		for from, to := range f.text.prefixes {
+			if strings.HasPrefix(name, from) {
+				name = to + strings.TrimPrefix(name, from)
+				break
+			}
+		}
+		out[name] = t
+	}
+	return out
+}
+
+// families maps every registered model_type to its family.
+var families = map[string]*family{}
+
+// registerFamily adds f under each of its model types; a type registered twice is a
+// programming error.
+func registerFamily(f *family) {
+	for _, t := range f.modelTypes {
+		if families[t] != nil {
+			panic("build: model_type " + t + " registered twice")
+		}
+		families[t] = f
+	}
+}
+
+// supportedModelTypes returns the registered model types, sorted.
+func supportedModelTypes() []string { return sortedKeys(families) }
+
+// arch is what the graph builder needs to know about a checkpoint beyond its sizes,
+// resolved from config.json once by its family.
 type arch struct {
+	family     *family
 	qkvBias    bool    // q, k and v projections have biases (Qwen2)
-	qkNorm     bool    // per-head RMSNorm of q and k before rotary (Qwen3)
+	qkNorm     bool    // per-head RMSNorm of q and k before rotary (Qwen3, Gemma 3)
 	normOffset float32 // RMSNorm multiplies by (normOffset + weight): 1 for Gemma
 	embedScale float32 // embeddings are multiplied by it (Gemma: sqrt(hidden)); 0 = none
 	act        string  // MLP activation: actSiLU, actGeluTanh or actGelu
 	fused      bool    // checkpoint stores qkv_proj and gate_up_proj fused (Phi-3)
-	window     []int   // per layer: sliding window in positions, 0 = full attention
-	rotary     rotaryPlan
+	// sandwich: the attention output and the MLP output are normalized before their
+	// residual adds (post_attention_layernorm, post_feedforward_layernorm), and the MLP
+	// input by pre_feedforward_layernorm (Gemma 2, 3).
+	sandwich bool
+	// queryScale multiplies q·k: 1/sqrt(head_dim), or 1/sqrt(query_pre_attn_scalar).
+	queryScale float32
+	// attnSoftcap bounds the scaled scores to c*tanh(s/c) before the mask;
+	// finalSoftcap the logits likewise. 0 = none.
+	attnSoftcap, finalSoftcap float32
+
+	// window is every layer's sliding window in keys (the query's own included), 0 for
+	// full attention.
+	window []int
+	// rotary is every layer's rotary plan (layers may share one); a plan with dims 0
+	// turns nothing.
+	rotary []*rotaryPlan
 }
 
-// rotaryPlan is the rotary embedding of every layer: rotate-half over the first dims
-// of each head with the given inverse frequencies, cos and sin times factor.
+// rotaryPlan is the rotary embedding of a layer: rotate-half over the first dims of
+// each head with the given inverse frequencies, cos and sin times factor.
 type rotaryPlan struct {
 	dims    int
 	invFreq []float32 // dims/2 values
@@ -31,6 +124,20 @@ type rotaryPlan struct {
 	maxPositions int
 }
 
+// noRotary is the plan of a layer without position embeddings (SmolLM3's NoPE layers).
+var noRotary = &rotaryPlan{factor: 1}
+
+// contextCap returns the longest context the layers' rotary plans allow, 0 for no cap.
+func (a *arch) contextCap() int {
+	c := 0
+	for _, r := range a.rotary {
+		if r.maxPositions > 0 && (c == 0 || r.maxPositions < c) {
+			c = r.maxPositions
+		}
+	}
+	return c
+}
+
 // MLP activations.
 const (
 	actSiLU     = "silu"
@@ -38,59 +145,51 @@ const (
 	actGelu     = "gelu"
 )
 
-// archOf resolves cfg's model_type and options into an arch, refusing anything the
-// graphs do not compute exactly as Hugging Face does. cfg must be valid. Errors wrap
-// ErrBadConfig and name the config.json field and value.
+// badConfig returns an error wrapping ErrBadConfig.
+func badConfig(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
+}
+
+// archOf resolves cfg's model_type and options into an arch through the model type's
+// family, refusing anything the graphs do not compute exactly as Hugging Face does.
+// cfg must be valid. Errors wrap ErrBadConfig and name the config.json field and value.
 func archOf(cfg *Config) (*arch, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
+	mt := modelTypeOrLlama(cfg)
+	f := families[mt]
+	if f == nil {
+		return nil, badConfig("model_type %q is not supported (supported: %s)", mt, strings.Join(supportedModelTypes(), ", "))
 	}
-	mt := cfg.ModelType
-	if mt == "" {
-		mt = "llama"
-	}
-	a := &arch{act: actSiLU}
 	if cfg.NumLocalExperts > 0 || cfg.NumExperts > 0 {
-		return nil, bad("num_local_experts/num_experts %d: mixtures of experts are not supported", max(cfg.NumLocalExperts, cfg.NumExperts))
+		return nil, badConfig("num_local_experts/num_experts %d: mixtures of experts are not supported", max(cfg.NumLocalExperts, cfg.NumExperts))
 	}
-	if cfg.AttnLogitSoftcapping != nil || cfg.FinalLogitSoftcapping != nil {
-		return nil, bad("attn_logit_softcapping/final_logit_softcapping are not supported for model_type %q", mt)
+	if !f.softcaps && (cfg.AttnLogitSoftcapping != nil || cfg.FinalLogitSoftcapping != nil) {
+		return nil, badConfig("attn_logit_softcapping/final_logit_softcapping are not supported for model_type %q", mt)
 	}
 	if cfg.MLPBias {
-		return nil, bad("mlp_bias true is not supported")
+		return nil, badConfig("mlp_bias true is not supported")
 	}
 	if cfg.AttentionBias {
-		return nil, bad("attention_bias true is not supported for model_type %q", mt)
+		return nil, badConfig("attention_bias true is not supported for model_type %q", mt)
 	}
-	act := cfg.HiddenAct
-	window := 0
-	switch mt {
-	case "llama":
-	case "mistral", "phi3":
-		if cfg.SlidingWindow != nil {
-			if *cfg.SlidingWindow <= 0 {
-				return nil, bad("sliding_window %d must be positive or null", *cfg.SlidingWindow)
-			}
-			window = *cfg.SlidingWindow
-		}
-		a.fused = mt == "phi3"
-	case "qwen2", "qwen3":
-		if cfg.UseSlidingWindow != nil && *cfg.UseSlidingWindow {
-			return nil, bad("use_sliding_window true is not supported for model_type %q (layers from max_window_layers on would need their own window)", mt)
-		}
-		a.qkvBias = mt == "qwen2"
-		a.qkNorm = mt == "qwen3"
-	case "gemma":
-		a.normOffset = 1
-		// As transformers' GemmaMLP: hidden_activation wins; without it the checkpoints
-		// (whose hidden_act says "gelu") were trained with the tanh approximation.
-		act = cfg.HiddenActivation
-		if act == "" {
-			act = actGeluTanh
-		}
-		a.embedScale = float32(math.Sqrt(float64(cfg.HiddenSize)))
+	r, err := rotaryOf(cfg)
+	if err != nil {
+		return nil, err
 	}
-	switch act {
+	n := cfg.NumHiddenLayers
+	a := &arch{
+		family:     f,
+		act:        cfg.HiddenAct,
+		queryScale: float32(1 / math.Sqrt(float64(cfg.HeadDimOrDefault()))),
+		window:     make([]int, n),
+		rotary:     make([]*rotaryPlan, n),
+	}
+	for i := range a.rotary {
+		a.rotary[i] = &r
+	}
+	if err := f.resolve(cfg, a); err != nil {
+		return nil, err
+	}
+	switch a.act {
 	case "", actSiLU:
 		a.act = actSiLU
 	case actGeluTanh, "gelu_new", "gelu_fast":
@@ -98,172 +197,51 @@ func archOf(cfg *Config) (*arch, error) {
 	case actGelu:
 		a.act = actGelu
 	default:
-		return nil, bad("hidden_act %q is not supported (want silu, gelu or gelu_pytorch_tanh)", act)
+		return nil, badConfig("hidden_act %q is not supported (want silu, gelu or gelu_pytorch_tanh)", a.act)
 	}
-	a.window = make([]int, cfg.NumHiddenLayers)
-	for i := range a.window {
-		a.window[i] = window
-	}
-	r, err := rotaryOf(cfg)
-	if err != nil {
-		return nil, err
-	}
-	a.rotary = r
 	return a, nil
 }
 
-// RopeScalingParams is config.json's rope_scaling object.
-type RopeScalingParams struct {
-	RopeType                      string    `json:"rope_type"`
-	Type                          string    `json:"type"` // the older key for rope_type
-	Factor                        float64   `json:"factor"`
-	LowFreqFactor                 float64   `json:"low_freq_factor"`
-	HighFreqFactor                float64   `json:"high_freq_factor"`
-	OriginalMaxPositionEmbeddings int       `json:"original_max_position_embeddings"`
-	ShortFactor                   []float64 `json:"short_factor"`
-	LongFactor                    []float64 `json:"long_factor"`
-	AttentionFactor               *float64  `json:"attention_factor"`
+// layerWindows sets a.window: window on the layers sliding reports, unless config.json
+// names every layer's attention in layer_types, which then decides. A sliding layer
+// needs a positive window.
+func layerWindows(cfg *Config, a *arch, window int, sliding func(layer int) bool) error {
+	n := cfg.NumHiddenLayers
+	if cfg.LayerTypes != nil {
+		if len(cfg.LayerTypes) != n {
+			return badConfig("layer_types has %d entries for %d layers", len(cfg.LayerTypes), n)
+		}
+		sliding = func(i int) bool { return cfg.LayerTypes[i] == "sliding_attention" }
+		for i, t := range cfg.LayerTypes {
+			if t != "sliding_attention" && t != "full_attention" {
+				return badConfig("layer_types[%d] %q is not supported (want full_attention or sliding_attention)", i, t)
+			}
+		}
+	}
+	for i := range a.window {
+		a.window[i] = 0
+		if sliding(i) {
+			if window <= 0 {
+				return badConfig("sliding_window %d must be positive for sliding layer %d", window, i)
+			}
+			a.window[i] = window
+		}
+	}
+	return nil
 }
 
-// rotaryOf returns the rotary embedding cfg describes: head_dim (or its
-// partial_rotary_factor share) turned with rope_theta's frequencies, rescaled as
-// rope_scaling says: default, linear, llama3, and longrope up to the original context
-// (where transformers uses the short factors; beyond it, it switches every position to
-// the long factors, which a KV cache cannot follow, so the context is capped there).
-func rotaryOf(cfg *Config) (rotaryPlan, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadConfig, fmt.Sprintf(format, args...))
+// optionalWindow reads a sliding_window that applies to every layer when set (Mistral,
+// Phi-3): positive or null.
+func optionalWindow(cfg *Config, a *arch) error {
+	if cfg.SlidingWindow == nil {
+		return nil
 	}
-	headDim := cfg.HeadDimOrDefault()
-	dims := headDim
-	if f := cfg.PartialRotaryFactor; f != 0 {
-		if f < 0 || f > 1 {
-			return rotaryPlan{}, bad("partial_rotary_factor %g must be in (0, 1]", f)
-		}
-		dims = int(float64(headDim) * f) // as transformers: int(head_dim * factor)
-		if dims%2 != 0 {
-			return rotaryPlan{}, bad("partial_rotary_factor %g gives an odd rotary size %d", f, dims)
-		}
+	w := *cfg.SlidingWindow
+	if w <= 0 {
+		return badConfig("sliding_window %d must be positive or null", w)
 	}
-	// As transformers: 1 / theta ** (arange(0, dims, 2).float() / dims).
-	inv := make([]float64, dims/2)
-	for j := range inv {
-		exp := float32(2*j) / float32(dims)
-		inv[j] = float64(float32(1 / math.Pow(cfg.Theta(), float64(exp))))
-	}
-	raw := strings.TrimSpace(string(cfg.RopeScaling))
-	if raw != "" && raw != "null" {
-		var s RopeScalingParams
-		if err := json.Unmarshal(cfg.RopeScaling, &s); err != nil {
-			return rotaryPlan{}, bad("rope_scaling %s: %v", truncateForError(cfg.RopeScaling), err)
-		}
-		kind := s.RopeType
-		if kind == "" {
-			kind = s.Type
-		}
-		switch kind {
-		case "default":
-		case "linear":
-			if s.Factor <= 0 {
-				return rotaryPlan{}, bad("rope_scaling factor %g must be positive", s.Factor)
-			}
-			for j := range inv {
-				inv[j] = float64(float32(inv[j]) / float32(s.Factor))
-			}
-		case "llama3":
-			if err := llama3Frequencies(inv, s); err != nil {
-				return rotaryPlan{}, err
-			}
-		case "longrope":
-			return longRope(cfg, dims, s)
-		default:
-			return rotaryPlan{}, bad("rope_scaling rope_type %q is not supported (supported: default, linear, llama3, longrope)", kind)
-		}
-	}
-	r := rotaryPlan{dims: dims, invFreq: make([]float32, len(inv)), factor: 1}
-	for j, f := range inv {
-		r.invFreq[j] = float32(f)
-	}
-	return r, nil
-}
-
-// longRope is transformers' _compute_longrope_parameters for sequences within the
-// original context: inverse frequencies 1 / (short_factor[j] * theta^(2j/dims)) and
-// the attention factor sqrt(1 + ln(factor) / ln(original)), factor being
-// max_position_embeddings / original_max_position_embeddings (Phi-3's top-level field)
-// or rope_scaling's factor. The context is capped at the original one.
-func longRope(cfg *Config, dims int, s RopeScalingParams) (rotaryPlan, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: rope_scaling (longrope): %s", ErrBadConfig, fmt.Sprintf(format, args...))
-	}
-	if len(s.ShortFactor) != dims/2 || len(s.LongFactor) != dims/2 {
-		return rotaryPlan{}, bad("short_factor and long_factor have %d and %d values, want %d (rotary dims / 2)", len(s.ShortFactor), len(s.LongFactor), dims/2)
-	}
-	factor := s.Factor
-	orig := cfg.OriginalMaxPositionEmbeddings
-	if orig > 0 {
-		factor = float64(cfg.MaxPositionEmbeddings) / float64(orig)
-	} else {
-		orig = s.OriginalMaxPositionEmbeddings
-		if orig <= 0 {
-			orig = cfg.MaxPositionEmbeddings
-		}
-	}
-	if orig <= 1 {
-		return rotaryPlan{}, bad("original_max_position_embeddings %d must be above 1", orig)
-	}
-	att := 1.0
-	switch {
-	case s.AttentionFactor != nil:
-		att = *s.AttentionFactor
-	case factor > 1:
-		att = math.Sqrt(1 + math.Log(factor)/math.Log(float64(orig)))
-	}
-	r := rotaryPlan{dims: dims, invFreq: make([]float32, dims/2), factor: float32(att)}
-	for j, f := range s.ShortFactor {
-		if f <= 0 {
-			return rotaryPlan{}, bad("short_factor[%d] = %g must be positive", j, f)
-		}
-		shape := float32(2*j) / float32(dims)
-		r.invFreq[j] = 1 / (float32(f) * float32(math.Pow(cfg.Theta(), float64(shape))))
-	}
-	if cfg.MaxPositionEmbeddings > orig {
-		r.maxPositions = orig
-	}
-	return r, nil
-}
-
-// llama3Frequencies rescales inv in place as transformers'
-// _compute_llama3_parameters does: wavelengths above original/low_freq_factor are
-// divided by factor, those below original/high_freq_factor kept, and the band between
-// interpolated smoothly. The arithmetic is float32, as there.
-func llama3Frequencies(inv []float64, s RopeScalingParams) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: rope_scaling (llama3): %s", ErrBadConfig, fmt.Sprintf(format, args...))
-	}
-	switch {
-	case s.Factor <= 0:
-		return bad("factor %g must be positive", s.Factor)
-	case s.LowFreqFactor <= 0 || s.HighFreqFactor <= s.LowFreqFactor:
-		return bad("low_freq_factor %g and high_freq_factor %g must satisfy 0 < low < high", s.LowFreqFactor, s.HighFreqFactor)
-	case s.OriginalMaxPositionEmbeddings <= 0:
-		return bad("original_max_position_embeddings %d must be positive", s.OriginalMaxPositionEmbeddings)
-	}
-	factor, low, high := float32(s.Factor), float32(s.LowFreqFactor), float32(s.HighFreqFactor)
-	old := float32(s.OriginalMaxPositionEmbeddings)
-	lowWavelen, highWavelen := old/low, old/high
-	for j, f64 := range inv {
-		f := float32(f64)
-		wavelen := float32(2*math.Pi) / f
-		scaled := f
-		if wavelen > lowWavelen {
-			scaled = f / factor
-		}
-		if !(wavelen < highWavelen) && !(wavelen > lowWavelen) {
-			smooth := (old/wavelen - low) / (high - low)
-			scaled = (1-smooth)*scaled/factor + smooth*scaled
-		}
-		inv[j] = float64(scaled)
+	for i := range a.window {
+		a.window[i] = w
 	}
 	return nil
 }
@@ -281,6 +259,15 @@ func WeightShapes(cfg *Config) (map[string][]int, error) {
 }
 
 func weightShapes(cfg *Config, a *arch) map[string][]int {
+	s := llamaTensors(cfg)
+	if a.family.tensors != nil {
+		a.family.tensors(cfg, s)
+	}
+	return s
+}
+
+// llamaTensors is Llama's checkpoint layout for cfg.
+func llamaTensors(cfg *Config) map[string][]int {
 	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
 	D, NH, KV := cfg.HeadDimOrDefault(), cfg.NumAttentionHeads, cfg.KVHeads()
 	s := map[string][]int{
@@ -291,32 +278,29 @@ func weightShapes(cfg *Config, a *arch) map[string][]int {
 		s["lm_head.weight"] = []int{V, H}
 	}
 	for i := 0; i < cfg.NumHiddenLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+		p := layerPrefix(i)
 		s[p+"input_layernorm.weight"] = []int{H}
 		s[p+"post_attention_layernorm.weight"] = []int{H}
+		s[p+"self_attn.q_proj.weight"] = []int{NH * D, H}
+		s[p+"self_attn.k_proj.weight"] = []int{KV * D, H}
+		s[p+"self_attn.v_proj.weight"] = []int{KV * D, H}
 		s[p+"self_attn.o_proj.weight"] = []int{H, NH * D}
+		s[p+"mlp.gate_proj.weight"] = []int{I, H}
+		s[p+"mlp.up_proj.weight"] = []int{I, H}
 		s[p+"mlp.down_proj.weight"] = []int{H, I}
-		if a.fused {
-			s[p+"self_attn.qkv_proj.weight"] = []int{(NH + 2*KV) * D, H}
-			s[p+"mlp.gate_up_proj.weight"] = []int{2 * I, H}
-		} else {
-			s[p+"self_attn.q_proj.weight"] = []int{NH * D, H}
-			s[p+"self_attn.k_proj.weight"] = []int{KV * D, H}
-			s[p+"self_attn.v_proj.weight"] = []int{KV * D, H}
-			s[p+"mlp.gate_proj.weight"] = []int{I, H}
-			s[p+"mlp.up_proj.weight"] = []int{I, H}
-		}
-		if a.qkvBias {
-			s[p+"self_attn.q_proj.bias"] = []int{NH * D}
-			s[p+"self_attn.k_proj.bias"] = []int{KV * D}
-			s[p+"self_attn.v_proj.bias"] = []int{KV * D}
-		}
-		if a.qkNorm {
-			s[p+"self_attn.q_norm.weight"] = []int{D}
-			s[p+"self_attn.k_norm.weight"] = []int{D}
-		}
 	}
 	return s
+}
+
+// layerPrefix is the tensor name prefix of layer i.
+func layerPrefix(i int) string { return fmt.Sprintf("model.layers.%d.", i) }
+
+// addQKNorms adds per-head q_norm and k_norm weights to every layer of s.
+func addQKNorms(cfg *Config, s map[string][]int) {
+	for i := 0; i < cfg.NumHiddenLayers; i++ {
+		s[layerPrefix(i)+"self_attn.q_norm.weight"] = []int{cfg.HeadDimOrDefault()}
+		s[layerPrefix(i)+"self_attn.k_norm.weight"] = []int{cfg.HeadDimOrDefault()}
+	}
 }
 
 // modelPlan is everything a graph is built from: sizes, architecture and weights under
@@ -332,7 +316,7 @@ type modelPlan struct {
 // contextLength is the longest sequence the built model serves: max_position_embeddings,
 // or less when the rotary scaling caps it.
 func (m *modelPlan) contextLength() int {
-	if c := m.arch.rotary.maxPositions; c > 0 && c < m.cfg.MaxPositionEmbeddings {
+	if c := m.arch.contextCap(); c > 0 && c < m.cfg.MaxPositionEmbeddings {
 		return c
 	}
 	return m.cfg.MaxPositionEmbeddings

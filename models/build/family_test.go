@@ -33,7 +33,11 @@ func TestArchRefusals(t *testing.T) {
 		{"llama3 bad bands", "llama", func(c *Config) {
 			c.RopeScaling = json.RawMessage(`{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":8192}`)
 		}, []string{"llama3", "low_freq_factor 4"}},
-		{"qwen2 sliding layers", "qwen2", func(c *Config) { c.UseSlidingWindow = &yes; c.SlidingWindow = &four }, []string{"use_sliding_window", "qwen2"}},
+		{"qwen2 layer_types", "qwen2", func(c *Config) {
+			c.UseSlidingWindow = &yes
+			c.SlidingWindow = &four
+			c.LayerTypes = []string{"full_attention", "chunked_attention"}
+		}, []string{"layer_types[1]", `"chunked_attention"`}},
 		{"mixture of experts", "qwen2", func(c *Config) { c.NumExperts = 8 }, []string{"num_experts", "8"}},
 		{"mlp bias", "llama", func(c *Config) { c.MLPBias = true }, []string{"mlp_bias"}},
 		{"attention bias", "llama", func(c *Config) { c.AttentionBias = true }, []string{"attention_bias"}},
@@ -41,7 +45,7 @@ func TestArchRefusals(t *testing.T) {
 		{"softcapping", "gemma", func(c *Config) { c.FinalLogitSoftcapping = &cap }, []string{"softcapping"}},
 		{"zero window", "mistral", func(c *Config) { zero := 0; c.SlidingWindow = &zero }, []string{"sliding_window 0"}},
 		{"odd partial rotary", "phi3", func(c *Config) { c.PartialRotaryFactor = 0.4 }, []string{"partial_rotary_factor 0.4", "odd rotary size 3"}},
-		{"gemma2", "gemma2", func(c *Config) {}, []string{"model_type", `"gemma2"`}},
+		{"gemma2 without head_dim", "gemma2", func(c *Config) {}, []string{"head_dim", `"gemma2"`}},
 		{"mixtral", "mixtral", func(c *Config) {}, []string{"model_type", `"mixtral"`}},
 	} {
 		c := familyTestConfig(tc.modelType)

@@ -51,13 +51,15 @@ func buildPaged(cfg *Config, w Weights, outDir string, q Quantization, opts writ
 		if err := writeSegment(layerSegment(m, i), dir, name, opts); err != nil {
 			return err
 		}
+		rot := m.arch.rotary[i]
 		att := attention.Params{
 			NumHeads:      d.heads,
 			NumKVHeads:    d.kvHeads,
 			HeadDim:       d.headDim,
-			Scale:         1, // 1/sqrt(head_dim) is folded into the query projection
-			Rotary:        attention.Rotary{Dims: m.arch.rotary.dims, InvFreq: m.arch.rotary.invFreq, AttentionFactor: m.arch.rotary.factor},
+			Scale:         1, // the attention scale is folded into the query projection
+			Rotary:        attention.Rotary{Dims: rot.dims, InvFreq: rot.invFreq, AttentionFactor: rot.factor},
 			SlidingWindow: m.arch.window[i],
+			Softcap:       m.arch.attnSoftcap,
 		}
 		man.Layers = append(man.Layers, modeldir.PagedLayer{Segment: name, Attention: att})
 	}
@@ -120,6 +122,7 @@ func headSegment(m *modelPlan) *onnxModel {
 	} else {
 		logits = untiedHead(b, m, x)
 	}
+	logits = softcapped(b, logits, m.arch.finalSoftcap)
 	b.opTo(modeldir.SegLogits, "Identity", []string{logits})
 	return segmentModel(b, "the head of a decoder for Conveyor's paged attention")
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Writes models/testdata/families/NAME/: tiny decoders of six Hugging Face families, with reference logits.
+"""Writes models/testdata/families/NAME/: tiny decoders of the Hugging Face families Conveyor builds, with
+reference logits.
 
 Each case is a seeded random checkpoint of one Hugging Face decoder family in the layout of a real
 checkpoint directory, for checking Conveyor's ONNX graph builder against plain PyTorch:
@@ -7,27 +8,39 @@ checkpoint directory, for checking Conveyor's ONNX graph builder against plain P
   config.json        as transformers writes it for that model_type (pretty-printed, sorted keys)
   model.safetensors  float32 tensors under the family's Hugging Face parameter names (no lm_head.weight
                      when tie_word_embeddings is set), written by the small writer below
-  reference.json     {"model", "sequences", "logits"}: three token sequences (lengths 13, 6, 21, ids
-                     uniform in [0, vocab) from a seeded generator), each run alone (batch of one, no
-                     padding, positions 0..len-1); logits[sequence][position][vocab], rounded to 6 decimals
+  reference.json     {"model", "sequences", "context", "logits"}: three token sequences (lengths 13, 6, 21,
+                     ids uniform in [0, vocab) from a seeded generator), each run alone (batch of one, no
+                     padding, positions 0..len-1); the context the built model must serve; logits[sequence]
+                     [position][vocab], rounded to 6 decimals
 
 Cases: llama3 (llama3 rope scaling, tied, GQA), llama_linear (linear rope scaling with the older "type"
 key, untied), qwen2 (q/k/v biases), qwen3 (per-head q_norm/k_norm, explicit head_dim), mistral (sliding
 window 5, one kv head), gemma (embeddings times sqrt(hidden), RMSNorm with 1 + weight, tanh GELU MLP,
 head_dim != hidden/heads), phi3 (fused qkv_proj and gate_up_proj, sliding window 7), phi4mini (phi3
-with partial_rotary_factor 0.75, tied) and phi35 (phi4mini with longrope scaling: short factors and the
-attention factor sqrt(1 + ln(max/original) / ln(original)) on cos and sin).
+with partial_rotary_factor 0.75, tied), phi35 (phi4mini with longrope scaling: short factors and the
+attention factor sqrt(1 + ln(max/original) / ln(original)) on cos and sin), gemma2 (sliding and full
+layers alternating, attention and final logit soft-caps, four norms per layer, query_pre_attn_scalar),
+smollm3 (a layer without rotary, GQA), qwen2_swa and qwen3_swa (use_sliding_window: from
+max_window_layers on, or as layer_types says), gemma3 (gemma3_text: q/k norms, sliding layers turned by
+rope_local_base_freq, full layers by rope_theta with linear scaling) and gemma3_vision (the gemma3 model
+as a multimodal checkpoint stores it: text_config nested with Gemma3TextConfig's defaults left out,
+tensors under language_model.model.*, a vision tower to ignore).
 
 The math is plain PyTorch in float32 (no `transformers`), following transformers' modeling_<model_type>.py
 with eager attention: RMSNorm computed in float32, rotate_half RoPE with cos/sin from float32 inv_freq
-(modeling_rope_utils: default, linear and llama3), attention scale head_dim**-0.5, an additive causal
-(and sliding-window: key j visible to query i iff i - window < j <= i) mask of finfo(float32).min,
-softmax in float32, grouped-query heads (query head h reads kv head h // (heads / kv_heads)).
+(modeling_rope_utils: default, linear and llama3; per layer: none on a NoPE layer, the local base on
+Gemma 3's sliding layers), scores times head_dim**-0.5 (query_pre_attn_scalar**-0.5 for Gemma 2/3), then
+the soft-cap c*tanh(s/c), then an additive causal (and sliding-window: key j visible to query i iff
+i - window < j <= i, the window set per layer as the transformers configs fill in layer_types) mask of
+finfo(float32).min, softmax in float32, grouped-query heads (query head h reads kv head
+h // (heads / kv_heads)).
 
 After writing, the script checks itself and prints the results: the files read back reproduce the
-logits; an independent float64 NumPy implementation (explicit loops) agrees; and each family's special
-feature (rope scaling, biases, q/k norms, sliding window, Gemma's norm/scale/activation, phi3's fused
-projections, partial rotary) really changes the logits versus plain llama math.
+logits; an independent float64 NumPy implementation (explicit loops, deriving each layer's window and
+rotary from config.json on its own) agrees; and each family's special feature really changes the logits:
+rope scaling, biases, q/k norms, windows (dropped, and each window one larger and one smaller), Gemma's
+norm/scale/activation, Gemma 2/3's four norms and query_pre_attn_scalar, each soft-cap turned off,
+Gemma 3's local rotary base, rotary on SmolLM3's NoPE layer, phi3's fused projections, partial rotary.
 
 Run with Debian's PyTorch (python3-torch) from the repository root:
 
@@ -93,6 +106,29 @@ def _phi3(**kw):
         embd_pdrop=0.0,
         resid_pdrop=0.0,
         pad_token_id=2,  # Phi3Config's default 32000 would not fit the tiny vocabulary
+        **kw,
+    )
+
+
+def _gemma2(**kw):
+    return _base(
+        "gemma2",
+        "Gemma2ForCausalLM",
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        hidden_act="gelu_pytorch_tanh",
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=24,
+        sliding_window=4,
+        attn_logit_softcapping=2.0,
+        final_logit_softcapping=8.0,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        pad_token_id=0,
         **kw,
     )
 
@@ -199,7 +235,184 @@ CASES = [
             },
         ),
     ),
+    # Gemma 2: sliding (window 4) and full layers alternating, attention and final soft-caps, four norms per
+    # layer, query_pre_attn_scalar != head_dim, heads * head_dim != hidden.
+    ("gemma2", 1110, _gemma2(layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
+    # SmolLM3: layer 1 without rotary (no_rope_layers: 1 = rotary), GQA.
+    (
+        "smollm3",
+        1111,
+        _base(
+            "smollm3",
+            "SmolLM3ForCausalLM",
+            num_hidden_layers=3,
+            num_key_value_heads=2,
+            rope_theta=2000000.0,
+            no_rope_layers=[1, 0, 1],
+            no_rope_layer_interval=4,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=3,
+            tie_word_embeddings=True,
+            attention_bias=False,
+            mlp_bias=False,
+            pad_token_id=2,
+        ),
+    ),
+    # Qwen2 with use_sliding_window: layers from max_window_layers (1) on keep the last 5 keys.
+    (
+        "qwen2_swa",
+        1112,
+        _base(
+            "qwen2",
+            "Qwen2ForCausalLM",
+            num_hidden_layers=3,
+            num_key_value_heads=2,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=True,
+            sliding_window=5,
+            max_window_layers=1,
+        ),
+    ),
+    # Qwen3 with use_sliding_window and explicit layer_types (middle layer sliding, window 4).
+    (
+        "qwen3_swa",
+        1113,
+        _base(
+            "qwen3",
+            "Qwen3ForCausalLM",
+            hidden_size=48,
+            num_hidden_layers=3,
+            num_key_value_heads=2,
+            head_dim=16,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            attention_bias=False,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=3,
+            layer_types=["full_attention", "sliding_attention", "full_attention"],
+        ),
+    ),
+    # Gemma 3 text: q/k norms, sliding layers (all but every 3rd, window 4) turned by rope_local_base_freq,
+    # full layers by rope_theta with linear rope_scaling, query_pre_attn_scalar, heads * head_dim != hidden.
+    (
+        "gemma3",
+        1114,
+        _base(
+            "gemma3_text",
+            "Gemma3ForCausalLM",
+            num_hidden_layers=4,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=48,
+            sliding_window=4,
+            sliding_window_pattern=3,
+            rope_theta=1000000.0,
+            rope_local_base_freq=10000.0,
+            rope_scaling={"rope_type": "linear", "factor": 8.0},
+            attn_logit_softcapping=None,
+            final_logit_softcapping=None,
+            tie_word_embeddings=True,
+            attention_bias=False,
+            pad_token_id=0,
+        ),
+    ),
 ]
+
+# Gemma 3 with vision (Gemma3ForConditionalGeneration), served as its text model: the gemma3 case's model (same
+# seed and text config) in the multimodal layout: text_config nested, leaving out what Gemma3TextConfig's defaults
+# give (rms_norm_eps, hidden_activation, rope_local_base_freq, tie_word_embeddings, the soft-caps), tensors under
+# language_model.model.*, plus a vision tower and projector that the text model does not read.
+_G3 = dict(CASES[-1][2])
+CASES.append(
+    (
+        "gemma3_vision",
+        1114,
+        {
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3",
+            "bos_token_id": 1,
+            "eos_token_id": [2, 106],
+            "image_token_index": 120,
+            "mm_tokens_per_image": 4,
+            "torch_dtype": "float32",
+            "text_config": {
+                k: _G3[k]
+                for k in (
+                    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "query_pre_attn_scalar", "sliding_window",
+                    "sliding_window_pattern", "rope_theta", "rope_scaling", "max_position_embeddings",
+                )
+            }
+            | {"model_type": "gemma3_text"},
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 8, "patch_size": 2, "num_channels": 3},
+        },
+    )
+)
+
+# Gemma3TextConfig's defaults (transformers), for the fields a gemma3 text_config may leave out.
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "rope_theta": 1000000.0,
+    "rope_scaling": None,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "final_logit_softcapping": None,
+    "attn_logit_softcapping": None,
+    "rope_local_base_freq": 10000.0,
+    "sliding_window_pattern": 6,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+}
+
+
+def text_config_of(cfg):
+    """The text model's config: a gemma3 checkpoint's text_config with Gemma3TextConfig's defaults."""
+    if cfg["model_type"] != "gemma3":
+        return cfg
+    t = dict(GEMMA3_TEXT_DEFAULTS)
+    t.update(cfg["text_config"])
+    t["model_type"] = "gemma3_text"
+    return t
+
+
+def checkpoint_tensors(cfg, sd):
+    """The tensors as the checkpoint stores them: a gemma3 checkpoint's language model under language_model.model.*
+    (transformers 4.50), with a vision tower and projector."""
+    if cfg["model_type"] != "gemma3":
+        return sd
+    out = {"language_model." + k: v for k, v in sd.items()}
+    g = torch.Generator().manual_seed(4)
+    out["vision_tower.vision_model.embeddings.patch_embedding.weight"] = torch.randn(8, 3, 2, 2, generator=g)
+    out["multi_modal_projector.mm_input_projection_weight"] = torch.randn(8, cfg["text_config"]["hidden_size"], generator=g)
+    out["multi_modal_projector.mm_soft_emb_norm.weight"] = torch.zeros(8)
+    return out
+
+
+def text_tensors(cfg, sd):
+    """checkpoint_tensors' inverse: the text model's tensors."""
+    if cfg["model_type"] != "gemma3":
+        return sd
+    p = "language_model."
+    return {k[len(p) :]: v for k, v in sd.items() if k.startswith(p)}
+
+
+GEMMAS = ("gemma", "gemma2", "gemma3_text")
+SANDWICH = ("gemma2", "gemma3_text")
 
 
 def head_dim_of(cfg):
@@ -229,7 +442,7 @@ def make_weights(name, seed, cfg):
         return torch.randn(out_f, in_f) / math.sqrt(in_f)
 
     def norm(n):
-        if mt == "gemma":  # applied as 1 + weight
+        if mt in GEMMAS:  # applied as 1 + weight
             return torch.randn(n) * 0.1
         return 1.0 + torch.randn(n) * 0.1
 
@@ -247,11 +460,14 @@ def make_weights(name, seed, cfg):
                 sd[p + "self_attn.q_proj.bias"] = torch.randn(nh * hd) * 0.2
                 sd[p + "self_attn.k_proj.bias"] = torch.randn(nkv * hd) * 0.2
                 sd[p + "self_attn.v_proj.bias"] = torch.randn(nkv * hd) * 0.2
-            if mt == "qwen3":
-                sd[p + "self_attn.q_norm.weight"] = 1.0 + torch.randn(hd) * 0.1
-                sd[p + "self_attn.k_norm.weight"] = 1.0 + torch.randn(hd) * 0.1
+            if mt in ("qwen3", "gemma3_text"):
+                sd[p + "self_attn.q_norm.weight"] = norm(hd)
+                sd[p + "self_attn.k_norm.weight"] = norm(hd)
         sd[p + "self_attn.o_proj.weight"] = lin(H, nh * hd)
         sd[p + "post_attention_layernorm.weight"] = norm(H)
+        if mt in SANDWICH:
+            sd[p + "pre_feedforward_layernorm.weight"] = norm(H)
+            sd[p + "post_feedforward_layernorm.weight"] = norm(H)
         if mt == "phi3":
             sd[p + "mlp.gate_up_proj.weight"] = lin(2 * I, H)
         else:
@@ -357,17 +573,58 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(b, nkv, n_rep, s, hd).reshape(b, nkv * n_rep, s, hd)
 
 
-def sliding_window_of(cfg):
-    mt = cfg["model_type"]
-    if mt in ("mistral", "phi3"):
-        return cfg.get("sliding_window")
+def rope_layers(cfg):
+    """SmolLM3Config.no_rope_layers: 1 for a layer with rotary, 0 for a NoPE layer."""
+    n = cfg["num_hidden_layers"]
+    if cfg["model_type"] != "smollm3":
+        return [1] * n
+    if cfg.get("no_rope_layers"):
+        return cfg["no_rope_layers"]
+    return [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0) for i in range(n)]
+
+
+def layer_types(cfg):
+    """config.layer_types as the transformers configs fill it in when config.json has none."""
+    mt, n = cfg["model_type"], cfg["num_hidden_layers"]
+    if cfg.get("layer_types"):
+        return cfg["layer_types"]
     if mt in ("qwen2", "qwen3"):
-        # Qwen2Config/Qwen3Config: sliding_window only when use_sliding_window (then only for layers
-        # from max_window_layers on); all cases here have use_sliding_window false.
-        if cfg.get("use_sliding_window"):
-            raise ValueError("use_sliding_window true not implemented")
-        return None
-    return None
+        # Qwen2Config/Qwen3Config: sliding_window is None without use_sliding_window.
+        sw = cfg.get("sliding_window") if cfg.get("use_sliding_window") else None
+        return ["sliding_attention" if sw is not None and i >= cfg["max_window_layers"] else "full_attention" for i in range(n)]
+    if mt == "gemma2":
+        return ["sliding_attention" if bool((i + 1) % 2) else "full_attention" for i in range(n)]
+    if mt == "gemma3_text":
+        return ["sliding_attention" if bool((i + 1) % cfg["sliding_window_pattern"]) else "full_attention" for i in range(n)]
+    if mt == "smollm3":
+        rl = rope_layers(cfg)
+        use = cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None
+        return ["sliding_attention" if use and not rl[i] else "full_attention" for i in range(n)]
+    return ["full_attention"] * n
+
+
+def layer_windows(cfg):
+    """Each layer's sliding window (keys including the query's own), None for full attention."""
+    mt, n = cfg["model_type"], cfg["num_hidden_layers"]
+    if mt in ("mistral", "phi3"):
+        return [cfg.get("sliding_window")] * n
+    if mt in ("qwen2", "qwen3", "smollm3") and not cfg.get("use_sliding_window"):
+        return [None] * n  # the config drops sliding_window
+    return [cfg["sliding_window"] if t == "sliding_attention" else None for t in layer_types(cfg)]
+
+
+def layer_rope(cfg):
+    """Each layer's (inv_freq, attention factor), None for a layer without rotary."""
+    out = []
+    local = dict(cfg, rope_theta=cfg.get("rope_local_base_freq"), rope_scaling=None)
+    for i, (w, r) in enumerate(zip(layer_windows(cfg), rope_layers(cfg))):
+        if not r:
+            out.append(None)
+        elif cfg["model_type"] == "gemma3_text" and w is not None:
+            out.append((rope_inv_freq(local), 1.0))  # Gemma3's rotary_emb_local
+        else:
+            out.append((rope_inv_freq(cfg), rope_attention_factor(cfg)))
+    return out
 
 
 def causal_mask(s, window):
@@ -381,7 +638,7 @@ def causal_mask(s, window):
 
 
 def activation(cfg, x):
-    if cfg["model_type"] == "gemma":
+    if cfg["model_type"] in GEMMAS:
         # GemmaMLP (transformers 4.38.2 - 4.47): ACT2FN[hidden_activation], defaulting to gelu_pytorch_tanh.
         act = cfg.get("hidden_activation") or "gelu_pytorch_tanh"
     else:
@@ -400,7 +657,7 @@ def forward(cfg, sd, ids, skip=()):
 
     skip names family features to leave out, for the sanity checks only."""
     mt = cfg["model_type"]
-    gemma = mt == "gemma"
+    gemma = mt in GEMMAS
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim_of(cfg)
     eps = cfg["rms_norm_eps"]
     x_ids = torch.tensor([ids], dtype=torch.int64)
@@ -410,15 +667,21 @@ def forward(cfg, sd, ids, skip=()):
     if gemma and "embed_scale" not in skip:
         h = h * torch.tensor(cfg["hidden_size"] ** 0.5, dtype=h.dtype)
 
-    inv_freq = rope_inv_freq(cfg)
     pos = torch.arange(s, dtype=torch.int64)
-    freqs = (inv_freq[None, :, None].float() @ pos[None, None, :].float()).transpose(1, 2)[0]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    att = rope_attention_factor(cfg)
-    cos, sin = emb.cos() * att, emb.sin() * att
-    mask = causal_mask(s, sliding_window_of(cfg))
-    scaling = hd**-0.5
+    ropes = []
+    for r in layer_rope(cfg):
+        if r is None:
+            ropes.append(None)
+            continue
+        inv_freq, att = r
+        freqs = (inv_freq[None, :, None].float() @ pos[None, None, :].float()).transpose(1, 2)[0]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        ropes.append((emb.cos() * att, emb.sin() * att))
+    windows = layer_windows(cfg)
+    scaling = cfg["query_pre_attn_scalar"] ** -0.5 if mt in SANDWICH else hd**-0.5
+    softcap = cfg.get("attn_logit_softcapping") if mt in SANDWICH else None
     gnorm = gemma and "gemma_norm" not in skip
+    sandwich = mt in SANDWICH and "sandwich" not in skip
 
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -439,30 +702,50 @@ def forward(cfg, sd, ids, skip=()):
         q = q.view(1, s, -1, hd)
         k = k.view(1, s, -1, hd)
         v = v.view(1, s, -1, hd)
-        if mt == "qwen3" and "qk_norm" not in skip:
-            q = rms_norm(q, sd[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps)
+        if mt in ("qwen3", "gemma3_text") and "qk_norm" not in skip:
+            q = rms_norm(q, sd[p + "self_attn.q_norm.weight"], eps, gnorm)
+            k = rms_norm(k, sd[p + "self_attn.k_norm.weight"], eps, gnorm)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if ropes[i] is not None:
+            cos, sin = ropes[i]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k, v = repeat_kv(k, nh // nkv), repeat_kv(v, nh // nkv)
         w = torch.matmul(q, k.transpose(2, 3)) * scaling
-        w = w + mask
+        if softcap is not None:
+            w = w / softcap
+            w = torch.tanh(w)
+            w = w * softcap
+        w = w + causal_mask(s, windows[i])
         w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
         a = torch.matmul(w, v).transpose(1, 2).contiguous().reshape(1, s, -1)
-        h = residual + F.linear(a, sd[p + "self_attn.o_proj.weight"])
-
-        residual = h
-        x = rms_norm(h, sd[p + "post_attention_layernorm.weight"], eps, gnorm)
+        a = F.linear(a, sd[p + "self_attn.o_proj.weight"])
+        if sandwich:
+            h = residual + rms_norm(a, sd[p + "post_attention_layernorm.weight"], eps, gnorm)
+            residual = h
+            x = rms_norm(h, sd[p + "pre_feedforward_layernorm.weight"], eps, gnorm)
+        else:
+            h = residual + a
+            residual = h
+            x = rms_norm(h, sd[p + "post_attention_layernorm.weight"], eps, gnorm)
         if mt == "phi3":
             gate, up = F.linear(x, sd[p + "mlp.gate_up_proj.weight"]).chunk(2, dim=-1)
             m = up * activation(cfg, gate)
         else:
             m = activation(cfg, F.linear(x, sd[p + "mlp.gate_proj.weight"])) * F.linear(x, sd[p + "mlp.up_proj.weight"])
-        h = residual + F.linear(m, sd[p + "mlp.down_proj.weight"])
+        m = F.linear(m, sd[p + "mlp.down_proj.weight"])
+        if sandwich:
+            m = rms_norm(m, sd[p + "post_feedforward_layernorm.weight"], eps, gnorm)
+        h = residual + m
 
     h = rms_norm(h, sd["model.norm.weight"], eps, gnorm)
     lm = sd["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else sd["lm_head.weight"]
-    return F.linear(h, lm)[0]
+    logits = F.linear(h, lm)[0]
+    final_cap = cfg.get("final_logit_softcapping") if mt in SANDWICH else None
+    if final_cap is not None:
+        logits = logits / final_cap
+        logits = torch.tanh(logits)
+        logits = logits * final_cap
+    return logits
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -470,59 +753,90 @@ def forward(cfg, sd, ids, skip=()):
 
 
 def np_forward(cfg, sd, ids):
+    """The same models in float64 with explicit loops; each layer's window and rotary are derived here from
+    config.json's fields on their own (not through layer_windows / layer_rope)."""
     mt = cfg["model_type"]
     W = {k: v.double().numpy() for k, v in sd.items()}
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim_of(cfg)
-    H, eps, s = cfg["hidden_size"], cfg["rms_norm_eps"], len(ids)
+    H, eps, s, L = cfg["hidden_size"], cfg["rms_norm_eps"], len(ids), cfg["num_hidden_layers"]
     rot = int(hd * cfg.get("partial_rotary_factor", 1.0))
-    theta = cfg["rope_theta"]
-    freqs = np.array([theta ** (-(2.0 * j) / rot) for j in range(rot // 2)])
-    kind = rope_kind(cfg)
-    if kind == "linear":
-        freqs = freqs / cfg["rope_scaling"]["factor"]
-    elif kind == "llama3":
-        rs = cfg["rope_scaling"]
-        old = rs["original_max_position_embeddings"]
-        lo, hi, fac = rs["low_freq_factor"], rs["high_freq_factor"], rs["factor"]
-        out = []
-        for f in freqs:
-            wl = 2 * math.pi / f
-            if wl < old / hi:
-                out.append(f)
-            elif wl > old / lo:
-                out.append(f / fac)
-            else:
-                t = (old / wl - lo) / (hi - lo)
-                out.append((1 - t) * f / fac + t * f)
-        freqs = np.array(out)
-    elif kind == "longrope":
-        freqs = freqs / np.array(cfg["rope_scaling"]["short_factor"])
+    gem = mt in ("gemma", "gemma2", "gemma3_text")
+    sandwich = mt in ("gemma2", "gemma3_text")
+
+    def base_freqs(theta, kind):
+        freqs = np.array([theta ** (-(2.0 * j) / rot) for j in range(rot // 2)])
+        if kind == "linear":
+            freqs = freqs / cfg["rope_scaling"]["factor"]
+        elif kind == "llama3":
+            rs = cfg["rope_scaling"]
+            old = rs["original_max_position_embeddings"]
+            lo, hi, fac = rs["low_freq_factor"], rs["high_freq_factor"], rs["factor"]
+            out = []
+            for f in freqs:
+                wl = 2 * math.pi / f
+                if wl < old / hi:
+                    out.append(f)
+                elif wl > old / lo:
+                    out.append(f / fac)
+                else:
+                    t = (old / wl - lo) / (hi - lo)
+                    out.append((1 - t) * f / fac + t * f)
+            freqs = np.array(out)
+        elif kind == "longrope":
+            freqs = freqs / np.array(cfg["rope_scaling"]["short_factor"])
+        return freqs
+
+    # Per layer: window (None = full), frequencies (None = no rotary).
+    windows, freqs = [], []
+    for i in range(L):
+        w = None
+        if mt in ("mistral", "phi3"):
+            w = cfg.get("sliding_window")
+        elif mt in ("qwen2", "qwen3"):
+            if cfg.get("use_sliding_window"):
+                types = cfg.get("layer_types")
+                sliding = types[i] == "sliding_attention" if types else i >= cfg["max_window_layers"]
+                w = cfg["sliding_window"] if sliding else None
+        elif mt == "gemma2":
+            w = cfg["sliding_window"] if (cfg.get("layer_types") or ["sliding_attention", "full_attention"] * L)[i] == "sliding_attention" else None
+        elif mt == "gemma3_text":
+            w = cfg["sliding_window"] if (i + 1) % cfg["sliding_window_pattern"] != 0 else None
+        windows.append(w)
+        if mt == "smollm3" and cfg["no_rope_layers"][i] == 0:
+            freqs.append(None)
+        elif mt == "gemma3_text" and w is not None:
+            freqs.append(base_freqs(cfg["rope_local_base_freq"], "default"))
+        else:
+            freqs.append(base_freqs(cfg["rope_theta"], rope_kind(cfg)))
     att = rope_attention_factor(cfg)
-    window = sliding_window_of(cfg)
+    scale = cfg["query_pre_attn_scalar"] ** -0.5 if sandwich else hd**-0.5
+    cap = cfg.get("attn_logit_softcapping") if sandwich else None
+    final_cap = cfg.get("final_logit_softcapping") if sandwich else None
 
     def norm(x, w, gem=False):
         y = x / math.sqrt(np.mean(x * x) + eps)
         return y * (1.0 + w) if gem else y * w
 
-    def rope(vec, p):
+    def rope(vec, p, fr):
+        if fr is None:
+            return vec
         vec = vec.copy()
         half = rot // 2
         for j in range(half):
             a, b = vec[j], vec[j + half]
-            c, sn = att * math.cos(p * freqs[j]), att * math.sin(p * freqs[j])
+            c, sn = att * math.cos(p * fr[j]), att * math.sin(p * fr[j])
             vec[j], vec[j + half] = a * c - b * sn, b * c + a * sn
         return vec
 
     def act(x):
-        if mt == "gemma":
+        if gem:
             return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
         return x / (1.0 + np.exp(-x))
 
-    gem = mt == "gemma"
     hs = [W["model.embed_tokens.weight"][t].copy() for t in ids]
     if gem:
         hs = [x * math.sqrt(H) for x in hs]
-    for i in range(cfg["num_hidden_layers"]):
+    for i in range(L):
         p = f"model.layers.{i}."
         Q, K, Vv = [], [], []
         for pos, x in enumerate(hs):
@@ -541,38 +855,60 @@ def np_forward(cfg, sd, ids):
             qh = [q[n * hd : (n + 1) * hd] for n in range(nh)]
             kh = [k[n * hd : (n + 1) * hd] for n in range(nkv)]
             vh = [v[n * hd : (n + 1) * hd] for n in range(nkv)]
-            if mt == "qwen3":
-                qh = [norm(t, W[p + "self_attn.q_norm.weight"]) for t in qh]
-                kh = [norm(t, W[p + "self_attn.k_norm.weight"]) for t in kh]
-            Q.append([rope(t, pos) for t in qh])
-            K.append([rope(t, pos) for t in kh])
+            if mt in ("qwen3", "gemma3_text"):
+                qh = [norm(t, W[p + "self_attn.q_norm.weight"], gem) for t in qh]
+                kh = [norm(t, W[p + "self_attn.k_norm.weight"], gem) for t in kh]
+            Q.append([rope(t, pos, freqs[i]) for t in qh])
+            K.append([rope(t, pos, freqs[i]) for t in kh])
             Vv.append(vh)
         new = []
+        window = windows[i]
         for qi in range(s):
             heads = []
             for n in range(nh):
                 g = n // (nh // nkv)
                 keys = [j for j in range(qi + 1) if window is None or j > qi - window]
-                sc = np.array([Q[qi][n] @ K[j][g] / math.sqrt(hd) for j in keys])
+                sc = np.array([Q[qi][n] @ K[j][g] * scale for j in keys])
+                if cap is not None:
+                    sc = cap * np.tanh(sc / cap)
                 sc = np.exp(sc - sc.max())
                 sc /= sc.sum()
                 heads.append(sum(w * Vv[j][g] for w, j in zip(sc, keys)))
-            x = hs[qi] + W[p + "self_attn.o_proj.weight"] @ np.concatenate(heads)
-            xn = norm(x, W[p + "post_attention_layernorm.weight"], gem)
+            o = W[p + "self_attn.o_proj.weight"] @ np.concatenate(heads)
+            if sandwich:
+                x = hs[qi] + norm(o, W[p + "post_attention_layernorm.weight"], gem)
+                xn = norm(x, W[p + "pre_feedforward_layernorm.weight"], gem)
+            else:
+                x = hs[qi] + o
+                xn = norm(x, W[p + "post_attention_layernorm.weight"], gem)
             if mt == "phi3":
                 gu = W[p + "mlp.gate_up_proj.weight"] @ xn
                 half = len(gu) // 2
                 m = act(gu[:half]) * gu[half:]
             else:
                 m = act(W[p + "mlp.gate_proj.weight"] @ xn) * (W[p + "mlp.up_proj.weight"] @ xn)
-            new.append(x + W[p + "mlp.down_proj.weight"] @ m)
+            d = W[p + "mlp.down_proj.weight"] @ m
+            if sandwich:
+                d = norm(d, W[p + "post_feedforward_layernorm.weight"], gem)
+            new.append(x + d)
         hs = new
     lm = W["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else W["lm_head.weight"]
-    return np.stack([lm @ norm(x, W["model.norm.weight"], gem) for x in hs])
+    out = np.stack([lm @ norm(x, W["model.norm.weight"], gem) for x in hs])
+    if final_cap is not None:
+        out = final_cap * np.tanh(out / final_cap)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
 # Generation and checks
+
+
+def context_of(cfg):
+    """The context Conveyor serves: max_position_embeddings, or longrope's original context below it (beyond
+    it transformers switches every position to the long factors, which a KV cache cannot follow)."""
+    if rope_kind(cfg) == "longrope":
+        return min(cfg["max_position_embeddings"], cfg.get("original_max_position_embeddings", cfg["max_position_embeddings"]))
+    return cfg["max_position_embeddings"]
 
 
 def sequences_for(seed, vocab):
@@ -606,6 +942,25 @@ def feature_checks(name, cfg, sd, seqs, ref):
         # Informational (not required to be large): what transformers >= 4.48 computes for this config,
         # whose GemmaMLP reads hidden_act ("gelu", exact) instead of hidden_activation.
         diff("info: exact (erf) GELU instead of tanh GELU", dict(cfg, hidden_activation="gelu"))
+    if mt in SANDWICH:
+        diff("pre/post feed-forward and post-attention norms dropped (Llama's two)", skip=("sandwich",))
+        diff(f"query_pre_attn_scalar {cfg['query_pre_attn_scalar']} -> head_dim", dict(cfg, query_pre_attn_scalar=head_dim_of(cfg)))
+        diff("norm weight instead of 1 + weight", skip=("gemma_norm",))
+        diff("no sqrt(hidden) embedding scale", skip=("embed_scale",))
+    if cfg.get("attn_logit_softcapping") is not None:
+        diff("attn_logit_softcapping off", dict(cfg, attn_logit_softcapping=None))
+    if cfg.get("final_logit_softcapping") is not None:
+        diff("final_logit_softcapping off", dict(cfg, final_logit_softcapping=None))
+    if mt == "gemma3_text":
+        diff("q_norm/k_norm dropped", skip=("qk_norm",))
+        diff("sliding layers turned by rope_theta (not rope_local_base_freq)", dict(cfg, rope_local_base_freq=cfg["rope_theta"]))
+    if any(w is not None for w in layer_windows(cfg)) and mt not in ("mistral", "phi3"):
+        w = cfg["sliding_window"]
+        diff(f"sliding_window {w} -> {w + 1}", dict(cfg, sliding_window=w + 1))
+        diff(f"sliding_window {w} -> {w - 1}", dict(cfg, sliding_window=w - 1))
+        diff("every layer full attention", dict(cfg, sliding_window=1000))
+    if mt == "smollm3":
+        diff("rotary on the NoPE layer", dict(cfg, no_rope_layers=[1] * cfg["num_hidden_layers"]))
     if rope_kind(cfg) == "longrope":
         diff("longrope dropped (plain rotary)", dict(cfg, rope_scaling=None))
         rs = dict(cfg["rope_scaling"], short_factor=[1.0] * len(cfg["rope_scaling"]["short_factor"]))
@@ -617,6 +972,11 @@ def feature_checks(name, cfg, sd, seqs, ref):
     if mt == "phi3":
         diff("gate_up halves swapped (up first)", sd2=swap_gate_up(cfg, sd))
     return out
+
+
+def mt_windows_all(cfg):
+    """Whether one sliding_window applies to every layer (Mistral, Phi-3)."""
+    return cfg["model_type"] in ("mistral", "phi3") and cfg.get("sliding_window") is not None
 
 
 def swap_gate_up(cfg, sd):
@@ -652,9 +1012,10 @@ def main():
     problems = []
     print("case          seed  tensors  safetensors  reference   rt-diff    np64-diff  |logit| max")
     reports = []
-    for name, seed, cfg in CASES:
+    for name, seed, ckpt_cfg in CASES:
         out_dir = os.path.join(HERE, name)
         os.makedirs(out_dir, exist_ok=True)
+        cfg = text_config_of(ckpt_cfg)
         sd = make_weights(name, seed, cfg)
         assert ("lm_head.weight" in sd) != cfg["tie_word_embeddings"]
         seqs = sequences_for(seed, cfg["vocab_size"])
@@ -662,12 +1023,13 @@ def main():
             ref = [forward(cfg, sd, ids) for ids in seqs]
 
         with open(os.path.join(out_dir, "config.json"), "w") as f:
-            f.write(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+            f.write(json.dumps(ckpt_cfg, indent=2, sort_keys=True) + "\n")
         st_path = os.path.join(out_dir, "model.safetensors")
-        save_safetensors(st_path, sd, torch.float32)
+        save_safetensors(st_path, checkpoint_tensors(ckpt_cfg, sd), torch.float32)
         reference = {
             "model": name,
             "sequences": seqs,
+            "context": context_of(cfg),
             "logits": [[[round(float(v), 6) for v in row] for row in r.tolist()] for r in ref],
         }
         ref_path = os.path.join(out_dir, "reference.json")
@@ -676,8 +1038,8 @@ def main():
 
         # Checks: read the files back; compare against the float64 NumPy loops.
         with open(os.path.join(out_dir, "config.json")) as f:
-            cfg_rt = json.load(f)
-        sd_rt = load_safetensors(st_path)
+            cfg_rt = text_config_of(json.load(f))
+        sd_rt = text_tensors(ckpt_cfg, load_safetensors(st_path))
         if set(sd_rt) != set(sd):
             problems.append(f"{name}: tensor names differ after read-back")
         with torch.no_grad():
@@ -695,7 +1057,7 @@ def main():
 
         with torch.no_grad():
             checks = feature_checks(name, cfg, sd, seqs, ref)
-            window = sliding_window_of(cfg)
+            window = cfg.get("sliding_window") if mt_windows_all(cfg) else None
             if window is not None:
                 ids = seqs[0]
                 full = forward(dict(cfg, sliding_window=None), sd, ids)
