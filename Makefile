@@ -29,7 +29,7 @@ DEFAULT_ONNX := build/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: all build ort tokenizer-files browser test vet run bench model clean
+.PHONY: all build ort tokenizer-files browser test vet fuzz run bench model clean
 
 all: build
 
@@ -79,8 +79,10 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
-# Every test, then the concurrent packages again under the race detector.
-RACE_PKGS := ./models/attention/ ./kvcache/ ./scheduler/ ./engine/ ./engine/structured/ ./api/ ./bench/ ./cmd/conveyor/
+# Every test, then the packages with goroutines again under the race detector, with the
+# same environment (the real tokenizer files), so no test skips under it either.
+RACE_PKGS := ./models/ ./models/attention/ ./kvcache/ ./scheduler/ ./engine/ ./engine/structured/ ./tokenizer/ ./api/ ./bench/ ./cmd/conveyor/ ./deploy/kubernetes/
+TEST_ENV = CONVEYOR_TOKENIZER_FILES=$(abspath $(TOK_DIR))
 
 # The chat page's end-to-end test drives a real headless Chromium, Debian's package: installed
 # here when it is missing and the user can install (root, or passwordless sudo).
@@ -97,8 +99,16 @@ browser:
 	fi
 
 test: ort tokenizer-files browser vet
-	CONVEYOR_TOKENIZER_FILES=$(abspath $(TOK_DIR)) $(GO) test -count=1 -timeout 30m ./...
-	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(TEST_ENV) $(GO) test -count=1 -timeout 30m ./...
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(TEST_ENV) FUZZTIME=$(FUZZTIME) scripts/fuzz-short.sh
+
+# Every fuzz target for FUZZTIME each (about 2 minutes in all; make test ends with it). A
+# crasher fails the run and is saved under its package's testdata/fuzz/<Target>/ as a
+# regression input of the plain tests.
+FUZZTIME ?= 5s
+fuzz: ort tokenizer-files
+	$(TEST_ENV) FUZZTIME=$(FUZZTIME) scripts/fuzz-short.sh
 
 clean:
 	rm -rf bin build $(ORT_DIR) $(TOK_DIR)

@@ -28,9 +28,11 @@
 //   - merges written as pairs ([["a", "b"], ...]) as well as strings, including merges of
 //     tokens that contain spaces, which only the pair form can express;
 //   - byte_fallback (characters outside the vocabulary become <0xNN> tokens, as in Llama-2),
-//     unk_token with fuse_unk, ignore_merges (Llama-3: a word that is a token is not
-//     merged), and characters missing from the vocabulary (which end a run of symbols:
-//     merges never involve byte-fallback or unknown tokens, as in every real vocabulary);
+//     unk_token with fuse_unk (an unk_token missing from the vocabulary is refused when
+//     loading, where Hugging Face fails only on a text that needs it), ignore_merges
+//     (Llama-3: a word that is a token is not merged), and characters missing from the
+//     vocabulary (which end a run of symbols: merges never involve byte-fallback or
+//     unknown tokens, as in every real vocabulary);
 //     the tokens of words up to 64 bytes are cached;
 //   - the pre-tokenizers of current models, implemented here: ByteLevel (GPT-2's split
 //     expression, add_prefix_space, use_regex=false as in Llama-3 and Qwen2), Split with the

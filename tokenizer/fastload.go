@@ -14,9 +14,10 @@ import (
 // 514,906 merges), and encoding/json takes seconds over them; almost all of it is the
 // model's vocab and merges. parseFast reads those two with a small jsonScanner written for
 // them and hands everything else (small) to encoding/json. It accepts only what
-// encoding/json accepts and builds the same result; on anything unusual (escapes it does
-// not decode itself aside, which it delegates) it gives up and the loader falls back to
-// parseSlow, which also produces the error messages. So parseFast never reports errors.
+// encoding/json accepts and newBPEModel builds, and builds the same result; on anything
+// unusual (escapes it does not decode itself aside, which it delegates) it gives up and the
+// loader falls back to parseSlow, which also produces the error messages. So parseFast
+// never reports errors.
 
 // parseFast reads tokenizer.json, or returns false when parseSlow must.
 func parseFast(data []byte) (*parsedFile, bool) {
@@ -409,6 +410,13 @@ func (p *jsonScanner) model(data []byte) (*modelSpec, bool) {
 	rest = append(rest, '}')
 	if err := json.Unmarshal(rest, &m.modelJSON); err != nil || m.vocab == nil {
 		return nil, false
+	}
+	// newBPEModel refuses an unk_token missing from the vocabulary: left to parseSlow, as
+	// merges of missing tokens are, so that what this reader accepts always builds.
+	if m.UnkToken != nil {
+		if _, ok := m.vocab[*m.UnkToken]; !ok {
+			return nil, false
+		}
 	}
 	prefix := ""
 	if m.ContinuingSubwordPrefix != nil {

@@ -126,6 +126,7 @@ func fastSlowDocs(tb testing.TB) map[string]string {
 		"white space": " \n{ \"version\" : \"1.0\" , \"model\" :{ \"merges\" :[ \"a b\" ] , \"vocab\" :{ \"a\" : 0 ,\"b\":1, \"ab\" : 2 } ," +
 			" \"unk_token\" : null } , \"extra\" : [1, {\"x\": [true, false, null, -1.5e3]}] }\n",
 		"model twice": `{"model": {"vocab": {"x": 0}}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}`,
+		"unk token":   `{"model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "vocab": {"<unk>": 0, "a": 1}, "merges": []}}`,
 	}
 	if b, err := os.ReadFile(filepath.Join("testdata", "tokenizer.json")); err == nil {
 		docs["testdata"] = string(b)
@@ -189,8 +190,9 @@ func checkFastSlow(t *testing.T, data []byte) {
 	}
 }
 
-// TestParseFastGivesUp: on what it does not read exactly as encoding/json, parseFast gives
-// up (and the loader falls back on parseSlow).
+// TestParseFastGivesUp: on what it does not read exactly as encoding/json, and on what
+// newBPEModel refuses (merges of missing tokens, an unk_token missing from the vocabulary),
+// parseFast gives up (and the loader falls back on parseSlow, and reports the error).
 func TestParseFastGivesUp(t *testing.T) {
 	for name, doc := range map[string]string{
 		"case-folded key":   `{"model": {"type": "BPE", "Vocab": {"a": 0}, "merges": []}}`,
@@ -211,6 +213,8 @@ func TestParseFastGivesUp(t *testing.T) {
 		"unigram":           `{"model": {"type": "Unigram", "vocab": {"a": 0}}}`,
 		"duplicate vocab":   `{"model": {"type": "BPE", "vocab": {"a": 0}, "vocab": {"b": 0}}}`,
 		"model null":        `{"model": null}`,
+		"unk not in vocab":  `{"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}}`,
+		"empty unk":         `{"model": {"unk_token": "", "vocab": {"00": 0}}}`,
 	} {
 		if _, ok := parseFast([]byte(doc)); ok {
 			t.Errorf("%s: parseFast accepted %s", name, doc)

@@ -129,11 +129,16 @@ func buildPreTokenizer(raw json.RawMessage) (pt preTokenizer, byteLevel bool, er
 		rep := p.Replacement
 		return func(words []string, first bool) ([]string, error) {
 			var out []string
-			for i, w := range words {
+			atStart := first // the word starts the input ("first" prepends only there)
+			for _, w := range words {
+				if w == "" {
+					continue // Hugging Face prepends nothing to an empty piece, and drops it
+				}
 				w = strings.ReplaceAll(w, " ", rep)
-				if !strings.HasPrefix(w, rep) && (scheme == "always" || (scheme == "first" && first && i == 0)) {
+				if !strings.HasPrefix(w, rep) && (scheme == "always" || (scheme == "first" && atStart)) {
 					w = rep + w
 				}
+				atStart = false
 				if !split {
 					out = append(out, w)
 					continue
@@ -222,21 +227,27 @@ func eachWord(split func(string) ([]string, error)) preTokenizer {
 	}
 }
 
-// splitBefore splits w before every occurrence of sep (sep stays with the piece after it).
+// splitBefore cuts w before every occurrence of sep, which stays at the start of the piece
+// after it: Hugging Face's split on Metaspace's replacement with MergedWithNext. Text before
+// the first sep (when w does not start with it) is a piece of its own; no piece is empty.
+// For example "a▁▁b" gives "a", "▁", "▁b".
 func splitBefore(w, sep string) []string {
 	if sep == "" {
 		return []string{w}
 	}
 	var out []string
-	for len(w) > 0 {
-		i := strings.Index(w[len(sep):], sep)
-		if i < 0 || len(w) < len(sep) {
+	for w != "" {
+		skip := 0 // a piece that starts with sep runs to the next one after it
+		if strings.HasPrefix(w, sep) {
+			skip = len(sep)
+		}
+		i := strings.Index(w[skip:], sep)
+		if i < 0 {
 			out = append(out, w)
 			break
 		}
-		i += len(sep)
-		out = append(out, w[:i])
-		w = w[i:]
+		out = append(out, w[:skip+i])
+		w = w[skip+i:]
 	}
 	return out
 }

@@ -87,3 +87,61 @@ func TestSplitBehaviors(t *testing.T) {
 		}
 	}
 }
+
+// TestMetaspaceSplit: Metaspace with split cuts before every replacement character, which
+// stays at the start of the piece after it (Hugging Face's split on the replacement with
+// MergedWithNext), whatever the prepend scheme; pieces shorter than the replacement and text
+// before the first replacement are pieces of their own. Expected pieces follow
+// tokenizers/src/pre_tokenizers/metaspace.rs.
+func TestMetaspaceSplit(t *testing.T) {
+	const meta = `{"type": "Metaspace", "replacement": "▁", "split": true, "prepend_scheme": `
+	cases := []struct {
+		json  string
+		in    string
+		first bool // the word starts the input
+		want  []string
+	}{
+		// The fuzz crash: a piece shorter than "▁" (3 bytes) with nothing prepended.
+		{meta + `"first"}`, "\n", false, []string{"\n"}},
+		{meta + `"never"}`, "a", true, []string{"a"}},
+		{meta + `"never"}`, "ab", true, []string{"ab"}},
+		// Text before the first replacement is a piece of its own, also when it is shorter
+		// than the replacement (the old code skipped its first 3 bytes and missed this ▁).
+		{meta + `"never"}`, "ab c", true, []string{"ab", "▁c"}},
+		{meta + `"never"}`, "Hey you", true, []string{"Hey", "▁you"}},
+		{meta + `"never"}`, "Hey  you ", true, []string{"Hey", "▁", "▁you", "▁"}},
+		{meta + `"never"}`, "a▁▁b", true, []string{"a", "▁", "▁b"}},
+		{meta + `"never"}`, " Hey", true, []string{"▁Hey"}},
+		{meta + `"first"}`, "Hey  you", true, []string{"▁Hey", "▁", "▁you"}},
+		{meta + `"first"}`, "how are you", false, []string{"how", "▁are", "▁you"}},
+		{meta + `"always"}`, "how are", false, []string{"▁how", "▁are"}},
+		{meta + `"always"}`, "", true, nil},
+		{`{"type": "Metaspace", "replacement": "_", "split": true, "prepend_scheme": "never"}`, "x y_z", true, []string{"x", "_y", "_z"}},
+	}
+	for _, c := range cases {
+		pt, _, err := buildPreTokenizer([]byte(c.json))
+		if err != nil {
+			t.Fatalf("%s: %v", c.json, err)
+		}
+		got, err := pt([]string{c.in}, c.first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s on %q (first %v): got %q, want %q", c.json, c.in, c.first, got, c.want)
+		}
+	}
+	// "first" prepends only to the word at the start of the input: not after an empty word
+	// there (dropped, as Hugging Face drops empty pieces), and not to later words.
+	pt, _, err := buildPreTokenizer([]byte(meta + `"first"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pt([]string{"", "a", "b"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"▁a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("first on [\"\" a b]: got %q, want %q", got, want)
+	}
+}

@@ -257,6 +257,36 @@ func TestLlama2Metaspace(t *testing.T) {
 	}
 }
 
+// TestMetaspaceSplitEncode: a Metaspace pre-tokenizer with split and a prepend scheme that
+// leaves some stretches without a leading ▁ ("\n" after <s> here, shorter than ▁) used to
+// panic in Encode (found by FuzzLoad, testdata/fuzz/FuzzLoad).
+func TestMetaspaceSplitEncode(t *testing.T) {
+	for _, c := range []struct {
+		scheme string
+		want   []int32
+	}{
+		// first: ▁Hello ▁world | <s> | <0x0A>
+		{"first", []int32{271, 276, 1, 3 + '\n'}},
+		// never: H e ll o (no merge without ▁) ▁world | <s> | <0x0A>
+		{"never", []int32{260, 261, 268, 263, 276, 1, 3 + '\n'}},
+		{"always", []int32{271, 276, 1, 259, 3 + '\n'}},
+	} {
+		src := strings.Replace(llama2Metaspace(), `"prepend_scheme": "first", "split": false}`,
+			`"prepend_scheme": "`+c.scheme+`", "split": true}`, 1)
+		tk, err := FromBytes([]byte(src), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := tk.Encode("Hello world<s>\n", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, c.want) {
+			t.Errorf("%s: Encode = %v, want %v", c.scheme, ids, c.want)
+		}
+	}
+}
+
 func testSentencePiece(t *testing.T, tk *Tokenizer) {
 	t.Helper()
 	cases := []struct {
