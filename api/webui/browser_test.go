@@ -197,7 +197,7 @@ func TestChatPageInBrowser(t *testing.T) {
 		for _, tc := range []struct {
 			name, prompt, maxTokens, want, hint string
 		}{
-			{"over-long prompt", long, "16", "maximum context length is 512 tokens, but the prompt has", "press Clear"},
+			{"over-long prompt", long, "16", "tokens, but this model's maximum context length is 512 tokens", "press Clear"},
 			{"max tokens out of range", "hi", "0", "max_tokens", ""},
 		} {
 			bubbles := p.count("#messages .msg")
