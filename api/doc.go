@@ -7,6 +7,9 @@
 //
 //	POST /v1/completions        prompt as a string, strings, token ids or token-id arrays
 //	POST /v1/chat/completions   messages rendered through the model's chat template
+//	POST /v1/responses          OpenAI's Responses API on the chat path (responses.go);
+//	                            GET, DELETE /v1/responses/{id}, GET .../input_items,
+//	                            POST .../cancel read the store (package api/respstore)
 //	GET  /v1/models, /v1/models/{id}
 //	POST /tokenize              {"prompt"} or {"messages"} -> {"tokens","count","max_model_len"}
 //	POST /detokenize            {"tokens"} -> {"prompt"}
@@ -65,6 +68,10 @@
 // chunk has "choices": [] and the usage. A client that goes away cancels the request's
 // context; the handler aborts its engine requests, which free their KV blocks at the
 // next step.
+//
+// /v1/responses streams as OpenAI's Responses API does instead: each event is named
+// (`event: response.output_text.delta`) and numbered (sequence_number), a failure is an
+// error event and response.failed, and no [DONE] follows (responses.go).
 //
 // One loop, runGeneration, serves both endpoints, streamed or not; a converter per
 // endpoint says what an engine event becomes in a stream and what the finished sequences

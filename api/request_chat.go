@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // chatRequest is the wire schema of POST /v1/chat/completions.
@@ -102,22 +104,9 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 		}
 	}
 	if plan != nil {
-		// A format whose calls open with a control token needs it in the text.
-		r.params.KeepSpecialTokens = plan.format.ControlPrefix
-		con, err := plan.constraint(b, parallel)
-		if err != nil {
+		var err error
+		if msgs, err = plan.apply(&r.params, parallel, b, msgs); err != nil {
 			return nil, err
-		}
-		if con != nil && plan.choice == "auto" {
-			r.params.LazyConstraint, r.params.LazyTrigger = con, plan.format.Trigger
-		} else if con != nil {
-			if r.params.Constraint != nil {
-				return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", plan.choice)
-			}
-			r.params.Constraint = con
-		}
-		if plan.format.DescribeTools {
-			msgs = withToolsSystemPrompt(msgs, plan.systemPrompt())
 		}
 		r.tools = plan
 	}
@@ -127,6 +116,31 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	}
 	r.prompt = ids
 	return r, nil
+}
+
+// apply sets what the plan asks of the engine in params — the calls' constraint, eager
+// or lazy from the format's trigger, and the control tokens kept in the text — and
+// returns msgs with the tools described in the system message when the format wants it.
+// The chat and responses endpoints share it.
+func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, b *Backend, msgs []Message) ([]Message, error) {
+	// A format whose calls open with a control token needs it in the text.
+	params.KeepSpecialTokens = p.format.ControlPrefix
+	con, err := p.constraint(b, parallel)
+	if err != nil {
+		return nil, err
+	}
+	if con != nil && p.choice == "auto" {
+		params.LazyConstraint, params.LazyTrigger = con, p.format.Trigger
+	} else if con != nil {
+		if params.Constraint != nil {
+			return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", p.choice)
+		}
+		params.Constraint = con
+	}
+	if p.format.DescribeTools {
+		msgs = withToolsSystemPrompt(msgs, p.systemPrompt())
+	}
+	return msgs, nil
 }
 
 // renderChat renders messages through the chat template into token ids, with the

@@ -42,6 +42,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is the registry /metrics serves; nil means a new one.
 	Metrics *Metrics
+	// Responses configures the state of /v1/responses (responses_state.go).
+	Responses ResponsesConfig
 }
 
 // DefaultConfig returns the defaults used by `conveyor serve`.
@@ -91,6 +93,8 @@ type Server struct {
 
 	// active counts generation handlers, so a forced shutdown can wait for them to return.
 	active sync.WaitGroup
+	// resp is the /v1/responses state: its store and the background responses running.
+	resp *responsesRuntime
 
 	mu         sync.Mutex
 	httpSrv    *http.Server
@@ -109,6 +113,7 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
+	s.resp = newResponsesRuntime(cfg.Responses, s.log)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -158,6 +163,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // The caller shuts the engine down afterwards.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	defer s.resp.shutdown(ctx)
 	s.mu.Lock()
 	srv, cancel := s.httpSrv, s.cancelBase
 	s.mu.Unlock()
@@ -232,6 +238,7 @@ func (s *Server) routes() http.Handler {
 	get(authed, "/v1/engine/stats", s.handleEngineStats)
 	authed.POST("/v1/completions", s.handleCompletions)
 	authed.POST("/v1/chat/completions", s.handleChat)
+	s.responseRoutes(authed)
 	authed.POST("/tokenize", s.handleTokenize)
 	authed.POST("/detokenize", s.handleDetokenize)
 

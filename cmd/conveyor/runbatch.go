@@ -47,7 +47,7 @@ type batchOptions struct {
 }
 
 // batchURLs are the endpoints a batch line may call.
-var batchURLs = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true}
+var batchURLs = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true}
 
 // parseBatchFlags parses args over the environment (CONVEYOR_<FLAG>, as serve does).
 func parseBatchFlags(args []string, getenv func(string) string, output io.Writer) (*batchOptions, error) {
@@ -56,7 +56,7 @@ func parseBatchFlags(args []string, getenv func(string) string, output io.Writer
 	fs := flag.NewFlagSet("run-batch", flag.ContinueOnError)
 	fs.SetOutput(output)
 	modelFlags(fs, &o.model)
-	fs.StringVar(&o.input, "input", "", "the batch: a JSONL file of {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/completions\" or \"/v1/chat/completions\", \"body\"} lines")
+	fs.StringVar(&o.input, "input", "", "the batch: a JSONL file of {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"/v1/chat/completions\" or \"/v1/responses\", \"body\"} lines")
 	fs.StringVar(&o.output, "output", "", "the results, one JSON line per input line (any order); when it exists, the lines it already answers are skipped and the rest appended")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "lines running at once at most; 0 = --max-num-seqs")
 	fs.BoolVar(&o.noProgress, "no-progress", false, "do not draw the progress bar on stderr (it is only drawn on a terminal)")
@@ -176,6 +176,8 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 		if err != nil {
 			return err
 		}
+		// A batch's results are its output file: /v1/responses lines keep nothing.
+		acfg.Responses = api.ResponsesConfig{Unavailable: "run-batch keeps no responses", NoStoreByDefault: true}
 		ecfg, err := o.model.engineConfig(nil)
 		if err != nil {
 			return err
@@ -406,7 +408,7 @@ func (p *batchPlanner) classify(n int, line []byte) batchAction {
 	}
 	if json.Unmarshal(l.URL, &url) != nil || !batchURLs[url] {
 		return batchAction{kind: actError, customID: &id, code: "invalid_url",
-			msg: fmt.Sprintf("line %d: url must be \"/v1/completions\" or \"/v1/chat/completions\", got %s", n, orMissing(l.URL))}
+			msg: fmt.Sprintf("line %d: url must be \"/v1/completions\", \"/v1/chat/completions\" or \"/v1/responses\", got %s", n, orMissing(l.URL))}
 	}
 	var body []byte
 	if l.Body != nil && !isJSONNull(l.Body) {
@@ -578,10 +580,11 @@ func (b *batchRun) run(ctx context.Context, act batchAction) {
 			var u struct {
 				Usage struct {
 					CompletionTokens int `json:"completion_tokens"`
+					OutputTokens     int `json:"output_tokens"` // /v1/responses
 				} `json:"usage"`
 			}
 			if json.Unmarshal(body, &u) == nil {
-				tokens = u.Usage.CompletionTokens
+				tokens = u.Usage.CompletionTokens + u.Usage.OutputTokens
 			}
 		}
 		b.w.write(resultLine(*act.customID, rec.status, rec.header.Get("X-Request-Id"), body), rec.status == http.StatusOK, tokens)

@@ -64,6 +64,8 @@ type serveOptions struct {
 	maxConnections  int
 	logFormat       string
 	genConfig       string
+	// The /v1/responses store (responses_store.go).
+	dataDir, responsesRetention string
 }
 
 // envPrefix is prepended to a flag's name in upper snake case to give its environment
@@ -139,6 +141,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
 	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
+	responsesFlags(fs, o)
 	fs.StringVar(&o.stepTrace, "step-trace", "", "write one JSON line per engine step to this file: rows, tokens, past, schedule/forward/sample/emit times in ms, Go GC pauses")
 }
 
@@ -182,7 +185,7 @@ func parseServeFlags(args []string, getenv func(string) string, output io.Writer
 		w := fs.Output()
 		fmt.Fprintln(w, "usage: conveyor serve --model DIR [flags]")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Serves the OpenAI-compatible API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,")
+		fmt.Fprintln(w, "Serves the OpenAI-compatible API: POST /v1/completions, POST /v1/chat/completions, /v1/responses, GET /v1/models,")
 		fmt.Fprintln(w, "GET /health, GET /metrics, POST /tokenize, POST /detokenize, and a chat page at /.")
 		fmt.Fprintln(w, "Every flag can also be set through the environment as CONVEYOR_<FLAG> in upper snake case")
 		fmt.Fprintln(w, "(--max-num-seqs -> CONVEYOR_MAX_NUM_SEQS); the command line wins.")
@@ -192,6 +195,9 @@ func parseServeFlags(args []string, getenv func(string) string, output io.Writer
 	}
 	if err := parseEnvFlags(fs, args, getenv, output); err != nil {
 		return nil, err
+	}
+	if o.dataDir == "auto" {
+		o.dataDir = defaultDataDir(getenv)
 	}
 	return o, o.validate()
 }
@@ -365,6 +371,11 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	if err != nil {
 		return err
 	}
+	var closeStore func()
+	if acfg.Responses, closeStore, err = o.openResponseStore(log, os.Getenv); err != nil {
+		return err
+	}
+	defer closeStore() // after the drain, which waits for background responses
 	onStep := metrics.OnStep
 	if o.stepTrace != "" {
 		trace, err := openStepTrace(o.stepTrace)
