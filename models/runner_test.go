@@ -460,8 +460,8 @@ func TestORTLibraryErrors(t *testing.T) {
 		"directory": t.TempDir(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestORTLibraryChild$", "-test.v")
-			cmd.Env = append(os.Environ(), "CONVEYOR_TEST_ORT_CHILD="+path)
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), ortChildEnv+"="+path)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("child failed: %v\n%s", err, out)
@@ -471,22 +471,6 @@ func TestORTLibraryErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestORTLibraryChild runs only inside TestORTLibraryErrors's child processes.
-func TestORTLibraryChild(t *testing.T) {
-	path := os.Getenv("CONVEYOR_TEST_ORT_CHILD")
-	if path == "" {
-		t.Skip("helper process for TestORTLibraryErrors")
-	}
-	_, err := OpenRunner(t.TempDir(), RunnerOptions{ORTLib: path})
-	if !errors.Is(err, ErrORT) {
-		t.Fatalf("OpenRunner with library %s: err = %v, want ErrORT", path, err)
-	}
-	if strings.Contains(err.Error(), "\n") {
-		t.Fatalf("error spans lines: %q", err)
-	}
-	t.Logf("ORT-ERROR: %v", err)
 }
 
 // TestInitORTIdempotent checks InitORT once a library is loaded in this process.

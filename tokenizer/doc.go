@@ -133,7 +133,7 @@
 // with addSpecial), 2 "</s>" (EOS), then the 256 byte tokens and 253 merges.
 // testdata/tokenizer_config.json has a Zephyr-style chat template. Regenerate with
 //
-//	go test ./tokenizer/ -run TestGenerateTestTokenizer -update
+//	go test -tags conveyorgen ./tokenizer/ -run TestGenerateTestTokenizer
 //
 // Tests and benchmarks on real tokenizers (Llama 3.1, Qwen3, Gemma 3, Llama 2) read
 // $CONVEYOR_TOKENIZER_FILES/<family>/tokenizer.json (families llama3_1, qwen3, gemma3,

@@ -3,22 +3,16 @@ package tokenizer
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"testing"
 )
 
 // The test tokenizer in testdata/ is trained here with sugarme's BPE trainer:
 //
-//	go test ./tokenizer/ -run TestGenerateTestTokenizer -update
+//	go test -tags conveyorgen ./tokenizer/ -run TestGenerateTestTokenizer
 //
-// regenerates testdata/tokenizer.json and testdata/tokenizer_config.json from
+// (gen_update_test.go) regenerates testdata/tokenizer.json and testdata/tokenizer_config.json from
 // testdata/corpus.txt. (The trainer breaks ties between equally frequent pairs in map order,
 // so a regenerated file may differ slightly from the committed one.)
-var update = flag.Bool("update", false, "regenerate testdata/tokenizer.json from testdata/corpus.txt")
-
 const (
 	testVocabSize = 512 // ids 0..511: 3 special tokens, 256 byte tokens, 253 merges
 	testTemplate  = "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n" +
@@ -26,26 +20,6 @@ const (
 )
 
 var testSpecials = []string{"<unk>", "<s>", "</s>"}
-
-func TestGenerateTestTokenizer(t *testing.T) {
-	if !*update {
-		t.Skip("run with -update to regenerate testdata/tokenizer.json")
-	}
-	corpus, err := os.ReadFile(filepath.Join("testdata", "corpus.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokJSON, cfgJSON, err := trainTestTokenizer(string(corpus))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join("testdata", "tokenizer.json"), tokJSON, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join("testdata", "tokenizer_config.json"), cfgJSON, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // trainTestTokenizer trains a byte-level BPE on corpus and returns tokenizer.json and
 // tokenizer_config.json.

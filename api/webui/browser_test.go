@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,11 +28,6 @@ import (
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/build"
 	"github.com/conveyor-llm/conveyor/tokenizer"
-)
-
-var (
-	update   = flag.Bool("update", false, "write the README screenshot docs/webui.png")
-	modelDir = flag.String("model", "", "serve this model directory instead of a random tiny model (for -update)")
 )
 
 // chromiumFlags are the switches the browser runs with: headless, no sandbox (CI runs as
@@ -321,50 +315,6 @@ func TestChatPageInBrowser(t *testing.T) {
 		}
 		p.eval(`localStorage.removeItem("conveyor-api-key"), true`)
 	})
-}
-
-// TestREADMEScreenshot writes docs/webui.png: the page mid-stream with a few other
-// chats in the batch. It runs only with -update (and -model DIR for a trained model).
-func TestREADMEScreenshot(t *testing.T) {
-	if !*update {
-		t.Skip("writes docs/webui.png; run with -update")
-	}
-	b := newBrowser(t)
-	fx := newFixture(t, *modelDir)
-	fx.model.setPace(40 * time.Millisecond)
-	p := &pageDriver{t: t, ctx: b.tab(t)}
-	p.open(fx.url)
-	p.setValue("#system-prompt", "You are a friendly storyteller.")
-	p.setSettings("0.8", "40", "1")
-	p.send("Once upon a time")
-	p.waitIdle()
-
-	// Other users' chats, so the batch view has something to show.
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := 0; i < 3; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 700 * time.Millisecond)
-			fx.streamInBackground(ctx, fmt.Sprintf("The little dog number %d", i), 300)
-		}()
-	}
-	defer func() { cancel(); wg.Wait() }()
-	p.setSettings("0.8", "300", "2")
-	p.send("Tell me about the little cat.")
-	p.pollStats(`s.running === "4"`)
-	p.poll(`document.querySelector("#messages .msg.assistant:last-child .content").textContent.length > 150`)
-	shot := p.screenshot(filepath.Join(t.TempDir(), "webui.png"))
-	p.click("#stop")
-	out := filepath.Join(repoRoot(t), "docs", "webui.png")
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("wrote %s", out)
 }
 
 // utf16Len is the length of s in UTF-16 code units, the unit of JavaScript string lengths.

@@ -29,6 +29,6 @@
 //
 // The package's browser test drives the page in headless Chromium (Debian's chromium
 // package; CONVEYOR_CHROMIUM overrides the path) against the real server, engine and a
-// tiny random model; it fails when Chromium is missing. `go test ./api/webui -run
-// TestREADMEScreenshot -update` rewrites docs/webui.png.
+// tiny random model; it fails when Chromium is missing. `go test -tags conveyorgen
+// ./api/webui -run TestREADMEScreenshot` rewrites docs/webui.png.
 package webui
