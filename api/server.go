@@ -28,7 +28,11 @@ type Config struct {
 	// MaxConnections caps concurrently open TCP connections; further clients wait in the
 	// listen backlog.
 	MaxConnections int
-	// ReadHeaderTimeout bounds reading a request's headers.
+	// MaxHeaderBytes caps the request line and headers of a request, in bytes; a client
+	// that sends more gets 431. (net/http reads up to 4096 bytes past it before refusing.)
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds reading a request's headers; a client that has not sent
+	// them all by then is disconnected.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long.
 	IdleTimeout time.Duration
@@ -52,6 +56,7 @@ func DefaultConfig() Config {
 		ModelName:         "conveyor",
 		MaxBodyBytes:      8 << 20,
 		MaxConnections:    1024,
+		MaxHeaderBytes:    64 << 10,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		KeepAliveInterval: 5 * time.Second,
@@ -69,6 +74,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api: MaxBodyBytes must be > 0, got %d", c.MaxBodyBytes)
 	case c.MaxConnections <= 0:
 		return fmt.Errorf("api: MaxConnections must be > 0, got %d", c.MaxConnections)
+	case c.MaxHeaderBytes <= 0:
+		return fmt.Errorf("api: MaxHeaderBytes must be > 0, got %d", c.MaxHeaderBytes)
 	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
 		return errors.New("api: ReadHeaderTimeout and IdleTimeout must be > 0")
 	case c.KeepAliveInterval <= 0:
@@ -137,7 +144,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}

@@ -16,6 +16,17 @@
 // response body. A request that fails (an HTTP error, an in-band error event, a dropped
 // connection, a stream without [DONE]) is counted and reported with its error.
 //
+// Soak is the long-haul check (`conveyor bench soak`): a closed loop of clients sends a
+// seeded mix of request kinds (plain and streamed completions and chat, chat with n > 1,
+// streams the client hangs up on, json_schema replies, required tool calls, malformed and
+// over-context requests) for an hour or more, and judges every reply: a json_schema reply
+// and a tool call's arguments must validate against their schema (with the independent
+// validator github.com/santhosh-tekuri/jsonschema), a stream must end with a finish_reason
+// and [DONE], a bad request must get a 400 with an OpenAI error object (code
+// context_length_exceeded when too long), and nothing may get a 5xx. Each period it prints
+// the requests by kind, the unexpected outcomes, the server's RSS, the KV blocks in use and
+// the latency percentiles; at the end the server must go idle with no KV block in use.
+//
 // Compare starts one server per policy through an injected StartFunc, runs the same
 // workload at each rate, and WriteReport writes a Markdown report with PNG charts drawn
 // with gonum.org/v1/plot.

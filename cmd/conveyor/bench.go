@@ -19,7 +19,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "load-test an OpenAI-compatible /v1/completions endpoint (bench compare: batching policies side by side)",
+		summary: "load-test an OpenAI-compatible /v1/completions endpoint (bench compare: batching policies side by side; bench soak: hours of mixed traffic, every reply checked)",
 		run:     runBench,
 	})
 }
@@ -89,6 +89,9 @@ func runBench(args []string) error {
 	if len(args) > 0 && args[0] == "compare" {
 		return runBenchCompare(args[1:])
 	}
+	if len(args) > 0 && args[0] == "soak" {
+		return runBenchSoak(args[1:], os.Stdout)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	base := fs.String("base-url", "http://127.0.0.1:8000", "server address (with or without /v1)")
 	model := fs.String("model", "", "model name sent in requests (default: the server's first model)")
@@ -102,7 +105,7 @@ func runBench(args []string) error {
 	responseFormat := fs.String("response-format", "", "send this response_format with every request: JSON (e.g. '{\"type\":\"json_object\"}') or @FILE")
 	workload := workloadFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: conveyor bench [flags]\n       conveyor bench compare [flags]\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: conveyor bench [flags]\n       conveyor bench compare [flags]\n       conveyor bench soak [flags]\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -62,8 +62,14 @@ type serveOptions struct {
 	noPrefixCache   bool
 	shutdownTimeout time.Duration
 	maxConnections  int
-	logFormat       string
-	genConfig       string
+	// The HTTP server's limits, flags of serve only (httpLimits says they were defined;
+	// run-batch keeps api.DefaultConfig's).
+	httpLimits     bool
+	maxHeaderBytes byteSize
+	readHeaderWait time.Duration // --read-header-timeout
+	idleTimeout    time.Duration
+	logFormat      string
+	genConfig      string
 	// The /v1/responses store (responses_store.go).
 	dataDir, responsesRetention string
 }
@@ -141,6 +147,11 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
 	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
+	o.httpLimits = true
+	o.maxHeaderBytes = byteSize(ac.MaxHeaderBytes)
+	fs.Var(&o.maxHeaderBytes, "max-header-bytes", "request line and headers of a request at most, in bytes (suffixes KiB, MiB); larger get HTTP 431")
+	fs.DurationVar(&o.readHeaderWait, "read-header-timeout", ac.ReadHeaderTimeout, "a client that has not sent a request's headers within this is disconnected")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", ac.IdleTimeout, "a keep-alive connection idle this long is closed")
 	responsesFlags(fs, o)
 	fs.StringVar(&o.stepTrace, "step-trace", "", "write one JSON line per engine step to this file: rows, tokens, past, schedule/forward/sample/emit times in ms, Go GC pauses")
 }
@@ -249,6 +260,9 @@ func (o *serveOptions) validate() error {
 	case o.kvCacheDType != "" && o.kvCacheDType != models.KVCacheAuto && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
 		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32, float16 or auto", o.name(), o.kvCacheDType)
 	}
+	if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {
+		return fmt.Errorf("%s: %w", o.name(), err)
+	}
 	if o.toolCallParser != "" {
 		if _, err := toolcall.ByName(o.toolCallParser); err != nil {
 			return fmt.Errorf("%s: --tool-call-parser: %w", o.name(), err)
@@ -274,6 +288,51 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	return nil
+}
+
+// meminfoPath is where checkKVMemory reads the machine's available memory (a variable for tests).
+var meminfoPath = "/proc/meminfo"
+
+// checkKVMemory refuses a KV-cache budget (bytes, allocated whole at start-up) larger than
+// the memory the kernel reports available (MemAvailable in meminfo): such a server would
+// swap or be killed under load rather than fail at start. Without a readable meminfo (not
+// Linux) there is nothing to check against.
+func checkKVMemory(kvBytes int64, meminfo string) error {
+	data, err := os.ReadFile(meminfo)
+	if err != nil {
+		return nil
+	}
+	var avail, total int64 = -1, -1
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if !ok || len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "MemAvailable":
+			avail = n << 10
+		case "MemTotal":
+			total = n << 10
+		}
+	}
+	if avail < 0 || kvBytes <= avail {
+		return nil
+	}
+	return fmt.Errorf("--kv-cache-memory %s is more than the memory available: MemAvailable %s of MemTotal %s (%s)",
+		humanBytes(kvBytes), humanBytes(avail), humanBytes(total), meminfo)
+}
+
+// humanBytes prints n in GiB or MiB with one decimal.
+func humanBytes(n int64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
 }
 
 // engineConfig builds the engine's configuration from the flags.
@@ -334,6 +393,10 @@ func (o *serveOptions) apiConfig(log *slog.Logger, m *api.Metrics) (api.Config, 
 	c.ModelName = o.modelName()
 	c.APIKey = o.apiKey
 	c.MaxConnections = o.maxConnections
+	if o.httpLimits {
+		c.MaxHeaderBytes = int(min(int64(o.maxHeaderBytes), 1<<30))
+		c.ReadHeaderTimeout, c.IdleTimeout = o.readHeaderWait, o.idleTimeout
+	}
 	c.EnableWebUI = !o.noWebUI
 	c.Logger = log
 	c.Metrics = m

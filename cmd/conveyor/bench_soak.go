@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/bench"
+)
+
+// errSoakFailed is returned when the soak ran and found unexpected outcomes.
+var errSoakFailed = errors.New("bench soak: unexpected outcomes (see the summary)")
+
+// runBenchSoak drives a server (--url, or one it starts on --model) with a seeded mix of
+// request kinds for --duration and checks every reply.
+func runBenchSoak(args []string, stdout io.Writer) error {
+	d := bench.DefaultSoakConfig()
+	fs := flag.NewFlagSet("bench soak", flag.ContinueOnError)
+	url := fs.String("url", "", "attach to the server at this address (e.g. http://127.0.0.1:8000); without it, --model starts one")
+	model := fs.String("model", "", "model directory a started server serves (without --url)")
+	serverArgs := fs.String("server-flags", "", "extra flags of the started server, space-separated (e.g. \"--kv-cache-memory 3GiB --threads 2\")")
+	logPath := fs.String("server-log", "", "file to append the started server's log to (default: discard)")
+	name := fs.String("served-model", "", "model name sent in requests (default: the server's first model)")
+	key := fs.String("api-key", os.Getenv("OPENAI_API_KEY"), "Bearer key (default $OPENAI_API_KEY)")
+	dur := fs.Duration("duration", d.Duration, "how long to send load")
+	clients := fs.Int("clients", d.Clients, "concurrent clients (a closed loop: each sends its next request when the last ends)")
+	seed := fs.Uint64("seed", d.Seed, "seed of the request mix")
+	kinds := fs.String("kinds", "all", "request kinds (comma-separated): completion, completion_stream, chat, chat_stream, chat_n, drop, json_schema, tool_call, malformed, over_context")
+	every := fs.Duration("report-every", 10*time.Minute, "period of the progress line")
+	maxTokens := fs.Int("max-tokens", d.MaxTokens, "max_tokens at most per request (json_schema, tool_call and drop use it as is)")
+	maxLen := fs.Int("max-model-len", 0, "context length the over_context kind exceeds, in tokens (default: max_model_len from /v1/models)")
+	reqTimeout := fs.Duration("request-timeout", d.RequestTimeout, "a request without its reply after this long is unexpected")
+	idlePause := fs.Duration("idle-pause", d.IdlePause, "after the load: how long the server must stay idle before the KV cache is read")
+	out := fs.String("out", "", "also write the report as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench soak: unexpected argument %q", fs.Arg(0))
+	}
+	if (*url == "") == (*model == "") {
+		return errors.New("bench soak: pass --url to attach to a server or --model to start one (one of them)")
+	}
+	ks, err := bench.ParseSoakKinds(*kinds)
+	if err != nil {
+		return fmt.Errorf("bench soak: --kinds: %w", err)
+	}
+	cfg := d
+	cfg.Target = bench.Target{BaseURL: *url, Model: *name, APIKey: *key}
+	cfg.Duration, cfg.Clients, cfg.Seed, cfg.Kinds = *dur, *clients, *seed, ks
+	cfg.ReportEvery, cfg.MaxTokens, cfg.MaxModelLen = *every, *maxTokens, *maxLen
+	cfg.RequestTimeout, cfg.IdlePause, cfg.Log = *reqTimeout, *idlePause, stdout
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("bench %v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *model != "" {
+		var logw io.Writer = io.Discard
+		if *logPath != "" {
+			f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			logw = f
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		flags := append([]string{"--model", *model}, strings.Fields(*serverArgs)...)
+		srv, err := startSoakServer(ctx, exe, flags, logw)
+		if err != nil {
+			return fmt.Errorf("bench soak: %w", err)
+		}
+		defer srv.stop()
+		fmt.Fprintf(stdout, "started conveyor serve (pid %d) at %s\n", srv.pid, srv.base)
+		cfg.Target.BaseURL = srv.base
+		cfg.RSS = func() (int64, error) { return procRSS(srv.pid) }
+	}
+	rep, err := bench.Soak(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("bench soak: %w", err)
+	}
+	rep.Format(stdout)
+	if *out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("bench soak: --out: %w", err)
+		}
+	}
+	if rep.Failed() {
+		return errSoakFailed
+	}
+	return nil
+}
+
+// soakServer is a `conveyor serve` child process.
+type soakServer struct {
+	base string
+	pid  int
+	stop func()
+}
+
+// startSoakServer runs `conveyor serve` on a free loopback port, as bench compare's
+// startServer does, and keeps its pid so the soak can read its RSS from /proc.
+func startSoakServer(ctx context.Context, exe string, flags []string, logw io.Writer) (*soakServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui"}, flags...)
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logw, logw
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	s := &soakServer{base: fmt.Sprintf("http://127.0.0.1:%d", port), pid: cmd.Process.Pid}
+	s.stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	deadline := time.Now().Add(5 * time.Minute) // a real-size model takes a while to load
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("conveyor serve exited early: %v", err)
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		resp, err := http.Get(s.base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+	}
+	s.stop()
+	return nil, errors.New("conveyor serve did not become healthy within 5 minutes")
+}
+
+// procRSS reads VmRSS of process pid from /proc/<pid>/status, in bytes.
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
