@@ -13,7 +13,9 @@
 //	GET  /v1/models, /v1/models/{id}
 //	POST /tokenize              {"prompt"} or {"messages"} -> {"tokens","count","max_model_len"}
 //	POST /detokenize            {"tokens"} -> {"prompt"}
-//	GET  /health                200 {"status":"ok"}; 503 while loading or draining
+//	GET  /health                200 {"status":"ok"}; 503 while loading or draining, and
+//	                            {"status":"unhealthy","reason"} while the engine's forward
+//	                            passes keep failing (engine.Stats.Unhealthy)
 //	GET  /metrics               Prometheus text format
 //	GET  /, /v1/engine/stats    the built-in chat page and its live engine view (Config.EnableWebUI)
 //
@@ -90,7 +92,8 @@
 // errors (errors.Is) to a status: engine.ErrInvalidRequest and engine.ErrPromptTooLong
 // 400, a bad API key 401, an unknown model or route 404, a wrong method 405, a body over
 // Config.MaxBodyBytes 413, a body with a Content-Encoding 415, engine.ErrOverloaded 429,
-// engine.ErrModel 500 (the server keeps serving), engine.ErrClosed and "still loading" 503.
+// engine.ErrModel and engine.ErrInternal (a recovered panic) 500 (the server keeps serving),
+// engine.ErrClosed and "still loading" 503.
 // A body over the limit is refused from its Content-Length before it is read, or at the
 // limit while it is read (chunked); the 413 carries "Connection: close", and the server
 // then reads and discards up to 64 MiB more of the body, so that a client that writes

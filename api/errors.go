@@ -49,6 +49,7 @@ var statusTable = []statusEntry{
 	{engine.ErrClosed, http.StatusServiceUnavailable, "server_error", "unavailable"},
 	{errNotReady, http.StatusServiceUnavailable, "server_error", "unavailable"},
 	{engine.ErrModel, http.StatusInternalServerError, "server_error", "model_error"},
+	{engine.ErrInternal, http.StatusInternalServerError, "server_error", "internal_error"},
 }
 
 // wrappedErr carries a message and a sentinel to classify.

@@ -7,15 +7,22 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// handleHealth serves GET /health: 200 {"status":"ok"} when the model is loaded and the
-// server is not draining, 503 otherwise.
+// handleHealth serves GET /health: 200 {"status":"ok"} when the model is loaded, the
+// engine can serve and the server is not draining, 503 otherwise; an engine that cannot
+// serve (engine.Stats.Unhealthy: its forward passes keep failing) answers
+// {"status":"unhealthy","reason":...}.
 func (s *Server) handleHealth(c *gin.Context) {
+	b := s.backend.Load()
 	switch {
 	case s.draining.Load():
 		writeJSON(c.Writer, http.StatusServiceUnavailable, gin.H{"status": "draining"})
-	case s.backend.Load() == nil:
+	case b == nil:
 		writeJSON(c.Writer, http.StatusServiceUnavailable, gin.H{"status": "loading"})
 	default:
+		if why := b.Engine.Stats().Unhealthy; why != "" {
+			writeJSON(c.Writer, http.StatusServiceUnavailable, gin.H{"status": "unhealthy", "reason": why})
+			return
+		}
 		writeJSON(c.Writer, http.StatusOK, gin.H{"status": "ok"})
 	}
 }

@@ -141,6 +141,9 @@ var (
 	descKVUsage   = prometheus.NewDesc("conveyor_kv_cache_usage_perc", "Fraction of KV-cache blocks in use, 0..1 (1 means 100%).", nil, nil)
 	descPreempt   = prometheus.NewDesc("conveyor_num_preemptions_total", "Sequences preempted (blocks freed, recomputed later).", nil, nil)
 	descSchedErr  = prometheus.NewDesc("conveyor_scheduler_errors_total", "Scheduler bookkeeping errors (logged); 0 unless there is a bug.", nil, nil)
+	descFailed    = prometheus.NewDesc("conveyor_engine_failed_steps_total", "Forward passes that failed (each failed the requests in it).", nil, nil)
+	descRestarts  = prometheus.NewDesc("conveyor_engine_runner_restarts_total", "Runners reopened after several failed forward passes in a row.", nil, nil)
+	descPanics    = prometheus.NewDesc("conveyor_engine_recovered_panics_total", "Requests ended with an internal error by a recovered panic; 0 unless there is a bug.", nil, nil)
 	descPromptTok = prometheus.NewDesc("conveyor_prompt_tokens_total", "Prompt tokens computed (not served from the prefix cache).", nil, nil)
 	descGenTok    = prometheus.NewDesc("conveyor_generation_tokens_total", "Tokens generated.", nil, nil)
 	descPrefixQ   = prometheus.NewDesc("conveyor_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", nil, nil)
@@ -150,7 +153,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descFailed, descRestarts, descPanics, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo} {
 		ch <- d
 	}
 }
@@ -173,6 +176,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descKVUsage, st.KVUsage)
 	counter(descPreempt, st.Preemptions)
 	counter(descSchedErr, st.SchedulerErrors)
+	counter(descFailed, st.FailedSteps)
+	counter(descRestarts, st.RunnerRestarts)
+	counter(descPanics, st.RecoveredPanics)
 	counter(descPromptTok, st.PromptTokens)
 	counter(descGenTok, st.GenerationTokens)
 	counter(descPrefixQ, st.PrefixQueryTokens)

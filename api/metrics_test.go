@@ -28,7 +28,7 @@ func scrape(t *testing.T, s *Server) map[string]*dto.MetricFamily {
 
 func TestMetricsExposition(t *testing.T) {
 	eng := newFakeEngine()
-	eng.stats = engine.Stats{Waiting: 3, KVUsage: 0.25, KVTotalBlocks: 100, BlockSizeTokens: 16, Preemptions: 2, SchedulerErrors: 1,
+	eng.stats = engine.Stats{Waiting: 3, KVUsage: 0.25, KVTotalBlocks: 100, BlockSizeTokens: 16, Preemptions: 2, SchedulerErrors: 1, FailedSteps: 4, RunnerRestarts: 1, RecoveredPanics: 5,
 		PrefixQueryTokens: 50, PrefixHitTokens: 20, PromptTokens: 70, GenerationTokens: 9}
 	s := newTestServer(t, eng, nil)
 	s.Metrics().OnStep(engine.StepInfo{NumSeqs: 4, NumTokens: 10, Duration: 3 * time.Millisecond})
@@ -65,6 +65,9 @@ func TestMetricsExposition(t *testing.T) {
 		{"conveyor_kv_cache_usage_perc", dto.MetricType_GAUGE, 0.25},
 		{"conveyor_num_preemptions_total", dto.MetricType_COUNTER, 2},
 		{"conveyor_scheduler_errors_total", dto.MetricType_COUNTER, 1},
+		{"conveyor_engine_failed_steps_total", dto.MetricType_COUNTER, 4},
+		{"conveyor_engine_runner_restarts_total", dto.MetricType_COUNTER, 1},
+		{"conveyor_engine_recovered_panics_total", dto.MetricType_COUNTER, 5},
 		{"conveyor_prompt_tokens_total", dto.MetricType_COUNTER, 70},
 		{"conveyor_generation_tokens_total", dto.MetricType_COUNTER, 9},
 		{"conveyor_prefix_cache_queries_total", dto.MetricType_COUNTER, 50},

@@ -58,7 +58,22 @@ type Config struct {
 	// OnStep, when set, is called on the engine goroutine after every forward pass. It
 	// must return quickly.
 	OnStep func(StepInfo)
+	// MaxStepFailures is how many forward passes in a row may fail before the engine
+	// reports itself unhealthy (Stats.Unhealthy) and restarts its runner through
+	// ReopenModel; 0 means DefaultMaxStepFailures. A single failed pass only fails the
+	// requests in it.
+	MaxStepFailures int
+	// ReopenModel, when set, opens a fresh runner for the same model; the engine calls it
+	// on its own goroutine after MaxStepFailures failed passes in a row and serves on with
+	// what it returns (its Spec must match the first model's: the KV cache is kept). The
+	// engine closes (io.Closer) the model it replaces, so Close must be safe to call twice
+	// (models.Runner's is), and closes a model it reopened when its loop stops. Nil: the
+	// engine reports itself unhealthy and keeps the model it has.
+	ReopenModel func() (Model, error)
 }
+
+// DefaultMaxStepFailures is Config.MaxStepFailures when it is 0.
+const DefaultMaxStepFailures = 3
 
 // DefaultConfig returns the scheduler's defaults (scheduler.DefaultConfig: continuous
 // batching of up to 256 sequences with a 2048-token step budget and chunked prefill, static
@@ -87,6 +102,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxModelLen %d must be >= 0", ErrInvalidConfig, c.MaxModelLen)
 	case c.StorageParallelism < 0:
 		return fmt.Errorf("%w: StorageParallelism %d must be >= 0", ErrInvalidConfig, c.StorageParallelism)
+	case c.MaxStepFailures < 0:
+		return fmt.Errorf("%w: MaxStepFailures %d must be >= 0", ErrInvalidConfig, c.MaxStepFailures)
 	}
 	// The model's context is not known yet: check the rest with the smallest context
 	// that makes sense (1 token) when MaxModelLen is 0.

@@ -57,9 +57,28 @@
 //     stalls the loop and memory does not grow with max_tokens; publish Stats and call
 //     Config.OnStep.
 //
+// A sequence preempted under KV pressure is recomputed later from its prompt and
+// generated tokens, producing the same greedy output.
+//
+// # Faults
+//
 // A failed forward pass ends every request in that batch with FinishError (Err wraps
-// ErrModel) and the loop goes on. A sequence preempted under KV pressure is recomputed
-// later from its prompt and generated tokens, producing the same greedy output.
+// ErrModel), which frees their blocks, and the loop goes on with the rest. After
+// Config.MaxStepFailures failed passes in a row (3 by default) the engine reports itself
+// unhealthy (Stats.Unhealthy, the reason; /health answers 503 with it) and restarts its
+// runner: Config.ReopenModel, given at construction, opens a fresh one, which the engine
+// swaps in between two steps and serves on with; it closes the model it replaced. The KV
+// cache is the engine's, not the runner's, so waiting and preempted sequences keep their
+// blocks. A successful restart or pass makes the engine healthy again; a failed restart
+// is tried again after the next failed pass; without ReopenModel the engine stays
+// unhealthy until a pass succeeds. A panic while one sequence's logits are handled
+// (prompt logprobs, sampling, stop checks, its events) is recovered: that request ends
+// with FinishError (Err wraps ErrInternal) and nothing else notices (health.go).
+//
+// Faults are injected in tests only: a failing or slow runner is a test's Model, and
+// faultHooks (faults.go), an unexported per-engine field that only this package's
+// _test.go files set, makes a request's sampling panic; the shipped binary has no switch
+// for either.
 //
 // # Example
 //

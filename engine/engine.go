@@ -54,6 +54,13 @@ type Engine struct {
 	live    map[*request]struct{}
 	dequeue []*request
 	counts  counters
+	// failStreak counts the forward passes that failed in a row; unhealthy is
+	// Stats.Unhealthy; reopened is set once model came from Config.ReopenModel.
+	failStreak int
+	unhealthy  string
+	reopened   bool
+	// faults are test-only fault-injection points (faults.go); nil outside tests.
+	faults *faultHooks
 
 	// Shared with Submit, Abort and Shutdown; guarded by mu.
 	mu       sync.Mutex
@@ -84,6 +91,9 @@ type counters struct {
 	stepDurations    []time.Duration
 	droppedEvents    int64
 	schedulerErrors  int64 // scheduler.Update errors (bookkeeping bugs), logged
+	failedSteps      int64
+	restarts         int64
+	panics           int64
 }
 
 // New builds an engine for model: a KV cache of cfg.KVCacheBytes, a scheduler, and the
@@ -339,6 +349,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 func (e *Engine) run(ctx context.Context) error {
 	defer close(e.done)
+	defer e.closeReopened()
 	defer func() {
 		e.mu.Lock()
 		e.closed = true

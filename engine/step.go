@@ -76,23 +76,15 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		}
 		// Every item was aborted: nothing to apply, nothing finishes in the scheduler.
 		e.endFinished(e.update(plan), now)
+		e.stepFailed(err)
 		e.finishStep(len(items), numTokens, start)
 		return
 	}
+	e.stepSucceeded()
 
 	emitStart := time.Now()
-	vocab := e.spec.VocabSize
 	for i, it := range items {
-		st := it.Seq.Data.(*seqState)
-		row := out.Logits[i]
-		if e.batch.Seqs[i].AllLogits {
-			e.collectPromptLogprobs(st, it, row)
-			row = row[len(row)-vocab:]
-		}
-		if !it.Sample || st.done {
-			continue
-		}
-		e.sampleOne(st, i, row, now)
+		e.handleRow(i, it, out.Logits[i], now)
 	}
 
 	e.endFinished(e.update(plan), now)
@@ -124,10 +116,27 @@ func (e *Engine) endFinished(finished []*scheduler.Sequence, now time.Time) {
 	}
 }
 
+// handleRow takes item i's logits: the prompt logprobs they score, then, when the item
+// computed its sequence's last known token, the next token. A panic here ends only this
+// sequence's request (recoverRequest).
+func (e *Engine) handleRow(i int, it scheduler.Item, row []float32, now time.Time) {
+	st := it.Seq.Data.(*seqState)
+	defer e.recoverRequest(st, i)
+	if e.batch.Seqs[i].AllLogits {
+		e.collectPromptLogprobs(st, it, row)
+		row = row[len(row)-e.spec.VocabSize:]
+	}
+	if !it.Sample || st.done {
+		return
+	}
+	e.sampleOne(st, i, row, now)
+}
+
 // sampleOne picks sequence st's next token from its logits row, runs the stop checks
 // and emits the sequence's event. i is the sequence's plan item.
 func (e *Engine) sampleOne(st *seqState, i int, row []float32, now time.Time) {
 	t0 := time.Now()
+	e.faults.sample(st.req.id)
 	s := st.sampler.sample(row, &e.scratch)
 	st.sampler.accept(s.ID)
 	e.phases.Sample += time.Since(t0)
@@ -251,5 +260,7 @@ func (e *Engine) publishStats() {
 	s.RecentStepTokens = append(s.RecentStepTokens[:0], c.stepTokens...)
 	s.RecentStepDurations = append(s.RecentStepDurations[:0], c.stepDurations...)
 	s.DroppedEvents = c.droppedEvents
+	s.Unhealthy = e.unhealthy
+	s.FailedSteps, s.RunnerRestarts, s.RecoveredPanics = c.failedSteps, c.restarts, c.panics
 	e.statsMu.Unlock()
 }

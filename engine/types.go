@@ -21,6 +21,9 @@ var (
 	ErrInvalidConfig = errors.New("engine: invalid configuration")
 	// ErrModel means the forward pass failed; the request is ended, the engine keeps serving (HTTP 500).
 	ErrModel = errors.New("engine: model failure")
+	// ErrInternal means a bug ended the request (a panic while its tokens were sampled,
+	// checked or sent, recovered by the engine); other requests are not affected (HTTP 500).
+	ErrInternal = errors.New("engine: internal error")
 )
 
 // FinishReason tells why a sequence ended.
@@ -31,7 +34,7 @@ const (
 	FinishStop   FinishReason = "stop"   // eos token, stop token id or stop string
 	FinishLength FinishReason = "length" // max_tokens or the model's context
 	FinishAbort  FinishReason = "abort"  // the client went away or Abort was called
-	FinishError  FinishReason = "error"  // the forward pass failed; Event.Err says why
+	FinishError  FinishReason = "error"  // the forward pass failed or a bug ended the request; Event.Err says why
 )
 
 // SamplingParams control how each next token is chosen and when a sequence stops.
@@ -158,6 +161,14 @@ type Stats struct {
 	RecentStepTokens    []int           // tokens fed per step, newest last (bounded like RecentBatchSizes)
 	RecentStepDurations []time.Duration // wall time per step, newest last (bounded like RecentBatchSizes)
 	DroppedEvents       int64           // events that found their channel full (always 0 unless there is a bug)
+
+	// Unhealthy says why the engine cannot serve ("" when it can): MaxStepFailures forward
+	// passes in a row failed and the runner is being restarted, or could not be. It is
+	// cleared by a successful restart or a successful pass. /health answers 503 with it.
+	Unhealthy       string
+	FailedSteps     int64 // forward passes that failed (each failed the requests in it)
+	RunnerRestarts  int64 // runners reopened after MaxStepFailures failed passes in a row
+	RecoveredPanics int64 // requests ended with ErrInternal by a recovered panic
 }
 
 // StepInfo describes one finished forward pass; Config.OnStep receives it on the engine goroutine.

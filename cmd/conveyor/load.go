@@ -43,9 +43,19 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention, KVCacheDType: o.kvCacheDType})
+	ropts := models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention, KVCacheDType: o.kvCacheDType}
+	runner, err := models.Open(dir, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
+	}
+	// After several failed forward passes in a row the engine reopens the model from its
+	// directory (engine.Config.ReopenModel).
+	ecfg.ReopenModel = func() (engine.Model, error) {
+		m, err := models.Open(dir, ropts)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
 	eng, err := engine.New(ecfg, runner, tok)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -44,6 +45,9 @@ type batchOptions struct {
 	// onWrite, when set (tests), is called after each output line is written with the
 	// number of lines this run has written.
 	onWrite func(written int)
+	// wrapOutput, when set (tests), wraps the output file's writes: a test makes the disk
+	// full with it.
+	wrapOutput func(io.Writer) io.Writer
 }
 
 // batchURLs are the endpoints a batch line may call.
@@ -196,7 +200,10 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 		handler = srv.Handler()
 	}
 
-	w := &lineWriter{f: out, onWrite: o.onWrite, stats: stats}
+	w := &lineWriter{f: out, out: out, size: prev.bytes, onWrite: o.onWrite, stats: stats}
+	if o.wrapOutput != nil {
+		w.out = o.wrapOutput(out)
+	}
 	b := &batchRun{handler: handler, w: w, stats: stats}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -345,6 +352,7 @@ type resumeState struct {
 	dups      map[string]int  // duplicate_custom_id lines per custom_id
 	anonymous int             // error lines without a custom_id (unparsable input lines)
 	lines     int
+	bytes     int64 // the size of the whole lines, where this run appends
 }
 
 // batchPlanner classifies input lines in order. It is deterministic, so the counting
@@ -477,15 +485,21 @@ func openBatchOutput(path string) (*os.File, *resumeState, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("run-batch: %w", err)
 	}
+	prev.bytes = complete
 	return f, prev, nil
 }
 
 // lineWriter appends whole lines to the output: one Write per line under a mutex, so
 // lines never interleave and a kill leaves at most a partial last line (which a resumed
 // run truncates away). The file is not buffered: a line is in the kernel once written.
+// A write that fails (a full disk: part of the line written, then ENOSPC) stops the run
+// and cuts the file back to its last whole line, so that the output holds only whole
+// lines and a rerun resumes right after them.
 type lineWriter struct {
 	mu      sync.Mutex
 	f       *os.File
+	out     io.Writer // f, or a test's wrapper of it
+	size    int64     // bytes of whole lines in f
 	err     error
 	n       int
 	fail    func()
@@ -500,13 +514,24 @@ func (w *lineWriter) write(line []byte, ok bool, tokens int) {
 	if w.err != nil {
 		return
 	}
-	if _, err := w.f.Write(line); err != nil {
+	if n, err := w.out.Write(line); err != nil || n != len(line) {
+		var pe *fs.PathError
+		switch {
+		case err == nil:
+			err = io.ErrShortWrite
+		case errors.As(err, &pe):
+			err = pe.Err // the error names the file already
+		}
+		if terr := w.f.Truncate(w.size); terr != nil {
+			err = fmt.Errorf("%w; cutting the partial line failed too (a rerun cuts it): %w", err, terr)
+		}
 		w.err = err
 		if w.fail != nil {
 			w.fail()
 		}
 		return
 	}
+	w.size += int64(len(line))
 	w.n++
 	if w.stats != nil {
 		w.stats.written.Add(1)
