@@ -15,7 +15,8 @@ import (
 
 // benchModels are the random models the decode benchmarks run on; with
 // CONVEYOR_BENCH_05B=1 also Qwen2.5-0.5B's shape (models/testdata/qwen2-0.5b, ~25 s and
-// 4 GB of disk per build, cached under os.TempDir()).
+// 4 GB of disk per build, cached under os.TempDir()), and with CONVEYOR_BENCH_GEMMA3=1
+// Gemma 3 1B's, windowed and all full.
 var benchModels = func() []benchModel {
 	ms := []benchModel{
 		{"5M", tinyConfigCtx(256, 4, 4, 2, 768, 4096, 1024)},
@@ -28,6 +29,25 @@ var benchModels = func() []benchModel {
 		}
 		cfg.MaxPositionEmbeddings = 4096 // the rotary tables need no more for these pasts
 		ms = append(ms, benchModel{"0.5B", cfg})
+	}
+	if os.Getenv("CONVEYOR_BENCH_GEMMA3") == "1" {
+		// Gemma 3 1B's shape (models/testdata/gemma3-1b: 5 of every 6 layers see a
+		// 512-token window), and the same shape with every layer full: the difference is
+		// what the windows save.
+		for _, full := range []bool{false, true} {
+			cfg, err := build.LoadConfig(filepath.Join("testdata", "gemma3-1b"))
+			if err != nil {
+				panic(err)
+			}
+			cfg.MaxPositionEmbeddings = 4096
+			name := "gemma3-1B"
+			if full {
+				one := 1
+				cfg.SlidingWindowPattern = &one
+				name += "-full"
+			}
+			ms = append(ms, benchModel{name, cfg})
+		}
 	}
 	return ms
 }()
