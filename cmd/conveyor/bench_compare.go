@@ -134,19 +134,38 @@ func runBenchCompare(args []string) error {
 
 // startServer runs `conveyor serve` on a free loopback port and waits for /health.
 func startServer(ctx context.Context, exe string, flags []string, logw io.Writer) (bench.Server, error) {
-	port, err := freePort()
+	p, err := startServeProcess(ctx, exe, append([]string{"--served-model-name", "default"}, flags...), logw, 2*time.Minute)
 	if err != nil {
 		return bench.Server{}, err
 	}
-	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--served-model-name", "default", "--no-webui"}, flags...)
+	return bench.Server{BaseURL: p.base, Stop: func() error { p.stop(); return nil }}, nil
+}
+
+// servedProcess is a `conveyor serve` child process: its address, its pid (bench soak
+// reads its RSS from /proc) and how to stop it (SIGTERM, then SIGKILL after 30 s).
+type servedProcess struct {
+	base string
+	pid  int
+	stop func()
+}
+
+// startServeProcess runs `exe serve` with flags on a free loopback port and waits up to
+// wait for /health to answer 200.
+func startServeProcess(ctx context.Context, exe string, flags []string, logw io.Writer, wait time.Duration) (*servedProcess, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui"}, flags...)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logw, logw
 	if err := cmd.Start(); err != nil {
-		return bench.Server{}, err
+		return nil, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	stop := func() error {
+	p := &servedProcess{base: fmt.Sprintf("http://127.0.0.1:%d", port), pid: cmd.Process.Pid}
+	p.stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -154,29 +173,27 @@ func startServer(ctx context.Context, exe string, flags []string, logw io.Writer
 			_ = cmd.Process.Kill()
 			<-exited
 		}
-		return nil
 	}
-	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return bench.Server{}, fmt.Errorf("conveyor serve exited early: %v", err)
+			return nil, fmt.Errorf("conveyor serve exited early: %v", err)
 		case <-ctx.Done():
-			_ = stop()
-			return bench.Server{}, ctx.Err()
+			p.stop()
+			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		resp, err := http.Get(base + "/health")
+		resp, err := http.Get(p.base + "/health")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return bench.Server{BaseURL: base, Stop: stop}, nil
+				return p, nil
 			}
 		}
 	}
-	_ = stop()
-	return bench.Server{}, errors.New("conveyor serve did not become healthy within 2 minutes")
+	p.stop()
+	return nil, fmt.Errorf("conveyor serve did not become healthy within %v", wait)
 }
 
 func freePort() (int, error) {

@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -84,7 +82,7 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 			return err
 		}
 		flags := append([]string{"--model", *model}, strings.Fields(*serverArgs)...)
-		srv, err := startSoakServer(ctx, exe, flags, logw)
+		srv, err := startServeProcess(ctx, exe, flags, logw, 5*time.Minute) // a real-size model takes a while to load
 		if err != nil {
 			return fmt.Errorf("bench soak: %w", err)
 		}
@@ -111,60 +109,6 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 		return errSoakFailed
 	}
 	return nil
-}
-
-// soakServer is a `conveyor serve` child process.
-type soakServer struct {
-	base string
-	pid  int
-	stop func()
-}
-
-// startSoakServer runs `conveyor serve` on a free loopback port, as bench compare's
-// startServer does, and keeps its pid so the soak can read its RSS from /proc.
-func startSoakServer(ctx context.Context, exe string, flags []string, logw io.Writer) (*soakServer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui"}, flags...)
-	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = logw, logw
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	s := &soakServer{base: fmt.Sprintf("http://127.0.0.1:%d", port), pid: cmd.Process.Pid}
-	s.stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	deadline := time.Now().Add(5 * time.Minute) // a real-size model takes a while to load
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return nil, fmt.Errorf("conveyor serve exited early: %v", err)
-		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		resp, err := http.Get(s.base + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-	}
-	s.stop()
-	return nil, errors.New("conveyor serve did not become healthy within 5 minutes")
 }
 
 // procRSS reads VmRSS of process pid from /proc/<pid>/status, in bytes.
