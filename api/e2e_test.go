@@ -102,9 +102,20 @@ func startE2E(t *testing.T, modAPI func(*Config), modEngine func(*engine.Config)
 // startE2EModel is startE2E serving the model in dir.
 func startE2EModel(t *testing.T, dir string, modAPI func(*Config), modEngine func(*engine.Config)) *e2e {
 	t.Helper()
-	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1}) // the paged path, as served
+	return startE2ERunner(t, dir, nil, modAPI, modEngine)
+}
+
+// startE2ERunner is startE2EModel with the runner wrapped by wrap (nil: as opened), as
+// the fault tests wrap it to inject failures.
+func startE2ERunner(t *testing.T, dir string, wrap func(models.Model) models.Model, modAPI func(*Config), modEngine func(*engine.Config)) *e2e {
+	t.Helper()
+	opened, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1}) // the paged path, as served
 	if err != nil {
 		t.Fatal(err)
+	}
+	runner := opened
+	if wrap != nil {
+		runner = wrap(opened)
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
@@ -116,6 +127,7 @@ func startE2EModel(t *testing.T, dir string, modAPI func(*Config), modEngine fun
 	ecfg.MaxNumSeqs = 16
 	ecfg.MaxNumBatchedTokens = 256
 	ecfg.OnStep = metrics.OnStep
+	ecfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if modEngine != nil {
 		modEngine(&ecfg)
 	}
@@ -158,7 +170,8 @@ func startE2EModel(t *testing.T, dir string, modAPI func(*Config), modEngine fun
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = eng.Shutdown(ctx)
-		_ = runner.Close()
+		_ = opened.Close()
+		http.DefaultClient.CloseIdleConnections()
 	})
 	return e
 }

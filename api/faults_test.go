@@ -2,12 +2,9 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -19,8 +16,6 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/tokenizer"
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 )
 
 // faultyRunner is the real runner with faults injected from the test: every pass fails
@@ -62,51 +57,15 @@ func (f *faultyRunner) Forward(b *models.Batch) (*models.Output, error) {
 func startFaultyE2E(t *testing.T, modEngine func(*engine.Config)) (*e2e, *faultyRunner, *tokenizer.Tokenizer) {
 	t.Helper()
 	dir := tinyModel(t)
-	r, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner := &faultyRunner{Model: r}
+	var runner *faultyRunner
+	e := startE2ERunner(t, dir, func(m models.Model) models.Model {
+		runner = &faultyRunner{Model: m}
+		return runner
+	}, nil, modEngine)
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ecfg := engine.DefaultConfig()
-	ecfg.KVCacheBytes = 8 << 20
-	ecfg.MaxNumSeqs = 16
-	ecfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	if modEngine != nil {
-		modEngine(&ecfg)
-	}
-	eng, err := engine.New(ecfg, runner, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.Start(context.Background())
-	cfg := DefaultConfig()
-	cfg.ModelName = e2eModel
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &e2e{base: "http://" + ln.Addr().String(), srv: srv, eng: eng, served: make(chan error, 1)}
-	go func() { e.served <- srv.Serve(ln) }()
-	e.client = openai.NewClient(option.WithBaseURL(e.base+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-e.served
-		_ = eng.Shutdown(ctx)
-		_ = r.Close()
-		http.DefaultClient.CloseIdleConnections()
-	})
 	return e, runner, tok
 }
 
