@@ -200,14 +200,7 @@ func writeTextConfig(path string, cfg *Config) error {
 			obj[k] = v
 		}
 	}
-	out, err := json.MarshalIndent(obj, "", "  ")
-	if err != nil {
-		return fmt.Errorf("models: %w", err)
-	}
-	return writeFileAtomic(path, func(w io.Writer) error {
-		_, err := w.Write(append(out, '\n'))
-		return err
-	})
+	return writeJSONObject(path, obj)
 }
 
 // setConfigField rewrites one top-level field of the JSON object in path.
@@ -225,6 +218,11 @@ func setConfigField(path, field string, value any) error {
 		return fmt.Errorf("models: %w", err)
 	}
 	obj[field] = v
+	return writeJSONObject(path, obj)
+}
+
+// writeJSONObject writes obj to path, indented, atomically.
+func writeJSONObject[V any](path string, obj map[string]V) error {
 	out, err := json.MarshalIndent(obj, "", "  ")
 	if err != nil {
 		return fmt.Errorf("models: %w", err)
