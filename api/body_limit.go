@@ -21,12 +21,18 @@ const (
 	discardTimeout    = 10 * time.Second
 )
 
-// limitBody enforces Config.MaxBodyBytes. A body whose Content-Length is over the limit
-// is refused at once; one without a Content-Length (chunked) fails its read at the limit
-// and the handler refuses it. Either way the answer is a 413 with "Connection: close"
-// (see writeError), sent first, and then the rest of the body is read and discarded up
-// to discardExtraBytes. A client that sent "Expect: 100-continue" gets the 413 instead
-// of the 100 and sends no body, so there is nothing to discard.
+// limitBody enforces Config.MaxBodyBytes and Config.MaxBodyBytesInFlight. A body whose
+// Content-Length is over the limit is refused at once; one without a Content-Length
+// (chunked) fails its read at the limit and the handler refuses it. Either way the answer
+// is a 413 with "Connection: close" (see writeError), sent first, and then the rest of the
+// body is read and discarded up to discardExtraBytes. A client that sent "Expect:
+// 100-continue" gets the 413 instead of the 100 and sends no body, so there is nothing
+// to discard.
+//
+// A body that may be read waits for its size in s.bodies first (a client that goes away
+// while waiting costs nothing more), then has Config.BodyReadTimeout to arrive. A
+// handler that goes on after parsing (generation) gives the room back with releaseBody,
+// which also lifts the deadline; otherwise the room is returned when the handler ends.
 func (s *Server) limitBody(c *gin.Context) {
 	r := c.Request
 	if r.ContentLength > s.cfg.MaxBodyBytes {
@@ -37,11 +43,61 @@ func (s *Server) limitBody(c *gin.Context) {
 		}
 		return
 	}
+	if weight := bodyWeight(r, s.cfg.MaxBodyBytes); weight > 0 {
+		if err := s.bodies.Acquire(r.Context(), weight); err != nil {
+			c.Abort() // the client went away while waiting
+			return
+		}
+		rc := http.NewResponseController(c.Writer)
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyReadTimeout))
+		held := true
+		c.Set(bodyReleaseKey, func() {
+			// The body is read: the connection's own reads (is the client still
+			// there?) must not time out while the response streams.
+			_ = rc.SetReadDeadline(time.Time{})
+			if held {
+				held = false
+				s.bodies.Release(weight)
+			}
+		})
+		defer func() {
+			// The deadline stays: net/http may still read what the handler left of the
+			// body, and a client that stopped sending it must not hold the response.
+			if held {
+				held = false
+				s.bodies.Release(weight)
+			}
+		}()
+	}
 	body := &limitedBody{rc: r.Body, left: s.cfg.MaxBodyBytes, limit: s.cfg.MaxBodyBytes}
 	r.Body = body
 	c.Next()
 	if body.over {
 		s.discardBody(c, body.rc)
+	}
+}
+
+const bodyReleaseKey = "conveyor.bodyRelease"
+
+// bodyWeight is what a request's body takes of Config.MaxBodyBytesInFlight: its
+// Content-Length, or the limit when the length is not known in advance.
+func bodyWeight(r *http.Request, limit int64) int64 {
+	switch {
+	case r.Body == nil || r.Body == http.NoBody:
+		return 0
+	case r.ContentLength >= 0:
+		return r.ContentLength
+	default:
+		return limit
+	}
+}
+
+// releaseBody gives back the room the request's body took in Config.MaxBodyBytesInFlight
+// and lifts the body's read deadline; a handler calls it once it has parsed the body and
+// goes on to generate. It may be called more than once.
+func releaseBody(c *gin.Context) {
+	if f, ok := c.Get(bodyReleaseKey); ok {
+		f.(func())()
 	}
 }
 

@@ -98,6 +98,11 @@
 // limit while it is read (chunked); the 413 carries "Connection: close", and the server
 // then reads and discards up to 64 MiB more of the body, so that a client that writes
 // its whole body before reading the answer gets the 413 rather than a connection reset.
+// Bodies being read and parsed share Config.MaxBodyBytesInFlight (64 MiB): a body takes
+// its Content-Length of it before it is read (a chunked one the whole body limit) and
+// gives it back once its request is parsed and tokenized, so a storm of large requests
+// waits its turn instead of growing the heap by several times each body; a body has
+// Config.BodyReadTimeout to arrive once its turn comes (400 after it).
 //
 // # Shutdown
 //

@@ -59,6 +59,7 @@ func (s *Server) handleChat(c *gin.Context) {
 // engine request per prompt and writes the response through the endpoint's converter.
 func (s *Server) generate(c *gin.Context, b *Backend, g *generation, idPrefix string, prompts [][]int32,
 	newConverter func(id string, created int64) converter) {
+	releaseBody(c) // parsed and tokenized: the body's room goes to the next one
 	if g.model != s.cfg.ModelName {
 		writeError(c.Writer, modelNotFound(g.model))
 		return

@@ -25,6 +25,12 @@ func serveLimits(t *testing.T, mod func(*Config)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, s)
+}
+
+// serveOn runs s on a loopback listener until the test ends and returns its address.
+func serveOn(t *testing.T, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -150,5 +156,101 @@ func TestConfigValidateLimits(t *testing.T) {
 	c.MaxHeaderBytes = 0
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MaxHeaderBytes") {
 		t.Fatalf("MaxHeaderBytes 0: %v", err)
+	}
+	c = DefaultConfig()
+	c.MaxBodyBytesInFlight = c.MaxBodyBytes - 1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MaxBodyBytesInFlight") {
+		t.Fatalf("MaxBodyBytesInFlight below MaxBodyBytes: %v", err)
+	}
+}
+
+// startPost sends a POST /v1/completions whose body is padded to size bytes, but only
+// its first sent bytes; finish sends the rest.
+func startPost(t *testing.T, conn net.Conn, size, sent int) (finish func()) {
+	t.Helper()
+	body := `{"model":"` + testModel + `","prompt":"hi","max_tokens":2}`
+	body += strings.Repeat(" ", size-len(body))
+	if _, err := fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", size, body[:sent]); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := io.WriteString(conn, body[sent:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readStatus reads one response's status line from conn, failing after wait.
+func readStatus(conn net.Conn, wait time.Duration) (string, error) {
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return "", err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.Status, nil
+}
+
+// TestBodiesInFlightWaitTheirTurn: with MaxBodyBytesInFlight taken by one body still
+// arriving, a second request is not read until the first is parsed; a client that gives
+// up while waiting takes nothing with it; all the room comes back.
+func TestBodiesInFlightWaitTheirTurn(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), func(c *Config) {
+		c.MaxBodyBytes, c.MaxBodyBytesInFlight = 4<<10, 4<<10
+	})
+	addr := serveOn(t, s)
+
+	a := dial(t, addr)
+	finishA := startPost(t, a, 3<<10, 100)
+	time.Sleep(100 * time.Millisecond) // let a take its room
+	b := dial(t, addr)
+	finishB := startPost(t, b, 2<<10, 2<<10)
+	finishB()
+	if status, err := readStatus(b, 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("second request answered (%q, %v) while the first body held the room", status, err)
+	}
+	gone := dial(t, addr) // waits as well, then gives up
+	startPost(t, gone, 2<<10, 2<<10)()
+	time.Sleep(100 * time.Millisecond)
+	gone.Close()
+
+	finishA()
+	for name, c := range map[string]net.Conn{"first": a, "second": b} {
+		if status, err := readStatus(c, 10*time.Second); err != nil || !strings.HasPrefix(status, "200") {
+			t.Fatalf("%s request: %q, %v", name, status, err)
+		}
+	}
+	waitFor(t, "every body's room back", func() bool {
+		if s.bodies.TryAcquire(4 << 10) {
+			s.bodies.Release(4 << 10)
+			return true
+		}
+		return false
+	})
+}
+
+// TestSlowBodyDisconnected: a body that stops arriving is cut off after BodyReadTimeout
+// with a 400, and the room it held goes to the next request.
+func TestSlowBodyDisconnected(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), func(c *Config) {
+		c.MaxBodyBytes, c.MaxBodyBytesInFlight = 4<<10, 4<<10
+		c.BodyReadTimeout = 300 * time.Millisecond
+	})
+	addr := serveOn(t, s)
+	slow := dial(t, addr)
+	startPost(t, slow, 3<<10, 100)
+	time.Sleep(50 * time.Millisecond)
+	next := dial(t, addr)
+	startPost(t, next, 2<<10, 2<<10)()
+	start := time.Now()
+	if status, err := readStatus(slow, 5*time.Second); err != nil || !strings.HasPrefix(status, "400") {
+		t.Fatalf("stalled body: %q, %v; want 400", status, err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("stalled body cut off after %v, before the 300ms timeout", d)
+	}
+	if status, err := readStatus(next, 10*time.Second); err != nil || !strings.HasPrefix(status, "200") {
+		t.Fatalf("request after the stalled one: %q, %v", status, err)
 	}
 }

@@ -54,6 +54,7 @@ func (s *Server) handleResponsesCreate(c *gin.Context) {
 		writeError(c.Writer, err)
 		return
 	}
+	releaseBody(c)
 	if req.store && rt.cfg.Store == nil {
 		writeError(c.Writer, unsupportedValue("store", "store is not available on this server (%s): send \"store\": false", rt.cfg.Unavailable))
 		return

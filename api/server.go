@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sync/semaphore"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +26,15 @@ type Config struct {
 	APIKey string
 	// MaxBodyBytes caps a request body; larger bodies get 413.
 	MaxBodyBytes int64
+	// MaxBodyBytesInFlight caps the request bodies being read and parsed at once, in
+	// bytes: a body (its Content-Length, or MaxBodyBytes when chunked) waits for room
+	// before it is read and gives it back once its request is parsed and tokenized. This
+	// bounds the memory a storm of large requests takes, since parsing and tokenizing a
+	// body takes several times its size. Must be at least MaxBodyBytes.
+	MaxBodyBytesInFlight int64
+	// BodyReadTimeout bounds reading a body once its turn has come, so a client that
+	// sends it slowly cannot hold MaxBodyBytesInFlight.
+	BodyReadTimeout time.Duration
 	// MaxConnections caps concurrently open TCP connections; further clients wait in the
 	// listen backlog.
 	MaxConnections int
@@ -53,15 +63,17 @@ type Config struct {
 // DefaultConfig returns the defaults used by `conveyor serve`.
 func DefaultConfig() Config {
 	return Config{
-		ModelName:         "conveyor",
-		MaxBodyBytes:      8 << 20,
-		MaxConnections:    1024,
-		MaxHeaderBytes:    64 << 10,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		KeepAliveInterval: 5 * time.Second,
-		AbortGrace:        5 * time.Second,
-		EnableWebUI:       true,
+		ModelName:            "conveyor",
+		MaxBodyBytes:         8 << 20,
+		MaxBodyBytesInFlight: 64 << 20,
+		BodyReadTimeout:      60 * time.Second,
+		MaxConnections:       1024,
+		MaxHeaderBytes:       64 << 10,
+		ReadHeaderTimeout:    10 * time.Second,
+		IdleTimeout:          120 * time.Second,
+		KeepAliveInterval:    5 * time.Second,
+		AbortGrace:           5 * time.Second,
+		EnableWebUI:          true,
 	}
 }
 
@@ -72,6 +84,10 @@ func (c Config) Validate() error {
 		return errors.New("api: ModelName must not be empty")
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("api: MaxBodyBytes must be > 0, got %d", c.MaxBodyBytes)
+	case c.MaxBodyBytesInFlight < c.MaxBodyBytes:
+		return fmt.Errorf("api: MaxBodyBytesInFlight (%d) must be at least MaxBodyBytes (%d)", c.MaxBodyBytesInFlight, c.MaxBodyBytes)
+	case c.BodyReadTimeout <= 0:
+		return fmt.Errorf("api: BodyReadTimeout must be > 0, got %v", c.BodyReadTimeout)
 	case c.MaxConnections <= 0:
 		return fmt.Errorf("api: MaxConnections must be > 0, got %d", c.MaxConnections)
 	case c.MaxHeaderBytes <= 0:
@@ -98,6 +114,10 @@ type Server struct {
 	backend  atomic.Pointer[Backend]
 	draining atomic.Bool
 
+	// bodies holds Config.MaxBodyBytesInFlight: the bodies being read and parsed take
+	// their size from it (limitBody).
+	bodies *semaphore.Weighted
+
 	// active counts generation handlers, so a forced shutdown can wait for them to return.
 	active sync.WaitGroup
 	// resp is the /v1/responses state: its store and the background responses running.
@@ -113,7 +133,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, created: time.Now().Unix()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, created: time.Now().Unix(),
+		bodies: semaphore.NewWeighted(cfg.MaxBodyBytesInFlight)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

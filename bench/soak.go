@@ -274,9 +274,13 @@ func Soak(ctx context.Context, cfg SoakConfig) (*SoakReport, error) {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	tick := time.NewTicker(cfg.ReportEvery)
+	sample := time.NewTicker(time.Second) // RSS between reports too: a storm's peak is short
+	defer sample.Stop()
 loop:
 	for {
 		select {
+		case <-sample.C:
+			readRSS()
 		case <-tick.C:
 			window()
 		case <-done:

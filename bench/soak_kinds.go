@@ -31,7 +31,18 @@ const (
 	SoakToolCall         SoakKind = "tool_call"         // chat with tools and tool_choice required; arguments validate
 	SoakMalformed        SoakKind = "malformed"         // a bad request: 400 with an OpenAI error object
 	SoakOverContext      SoakKind = "over_context"      // a prompt longer than the context: 400 context_length_exceeded
+
+	// The storm kinds, the largest requests the server accepts; not in the default mix
+	// ("--kinds storm" is both).
+	SoakMaxBody SoakKind = "max_body" // a body just under the 8 MiB limit, far over the context: 400 context_length_exceeded
+	SoakMaxN    SoakKind = "max_n"    // the longest prompt that fits, n (and best_of) at the limit: every choice finished
 )
+
+// maxBodyBytes is what a max_body request's prompt nearly fills: the server's body limit.
+const maxBodyBytes = 8 << 20
+
+// soakMaxN is the max_n kind's n: the engine's limit.
+const soakMaxN = 128
 
 // SoakKinds lists every kind with its weight in the default mix.
 var SoakKinds = []struct {
@@ -42,30 +53,44 @@ var SoakKinds = []struct {
 	{SoakDrop, 1}, {SoakJSONSchema, 2}, {SoakToolCall, 2}, {SoakMalformed, 1}, {SoakOverContext, 1},
 }
 
-// ParseSoakKinds reads a comma-separated list of kinds; "" or "all" is every kind.
+// SoakStormKinds are the kinds "storm" names, with their weights.
+var SoakStormKinds = []struct {
+	Kind   SoakKind
+	Weight int
+}{{SoakMaxBody, 1}, {SoakMaxN, 1}}
+
+// ParseSoakKinds reads a comma-separated list of kinds; "" or "all" is every kind of
+// the default mix, "storm" the storm kinds.
 func ParseSoakKinds(s string) ([]SoakKind, error) {
-	if s == "" || s == "all" {
-		var all []SoakKind
-		for _, k := range SoakKinds {
-			all = append(all, k.Kind)
-		}
-		return all, nil
-	}
 	var out []SoakKind
 	for _, part := range strings.Split(s, ",") {
-		k := SoakKind(strings.TrimSpace(part))
-		if soakWeight(k) == 0 {
+		switch k := SoakKind(strings.TrimSpace(part)); {
+		case k == "" || k == "all":
+			for _, w := range SoakKinds {
+				out = append(out, w.Kind)
+			}
+		case k == "storm":
+			for _, w := range SoakStormKinds {
+				out = append(out, w.Kind)
+			}
+		case soakWeight(k) == 0:
 			return nil, fmt.Errorf("unknown soak kind %q", k)
+		default:
+			out = append(out, k)
 		}
-		out = append(out, k)
 	}
 	return out, nil
 }
 
 func soakWeight(k SoakKind) int {
-	for _, w := range SoakKinds {
-		if w.Kind == k {
-			return w.Weight
+	for _, list := range [][]struct {
+		Kind   SoakKind
+		Weight int
+	}{SoakKinds, SoakStormKinds} {
+		for _, w := range list {
+			if w.Kind == k {
+				return w.Weight
+			}
 		}
 	}
 	return 0
@@ -213,6 +238,24 @@ func (c *soakClient) do(ctx context.Context, k SoakKind, rng *rand.Rand) soakRes
 		return c.malformed(ctx, rng)
 	case SoakOverContext:
 		return c.overContext(ctx, rng)
+	case SoakMaxBody:
+		return c.maxBody(ctx, rng)
+	case SoakMaxN:
+		// Token ids, so that the prompt fills the context exactly whatever the tokenizer:
+		// two prompts streamed with n, or one with best_of as well.
+		maxTok := min(c.maxTokens, 16)
+		ids := make([]int32, max(1, c.maxModelLen-maxTok))
+		for i := range ids {
+			ids[i] = int32(10 + rng.IntN(90))
+		}
+		path, n = "/v1/completions", soakMaxN
+		body["max_tokens"], body["temperature"], body["n"] = maxTok, 1.0, soakMaxN
+		if rng.IntN(2) == 0 {
+			body["prompt"], stream = [][]int32{ids, ids}, true
+			n *= 2
+		} else {
+			body["prompt"], body["best_of"] = ids, soakMaxN
+		}
 	default:
 		return fail(k, "bad_kind", "unknown kind %q", k)
 	}
@@ -556,4 +599,25 @@ func (c *soakClient) overContext(ctx context.Context, rng *rand.Rand) soakResult
 		return fail(SoakOverContext, "transport", "%v", err)
 	}
 	return expect400(SoakOverContext, resp, "context_length_exceeded")
+}
+
+// maxBody sends a prompt that nearly fills the body limit, as a completion or as a chat
+// message: far over any context, so a 400 context_length_exceeded, but only after the
+// server has read, parsed and tokenized it all.
+func (c *soakClient) maxBody(ctx context.Context, rng *rand.Rand) soakResult {
+	words := []string{" alpha", " beta", " gamma", " delta", " old", " man", " sea"}
+	var b strings.Builder
+	for b.Len() < maxBodyBytes-4096 {
+		b.WriteString(words[rng.IntN(len(words))])
+	}
+	path, body := "/v1/completions", map[string]any{"model": c.target.Model, "max_tokens": 4, "prompt": b.String()}
+	if rng.IntN(2) == 0 {
+		delete(body, "prompt")
+		path, body["messages"] = "/v1/chat/completions", []any{map[string]any{"role": "user", "content": b.String()}}
+	}
+	resp, err := c.post(ctx, path, body)
+	if err != nil {
+		return fail(SoakMaxBody, "transport", "%v", err)
+	}
+	return expect400(SoakMaxBody, resp, "context_length_exceeded")
 }

@@ -78,6 +78,23 @@ func TestSoakFlagsBadReplies(t *testing.T) {
 			}
 			fmt.Fprintf(w, `{"choices":[{"index":0,"message":{"role":"assistant","tool_calls":[%s]},"finish_reason":"tool_calls"}]}`, call)
 		}},
+		{"max body accepted", "max_body", "status", func(w http.ResponseWriter, r *http.Request) {
+			if n := len(readBody(r)); n < 8<<20-8192 || n > 8<<20 {
+				t.Errorf("max_body body is %d bytes, want just under 8 MiB", n)
+			}
+			io.WriteString(w, `{"choices":[{"index":0,"text":"","finish_reason":"stop"}]}`)
+		}},
+		{"max n short of choices", "max_n", "choices", func(w http.ResponseWriter, r *http.Request) {
+			body := readBody(r)
+			if !strings.Contains(body, `"n":128`) {
+				t.Errorf("max_n request without n 128: %.200s", body)
+			}
+			if strings.Contains(body, `"stream":true`) {
+				io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"x\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n")
+				return
+			}
+			io.WriteString(w, `{"choices":[{"index":0,"text":"x","finish_reason":"length"}]}`)
+		}},
 		{"wrong n", "chat_n", "choices", func(w http.ResponseWriter, r *http.Request) {
 			if strings.Contains(readBody(r), `"stream":true`) {
 				io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
@@ -113,6 +130,25 @@ func TestSoakFlagsBadReplies(t *testing.T) {
 				t.Errorf("rss %+v, idle kv %d %q", rep.RSS, rep.IdleKVUsed, rep.IdleErr)
 			}
 		})
+	}
+}
+
+// TestParseSoakKinds: "all" is the default mix, "storm" the storm kinds, names combine.
+func TestParseSoakKinds(t *testing.T) {
+	for in, want := range map[string]int{"": len(SoakKinds), "all": len(SoakKinds), "storm": 2,
+		"storm,malformed": 3, "max_n": 1} {
+		ks, err := ParseSoakKinds(in)
+		if err != nil || len(ks) != want {
+			t.Errorf("%q: %v, %v; want %d kinds", in, ks, err, want)
+		}
+	}
+	for _, k := range SoakKinds {
+		if k.Kind == SoakMaxBody || k.Kind == SoakMaxN {
+			t.Errorf("storm kind %s in the default mix", k.Kind)
+		}
+	}
+	if _, err := ParseSoakKinds("storm,nope"); err == nil {
+		t.Error("unknown kind accepted")
 	}
 }
 

@@ -34,7 +34,7 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 	dur := fs.Duration("duration", d.Duration, "how long to send load")
 	clients := fs.Int("clients", d.Clients, "concurrent clients (a closed loop: each sends its next request when the last ends)")
 	seed := fs.Uint64("seed", d.Seed, "seed of the request mix")
-	kinds := fs.String("kinds", "all", "request kinds (comma-separated): completion, completion_stream, chat, chat_stream, chat_n, drop, json_schema, tool_call, malformed, over_context")
+	kinds := fs.String("kinds", "all", "request kinds (comma-separated): completion, completion_stream, chat, chat_stream, chat_n, drop, json_schema, tool_call, malformed, over_context; \"all\" is those; \"storm\" the largest requests (max_body, max_n), outside the default mix")
 	every := fs.Duration("report-every", 10*time.Minute, "period of the progress line")
 	maxTokens := fs.Int("max-tokens", d.MaxTokens, "max_tokens at most per request (json_schema, tool_call and drop use it as is)")
 	maxLen := fs.Int("max-model-len", 0, "context length the over_context kind exceeds, in tokens (default: max_model_len from /v1/models)")

@@ -67,6 +67,8 @@ type serveOptions struct {
 	httpLimits     bool
 	maxHeaderBytes byteSize
 	readHeaderWait time.Duration // --read-header-timeout
+	bodiesInFlight byteSize      // --max-body-bytes-in-flight
+	bodyReadWait   time.Duration // --body-read-timeout
 	idleTimeout    time.Duration
 	logFormat      string
 	genConfig      string
@@ -151,6 +153,9 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	o.maxHeaderBytes = byteSize(ac.MaxHeaderBytes)
 	fs.Var(&o.maxHeaderBytes, "max-header-bytes", "request line and headers of a request at most, in bytes (suffixes KiB, MiB); larger get HTTP 431")
 	fs.DurationVar(&o.readHeaderWait, "read-header-timeout", ac.ReadHeaderTimeout, "a client that has not sent a request's headers within this is disconnected")
+	o.bodiesInFlight = byteSize(ac.MaxBodyBytesInFlight)
+	fs.Var(&o.bodiesInFlight, "max-body-bytes-in-flight", fmt.Sprintf("request bodies read and parsed at once, in bytes (at least the %s body limit); further requests wait their turn. Bounds memory under a storm of large requests", formatBytes(ac.MaxBodyBytes)))
+	fs.DurationVar(&o.bodyReadWait, "body-read-timeout", ac.BodyReadTimeout, "a client whose request body has not arrived within this of its turn is disconnected")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", ac.IdleTimeout, "a keep-alive connection idle this long is closed")
 	responsesFlags(fs, o)
 	fs.StringVar(&o.stepTrace, "step-trace", "", "write one JSON line per engine step to this file: rows, tokens, past, schedule/forward/sample/emit times in ms, Go GC pauses")
@@ -396,6 +401,14 @@ func (o *serveOptions) apiConfig(log *slog.Logger, m *api.Metrics) (api.Config, 
 	if o.httpLimits {
 		c.MaxHeaderBytes = int(min(int64(o.maxHeaderBytes), 1<<30))
 		c.ReadHeaderTimeout, c.IdleTimeout = o.readHeaderWait, o.idleTimeout
+		c.MaxBodyBytesInFlight, c.BodyReadTimeout = int64(o.bodiesInFlight), o.bodyReadWait
+		if c.MaxBodyBytesInFlight < c.MaxBodyBytes {
+			return c, fmt.Errorf("%s: --max-body-bytes-in-flight must be at least the body limit, %s; got %s",
+				o.name(), formatBytes(c.MaxBodyBytes), formatBytes(c.MaxBodyBytesInFlight))
+		}
+		if c.BodyReadTimeout <= 0 {
+			return c, fmt.Errorf("%s: --body-read-timeout must be > 0, got %v", o.name(), c.BodyReadTimeout)
+		}
 	}
 	c.EnableWebUI = !o.noWebUI
 	c.Logger = log

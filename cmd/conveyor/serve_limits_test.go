@@ -13,7 +13,7 @@ import (
 // TestServeHTTPLimitFlags: the header cap and the connection timeouts reach api.Config.
 func TestServeHTTPLimitFlags(t *testing.T) {
 	o, err := parseServeFlags([]string{"--max-header-bytes", "16KiB", "--read-header-timeout", "3s",
-		"--idle-timeout", "45s", "--max-connections", "7"}, env(nil), io.Discard)
+		"--idle-timeout", "45s", "--max-connections", "7", "--max-body-bytes-in-flight", "32MiB", "--body-read-timeout", "9s"}, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,11 @@ func TestServeHTTPLimitFlags(t *testing.T) {
 	if c.MaxHeaderBytes != 16<<10 || c.ReadHeaderTimeout != 3*time.Second || c.IdleTimeout != 45*time.Second || c.MaxConnections != 7 {
 		t.Fatalf("api config: header %d, read-header %v, idle %v, connections %d", c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout, c.MaxConnections)
 	}
-	for _, args := range [][]string{{"--max-header-bytes", "0"}, {"--idle-timeout", "0s"}, {"--read-header-timeout", "0s"}} {
+	if c.MaxBodyBytesInFlight != 32<<20 || c.BodyReadTimeout != 9*time.Second {
+		t.Fatalf("api config: bodies in flight %d, body read timeout %v", c.MaxBodyBytesInFlight, c.BodyReadTimeout)
+	}
+	for _, args := range [][]string{{"--max-header-bytes", "0"}, {"--idle-timeout", "0s"}, {"--read-header-timeout", "0s"},
+		{"--max-body-bytes-in-flight", "1MiB"}, {"--body-read-timeout", "0s"}} {
 		if _, err := parseServeFlags(args, env(nil), io.Discard); err == nil || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: %v, want a one-line error", args, err)
 		}
