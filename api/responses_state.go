@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/gin-gonic/gin"
 
@@ -49,6 +51,10 @@ type responsesRuntime struct {
 	mu      sync.Mutex
 	running map[string]*backgroundRun
 	closing bool // shutdown began: no background response starts
+
+	// putFault, set only by tests, fails a store write (a full disk) before it reaches
+	// the store.
+	putFault atomic.Pointer[func(respstore.Record) error]
 }
 
 // backgroundRun is one background response running in this process.
@@ -100,11 +106,26 @@ func (rt *responsesRuntime) put(sr *storedResponse) error {
 	if err != nil {
 		return err
 	}
-	err = rt.cfg.Store.Put(respstore.Record{ID: sr.Response.ID, Status: sr.Response.Status, Data: data})
+	rec := respstore.Record{ID: sr.Response.ID, Status: sr.Response.Status, Data: data}
+	if f := rt.putFault.Load(); f != nil {
+		err = (*f)(rec)
+	}
+	if err == nil {
+		err = rt.cfg.Store.Put(rec)
+	}
 	if errors.Is(err, respstore.ErrTooLarge) {
 		return fmt.Errorf("the response is too large to store (%v): %w", err, engine.ErrInvalidRequest)
 	}
-	return err
+	if err != nil {
+		// The log has the whole error; the client gets its cause, not the server's paths.
+		rt.log.Error("responses: storing a response failed", "id", rec.ID, "status", rec.Status, "err", err)
+		cause := "a storage error"
+		if errno, ok := errors.AsType[syscall.Errno](err); ok {
+			cause = errno.Error()
+		}
+		return fmt.Errorf("the response could not be stored (%s): send \"store\": false, or retry later", cause)
+	}
+	return nil
 }
 
 // checkStorable refuses, before anything is generated, a response to store whose

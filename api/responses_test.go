@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -507,5 +510,72 @@ func TestResponsesTooLargeToStore(t *testing.T) {
 	rec = do(t, s.Handler(), "POST", "/v1/responses", `{"model":"test-model","max_output_tokens":4,"input":"small"}`)
 	if rec.Code != 200 || st.Len() != 1 {
 		t.Fatalf("a small response: %d %s (%d stored)", rec.Code, rec.Body, st.Len())
+	}
+}
+
+// TestResponsesStoreDiskFull: while the store's writes fail with ENOSPC, a stored
+// response fails with a 500 that names the cause (streamed: an error event, then
+// response.failed), a background one is refused, store:false ones are served, and
+// nothing of the failed ones is kept; once writes succeed again so does storing, and
+// what was stored before is intact.
+func TestResponsesStoreDiskFull(t *testing.T) {
+	r := newRespServer(t, t.TempDir())
+	ctx := context.Background()
+	input := responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}
+	before, err := r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input, MaxOutputTokens: openai.Int(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var failed atomic.Int32
+	full := func(respstore.Record) error {
+		failed.Add(1)
+		return fmt.Errorf("write responses.db: %w", syscall.ENOSPC)
+	}
+	r.srv.resp.putFault.Store(&full)
+	_, err = r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input, MaxOutputTokens: openai.Int(3)})
+	e := apiError(t, err)
+	if e.StatusCode != 500 || !strings.Contains(e.Message, "no space left on device") || strings.Contains(e.Message, "responses.db") {
+		t.Fatalf("stored response on a full disk: %d %q", e.StatusCode, e.Message)
+	}
+	res, err := http.Post(r.base+"/v1/responses", "application/json",
+		strings.NewReader(`{"model":"test-model","stream":true,"max_output_tokens":3,"input":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := streamEvents(t, res.Body)
+	res.Body.Close()
+	n := len(evs)
+	if n < 2 || evs[n-2]["type"] != "error" || evs[n-1]["type"] != "response.failed" ||
+		!strings.Contains(fmt.Sprint(evs[n-2]["message"]), "no space left on device") {
+		t.Fatalf("streamed response on a full disk: events end with %v", evs[max(0, n-3):])
+	}
+	_, err = r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input,
+		MaxOutputTokens: openai.Int(3), Background: openai.Bool(true)})
+	if e := apiError(t, err); e.StatusCode != 500 {
+		t.Fatalf("background response on a full disk: %d %q", e.StatusCode, e.Message)
+	}
+	if _, err := r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input,
+		MaxOutputTokens: openai.Int(3), Store: openai.Bool(false)}); err != nil {
+		t.Fatalf("store:false on a full disk: %v", err)
+	}
+	if failed.Load() != 3 || r.st.Len() != 1 {
+		t.Fatalf("%d failed writes, %d stored; want 3 and only the first response", failed.Load(), r.st.Len())
+	}
+	waitFor(t, "the engine idle", func() bool {
+		r.eng.mu.Lock()
+		defer r.eng.mu.Unlock()
+		return len(r.eng.live) == 0
+	})
+
+	r.srv.resp.putFault.Store(nil)
+	after, err := r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input,
+		MaxOutputTokens: openai.Int(3), PreviousResponseID: openai.String(before.ID)})
+	if err != nil {
+		t.Fatalf("after the disk has room again: %v", err)
+	}
+	got, err := r.client.Responses.Get(ctx, before.ID, responses.ResponseGetParams{})
+	if err != nil || got.OutputText() != before.OutputText() || r.st.Len() != 2 || after.Status == "failed" {
+		t.Fatalf("stored before the fault: %v %q (was %q), %d stored", err, got.OutputText(), before.OutputText(), r.st.Len())
 	}
 }
