@@ -12,33 +12,54 @@ import "fmt"
 //     free + used == total, and the counters agree;
 //   - every cache entry points to a block registered under that key, registered blocks are
 //     in the cache, and a registered block in a table is full;
-//   - every table is exactly as long as its token count needs.
+//   - every table is exactly as long as its token count needs, and a window group's table
+//     has given back exactly the blocks its window has passed (NoBlock entries);
+//   - a block is in one group's tables only.
 func (p *Pool) CheckInvariants() error {
 	n := len(p.meta)
 	refs := make([]int32, n)
 	lastSeen := make([]SeqID, n)
 	seen := make([]bool, n)
+	group := make([]int, n)
 	for id, st := range p.seqs {
 		if st.numTokens < 0 || st.committed < 0 || st.committed > st.numTokens {
 			return fmt.Errorf("%w: sequence %d has %d committed of %d tokens", ErrCorrupt, id, st.committed, st.numTokens)
 		}
-		if want := p.blocksFor(st.numTokens); len(st.blocks) != want {
-			return fmt.Errorf("%w: sequence %d holds %d blocks for %d tokens, want %d", ErrCorrupt, id, len(st.blocks), st.numTokens, want)
-		}
-		if p.cache != nil && st.chainOK && len(st.pending) != st.committed%p.bs {
+		if p.cache != nil && len(st.pending) != st.committed%p.bs {
 			return fmt.Errorf("%w: sequence %d has %d pending tokens with %d committed", ErrCorrupt, id, len(st.pending), st.committed)
 		}
-		for i, b := range st.blocks {
-			if b < 0 || int(b) >= n {
-				return fmt.Errorf("%w: sequence %d names block %d outside the pool", ErrCorrupt, id, b)
+		if len(st.tables) != len(p.windows) {
+			return fmt.Errorf("%w: sequence %d has %d block tables for %d groups", ErrCorrupt, id, len(st.tables), len(p.windows))
+		}
+		for g := range st.tables {
+			t := &st.tables[g]
+			if want := p.blocksFor(st.numTokens); len(t.blocks) != want {
+				return fmt.Errorf("%w: sequence %d holds %d blocks of group %d for %d tokens, want %d", ErrCorrupt, id, len(t.blocks), g, st.numTokens, want)
 			}
-			if seen[b] && lastSeen[b] == id {
-				return fmt.Errorf("%w: sequence %d names block %d twice", ErrCorrupt, id, b)
+			if want := p.windowStart(g, st.committed); t.from != want {
+				return fmt.Errorf("%w: sequence %d group %d gave back %d blocks with %d committed, want %d", ErrCorrupt, id, g, t.from, st.committed, want)
 			}
-			seen[b], lastSeen[b] = true, id
-			refs[b]++
-			if p.meta[b].regID != 0 && (i+1)*p.bs > st.numTokens {
-				return fmt.Errorf("%w: registered block %d is partial in sequence %d", ErrCorrupt, b, id)
+			for i, b := range t.blocks {
+				if i < t.from {
+					if b != NoBlock {
+						return fmt.Errorf("%w: sequence %d group %d entry %d before its window is block %d", ErrCorrupt, id, g, i, b)
+					}
+					continue
+				}
+				if b < 0 || int(b) >= n {
+					return fmt.Errorf("%w: sequence %d names block %d outside the pool", ErrCorrupt, id, b)
+				}
+				if seen[b] && lastSeen[b] == id {
+					return fmt.Errorf("%w: sequence %d names block %d twice", ErrCorrupt, id, b)
+				}
+				if seen[b] && group[b] != g {
+					return fmt.Errorf("%w: block %d is in groups %d and %d", ErrCorrupt, b, group[b], g)
+				}
+				seen[b], lastSeen[b], group[b] = true, id, g
+				refs[b]++
+				if p.meta[b].regID != 0 && (i+1)*p.bs > st.numTokens {
+					return fmt.Errorf("%w: registered block %d is partial in sequence %d", ErrCorrupt, b, id)
+				}
 			}
 		}
 	}

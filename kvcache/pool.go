@@ -15,11 +15,26 @@ type BlockID int32
 // maxBlocks bounds the pool size so block ids and the free queue's sentinel fit in an int32.
 const maxBlocks = math.MaxInt32 - 1
 
+// NoBlock is a block-table entry of a sliding-window group for positions every window
+// ahead has passed: the block was given back and nothing may read it.
+const NoBlock BlockID = -1
+
+// maxGroups bounds PoolConfig.Windows.
+const maxGroups = 256
+
 // PoolConfig configures a Pool.
 type PoolConfig struct {
 	NumBlocks           int  // blocks in the pool (see NumBlocksForBudget)
 	BlockSizeTokens     int  // tokens per block
 	EnablePrefixCaching bool // register full blocks by content and reuse them across sequences
+
+	// Windows has one entry per layer group, the group's sliding window in tokens (0 for
+	// full attention); nil is one full group. Each sequence has one block table per
+	// group, all drawn from the one pool, so memory goes wherever it is needed. A
+	// window group gives back the blocks its window has passed (NoBlock in its table):
+	// a query at position p reads positions p-W+1..p, and positions only grow. See
+	// Storage's GroupLayers for how a model's layers map onto groups.
+	Windows []int
 }
 
 // DefaultPoolConfig returns 16-token blocks with prefix caching on. NumBlocks is 0 and must
@@ -35,6 +50,14 @@ func (c PoolConfig) Validate() error {
 	}
 	if c.BlockSizeTokens <= 0 || c.BlockSizeTokens > 1<<16 {
 		return fmt.Errorf("%w: BlockSizeTokens %d must be in [1, 65536]", ErrInvalid, c.BlockSizeTokens)
+	}
+	if len(c.Windows) > maxGroups {
+		return fmt.Errorf("%w: %d layer groups, at most %d", ErrInvalid, len(c.Windows), maxGroups)
+	}
+	for g, w := range c.Windows {
+		if w < 0 {
+			return fmt.Errorf("%w: group %d has window %d", ErrInvalid, g, w)
+		}
 	}
 	return nil
 }
@@ -69,27 +92,34 @@ type blockMeta struct {
 	extraKey  uint64
 }
 
-// seqState is one sequence's block table and prefix-cache chain.
+// seqState is one sequence's block tables (one per group) and token counts.
 type seqState struct {
-	blocks    []BlockID
-	numTokens int // token slots allocated
-	committed int // tokens recorded by Commit (or attached by AllocateSlots)
+	tables    []groupTable
+	numTokens int     // token slots allocated
+	committed int     // tokens recorded by Commit (or attached by AllocateSlots)
+	pending   []int32 // committed token ids of the current partial block
+}
+
+// groupTable is one group's block table of a sequence and its prefix-cache chain.
+type groupTable struct {
+	blocks []BlockID
+	from   int // blocks[:from] are NoBlock (window groups: passed by the window)
 
 	// Chain state for registering the next full block. chainOK turns false when a block
 	// could not be registered consistently; later blocks of the sequence are then not cached.
 	parentHash uint64
 	parentReg  uint64
 	chainOK    bool
-	pending    []int32 // committed token ids of the current partial block
 }
 
 // Pool is the block allocator: per-sequence block tables, reference counts, the free-block
 // queue and the prefix cache. It holds no K/V data (see Storage). A Pool is not safe for
 // concurrent use: one goroutine owns it.
 type Pool struct {
-	cfg  PoolConfig
-	bs   int // tokens per block
-	meta []blockMeta
+	cfg     PoolConfig
+	bs      int   // tokens per block
+	windows []int // per group; 0 = full attention
+	meta    []blockMeta
 	free freeQueue
 
 	seqs  map[SeqID]*seqState
@@ -114,9 +144,14 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	windows := slices.Clone(cfg.Windows)
+	if len(windows) == 0 {
+		windows = []int{0}
+	}
 	p := &Pool{
 		cfg:     cfg,
 		bs:      cfg.BlockSizeTokens,
+		windows: windows,
 		meta:    make([]blockMeta, cfg.NumBlocks),
 		free:    newFreeQueue(cfg.NumBlocks),
 		seqs:    make(map[SeqID]*seqState),
@@ -136,8 +171,25 @@ func (p *Pool) BlockSizeTokens() int { return p.bs }
 // NumBlocks returns the number of blocks in the pool.
 func (p *Pool) NumBlocks() int { return len(p.meta) }
 
+// NumGroups returns the number of layer groups (block tables per sequence).
+func (p *Pool) NumGroups() int { return len(p.windows) }
+
+// Window returns group g's sliding window in tokens, 0 for full attention.
+func (p *Pool) Window(g int) int { return p.windows[g] }
+
 // blocksFor returns the blocks needed to hold n tokens.
 func (p *Pool) blocksFor(n int) int { return (n + p.bs - 1) / p.bs }
+
+// windowStart returns the first block of group g a query at position pos reads.
+func (p *Pool) windowStart(g, pos int) int {
+	if w := p.windows[g]; w > 0 && pos-w+1 > 0 {
+		return (pos - w + 1) / p.bs
+	}
+	return 0
+}
+
+// groupRoot is the parent key of group g's first block: each group's keys are its own.
+func groupRoot(g int) uint64 { return hashRoot + uint64(g)*hashK1 }
 
 func (p *Pool) newSeq() *seqState {
 	if n := len(p.spare); n > 0 {
@@ -145,13 +197,23 @@ func (p *Pool) newSeq() *seqState {
 		p.spare = p.spare[:n-1]
 		return st
 	}
-	return &seqState{chainOK: true, parentHash: hashRoot, pending: make([]int32, 0, p.bs)}
+	st := &seqState{tables: make([]groupTable, len(p.windows)), pending: make([]int32, 0, p.bs)}
+	for g := range st.tables {
+		st.tables[g].reset(g)
+	}
+	return st
+}
+
+func (t *groupTable) reset(g int) {
+	t.blocks, t.from = t.blocks[:0], 0
+	t.parentHash, t.parentReg, t.chainOK = groupRoot(g), 0, true
 }
 
 func (p *Pool) recycle(st *seqState) {
-	st.blocks = st.blocks[:0]
+	for g := range st.tables {
+		st.tables[g].reset(g)
+	}
 	st.numTokens, st.committed = 0, 0
-	st.parentHash, st.parentReg, st.chainOK = hashRoot, 0, true
 	st.pending = st.pending[:0]
 	p.spare = append(p.spare, st)
 }
@@ -161,9 +223,8 @@ func (p *Pool) recycle(st *seqState) {
 // (nothing cached, nothing to count). FindPrefix refills a hit in place, so one hit can be
 // reused for every lookup without allocating.
 type PrefixHit struct {
-	blocks  []BlockID
-	regs    []uint64 // each block's registration id at lookup, to detect a stale hit
-	tokens  int      // cached tokens: len(blocks) * block size
+	groups  []hitGroup
+	tokens  int      // cached tokens: a multiple of the block size
 	queried int      // prompt tokens looked up
 	counted bool     // the query and hit were counted by an AllocateSlots
 }
@@ -171,9 +232,18 @@ type PrefixHit struct {
 // NumTokens returns the number of prompt tokens the hit covers, a multiple of the block size.
 func (h *PrefixHit) NumTokens() int { return h.tokens }
 
+// hitGroup is one group's part of a hit: its blocks (NoBlock before a window group's
+// window) and their registrations.
+type hitGroup struct {
+	blocks []BlockID
+	regs   []uint64 // each block's registration id at lookup, to detect a stale hit
+}
+
 // Reset empties the hit: no cached blocks, nothing to count.
 func (h *PrefixHit) Reset() {
-	h.blocks, h.regs = h.blocks[:0], h.regs[:0]
+	for g := range h.groups {
+		h.groups[g].blocks, h.groups[g].regs = h.groups[g].blocks[:0], h.groups[g].regs[:0]
+	}
 	h.tokens, h.queried, h.counted = 0, 0, false
 }
 
@@ -184,6 +254,11 @@ func (h *PrefixHit) Reset() {
 // so hit.NumTokens() is at most len(tokens)-1 rounded down to a multiple of the block size.
 // With prefix caching off the hit is empty and counts no query. AllocateSlots attaches the
 // blocks and counts the query.
+//
+// A hit of k blocks needs every full group's first k blocks, and of each window group only
+// the blocks the first position after the hit reads; the longest k that every group
+// has is the hit. A window group's block is found by its key (which chains every token
+// before it) and its own tokens: its parent may be long gone.
 func (p *Pool) FindPrefix(hit *PrefixHit, tokens []int32, extraKey uint64) {
 	hit.Reset()
 	if p.cache == nil {
@@ -193,20 +268,82 @@ func (p *Pool) FindPrefix(hit *PrefixHit, tokens []int32, extraKey uint64) {
 	if len(tokens) <= 1 {
 		return
 	}
-	maxFull := (len(tokens) - 1) / p.bs
-	parentHash, parentReg := uint64(hashRoot), uint64(0)
-	for n := 0; n < maxFull; n++ {
-		blk := tokens[n*p.bs : (n+1)*p.bs]
-		h := p.hash(parentHash, blk, extraKey)
-		b, ok := p.cache[h]
-		if !ok || !p.matches(b, parentReg, blk, extraKey) {
+	for len(hit.groups) < len(p.windows) {
+		hit.groups = append(hit.groups, hitGroup{})
+	}
+	hit.groups = hit.groups[:len(p.windows)]
+	k := (len(tokens) - 1) / p.bs
+	// Full groups: the chain from the first block, as far as it goes.
+	for g, w := range p.windows {
+		if w > 0 {
+			continue
+		}
+		hg := &hit.groups[g]
+		parentHash, parentReg := groupRoot(g), uint64(0)
+		for n := 0; n < k; n++ {
+			blk := tokens[n*p.bs : (n+1)*p.bs]
+			h := p.hash(parentHash, blk, extraKey)
+			b, ok := p.cache[h]
+			if !ok || !p.matches(b, parentReg, blk, extraKey) {
+				break
+			}
+			parentHash, parentReg = h, p.meta[b].regID
+			hg.blocks = append(hg.blocks, b)
+			hg.regs = append(hg.regs, parentReg)
+		}
+		k = len(hg.blocks)
+	}
+	// Window groups: every block found by key (NoBlock where missing); then the longest k
+	// whose window is all there.
+	for g, w := range p.windows {
+		if w == 0 {
+			continue
+		}
+		hg := &hit.groups[g]
+		parentHash := groupRoot(g)
+		for n := 0; n < k; n++ {
+			blk := tokens[n*p.bs : (n+1)*p.bs]
+			h := p.hash(parentHash, blk, extraKey)
+			parentHash = h
+			b, ok := p.cache[h]
+			if !ok || !p.sameBlock(b, blk, extraKey) {
+				hg.blocks, hg.regs = append(hg.blocks, NoBlock), append(hg.regs, 0)
+				continue
+			}
+			hg.blocks, hg.regs = append(hg.blocks, b), append(hg.regs, p.meta[b].regID)
+		}
+	}
+	for ; k > 0; k-- {
+		if p.windowsPresent(hit, k) {
 			break
 		}
-		parentHash, parentReg = h, p.meta[b].regID
-		hit.blocks = append(hit.blocks, b)
-		hit.regs = append(hit.regs, parentReg)
 	}
-	hit.tokens = len(hit.blocks) * p.bs
+	for g, w := range p.windows {
+		hg := &hit.groups[g]
+		hg.blocks, hg.regs = hg.blocks[:k], hg.regs[:k]
+		if w > 0 {
+			for n := range p.windowStart(g, k*p.bs) {
+				hg.blocks[n], hg.regs[n] = NoBlock, 0
+			}
+		}
+	}
+	hit.tokens = k * p.bs
+}
+
+// windowsPresent reports whether every window group of hit has the blocks a query right
+// after its first k blocks reads.
+func (p *Pool) windowsPresent(hit *PrefixHit, k int) bool {
+	for g, w := range p.windows {
+		if w == 0 {
+			continue
+		}
+		for n := p.windowStart(g, k*p.bs); n < k; n++ {
+			if hit.groups[g].blocks[n] == NoBlock {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // AllocateSlots grows seq by n tokens like Allocate, first attaching a prefix-cache hit
@@ -234,7 +371,8 @@ func (p *Pool) AllocateSlots(seq SeqID, hit *PrefixHit, n int) (blocks []BlockID
 	if !ok {
 		return nil, nil, false
 	}
-	return st.blocks[:len(st.blocks):len(st.blocks)], cow, true
+	b := st.tables[0].blocks
+	return b[:len(b):len(b)], cow, true
 }
 
 // attach is AllocateSlots with a hit.
@@ -243,20 +381,30 @@ func (p *Pool) attach(seq SeqID, hit *PrefixHit, n int) (*seqState, bool) {
 		return nil, false
 	}
 	st := p.seqs[seq]
-	if st != nil && len(st.blocks) > 0 {
+	if st != nil && st.numTokens > 0 {
+		return nil, false
+	}
+	k := hit.tokens / p.bs
+	if k > 0 && len(hit.groups) != len(p.windows) {
 		return nil, false
 	}
 	revive := 0
-	for i, b := range hit.blocks {
-		m := &p.meta[b]
-		if m.regID != hit.regs[i] {
-			return nil, false // evicted (and maybe reused) since the lookup
-		}
-		if m.ref == 0 {
-			revive++
+	for g := range hit.groups[:min(len(hit.groups), len(p.windows))] {
+		hg := &hit.groups[g]
+		for i, b := range hg.blocks[:k] {
+			if b == NoBlock {
+				continue
+			}
+			m := &p.meta[b]
+			if m.regID != hg.regs[i] {
+				return nil, false // evicted (and maybe reused) since the lookup
+			}
+			if m.ref == 0 {
+				revive++
+			}
 		}
 	}
-	if revive+p.blocksFor(hit.tokens+n)-len(hit.blocks) > p.free.n {
+	if revive+len(p.windows)*(p.blocksFor(hit.tokens+n)-k) > p.free.n {
 		return nil, false
 	}
 	if st == nil {
@@ -265,18 +413,32 @@ func (p *Pool) attach(seq SeqID, hit *PrefixHit, n int) (*seqState, bool) {
 	}
 	// Cached blocks leave the free queue before any fresh block is taken, so taking fresh
 	// blocks cannot evict them.
-	for _, b := range hit.blocks {
-		p.acquire(b)
-		st.blocks = append(st.blocks, b)
-	}
-	if k := len(hit.blocks); k > 0 {
-		last := &p.meta[hit.blocks[k-1]]
+	if k > 0 {
+		for g := range st.tables {
+			t, hg := &st.tables[g], &hit.groups[g]
+			for _, b := range hg.blocks[:k] {
+				if b == NoBlock {
+					t.from++
+				} else {
+					p.acquire(b)
+				}
+				t.blocks = append(t.blocks, b)
+			}
+			if last := hg.blocks[k-1]; last != NoBlock {
+				t.parentHash, t.parentReg, t.chainOK = p.meta[last].hash, p.meta[last].regID, true
+			} else {
+				t.chainOK = false // a one-token window: nothing of the hit is kept to chain from
+			}
+		}
 		st.numTokens, st.committed = hit.tokens, hit.tokens
-		st.parentHash, st.parentReg, st.chainOK = last.hash, last.regID, true
 		st.pending = st.pending[:0]
 	}
-	for range p.blocksFor(st.numTokens+n) - len(st.blocks) {
-		st.blocks = append(st.blocks, p.takeFresh())
+	want := p.blocksFor(st.numTokens + n)
+	for g := range st.tables {
+		t := &st.tables[g]
+		for len(t.blocks) < want {
+			t.blocks = append(t.blocks, p.takeFresh())
+		}
 	}
 	st.numTokens += n
 	if !hit.counted {
@@ -289,9 +451,13 @@ func (p *Pool) attach(seq SeqID, hit *PrefixHit, n int) (*seqState, bool) {
 
 // matches reports whether block b is registered with exactly this parent, content and extra key.
 func (p *Pool) matches(b BlockID, parentReg uint64, tokens []int32, extraKey uint64) bool {
+	return p.sameBlock(b, tokens, extraKey) && p.meta[b].parentReg == parentReg
+}
+
+// sameBlock reports whether block b is registered with this content and extra key.
+func (p *Pool) sameBlock(b BlockID, tokens []int32, extraKey uint64) bool {
 	m := &p.meta[b]
-	return m.regID != 0 && m.parentReg == parentReg && m.extraKey == extraKey &&
-		slices.Equal(p.tokens[int(b)*p.bs:(int(b)+1)*p.bs], tokens)
+	return m.regID != 0 && m.extraKey == extraKey && slices.Equal(p.tokens[int(b)*p.bs:(int(b)+1)*p.bs], tokens)
 }
 
 // acquire adds a reference to a block that is registered or already held, taking it off the
@@ -347,38 +513,36 @@ func (p *Pool) unregister(b BlockID) {
 	m.regID, m.parentReg, m.hash, m.extraKey = 0, 0, 0, 0
 }
 
-// growth returns the fresh blocks seq needs to grow by n tokens, and whether the last block
-// must be copied first (it is partial, about to be written, and shared).
-func (p *Pool) growth(st *seqState, n int) (fresh int, cow bool) {
+// growth returns the blocks seq needs to grow by n tokens: fresh ones in every group, and
+// one more per group whose last block must be copied first (it is partial, about to be
+// written, and shared).
+func (p *Pool) growth(st *seqState, n int) int {
 	if st == nil {
-		return p.blocksFor(n), false
+		return len(p.windows) * p.blocksFor(n)
 	}
-	fresh = p.blocksFor(st.numTokens+n) - len(st.blocks)
+	need := len(p.windows) * (p.blocksFor(st.numTokens+n) - p.blocksFor(st.numTokens))
 	if n > 0 && st.numTokens%p.bs != 0 {
-		last := st.blocks[len(st.blocks)-1]
-		cow = p.meta[last].ref > 1
+		for g := range st.tables {
+			b := st.tables[g].blocks
+			if p.meta[b[len(b)-1]].ref > 1 {
+				need++
+			}
+		}
 	}
-	return fresh, cow
+	return need
 }
 
 // CanAllocate reports whether seq can grow by n tokens (including any copy-on-write block).
 // An unknown seq is treated as empty.
 func (p *Pool) CanAllocate(seq SeqID, n int) bool {
-	if n < 0 {
-		return false
-	}
-	fresh, cow := p.growth(p.seqs[seq], n)
-	if cow {
-		fresh++
-	}
-	return fresh <= p.free.n
+	return n >= 0 && p.growth(p.seqs[seq], n) <= p.free.n
 }
 
-// Allocate grows seq's block table so it holds NumTokens(seq)+n tokens, creating seq if it
-// is new. When it does not fit (or n < 0) it returns ok=false and changes nothing. cow lists
-// copy-on-write copies the caller must apply to storage before writing the new tokens: when
-// seq's last block is partial and shared with another sequence, seq gets a private copy. The
-// cow slice is reused by the next call to Allocate.
+// Allocate grows seq's block tables so they hold NumTokens(seq)+n tokens, creating seq if
+// it is new. When it does not fit (or n < 0) it returns ok=false and changes nothing. cow
+// lists copy-on-write copies the caller must apply to storage before writing the new
+// tokens: when a last block of seq is partial and shared with another sequence, seq gets a
+// private copy. The cow slice is reused by the next call to Allocate.
 func (p *Pool) Allocate(seq SeqID, n int) (cow []CopyOp, ok bool) {
 	_, cow, ok = p.grow(seq, n)
 	return cow, ok
@@ -390,12 +554,7 @@ func (p *Pool) grow(seq SeqID, n int) (st *seqState, cow []CopyOp, ok bool) {
 		return nil, nil, false
 	}
 	st = p.seqs[seq]
-	fresh, needCopy := p.growth(st, n)
-	need := fresh
-	if needCopy {
-		need++
-	}
-	if need > p.free.n {
+	if p.growth(st, n) > p.free.n {
 		return nil, nil, false
 	}
 	if st == nil {
@@ -403,16 +562,19 @@ func (p *Pool) grow(seq SeqID, n int) (st *seqState, cow []CopyOp, ok bool) {
 		p.seqs[seq] = st
 	}
 	cow = p.cowBuf[:0]
-	if needCopy {
-		i := len(st.blocks) - 1
-		src := st.blocks[i]
-		dst := p.takeFresh()
-		p.meta[src].ref-- // still > 0: it was shared
-		st.blocks[i] = dst
-		cow = append(cow, CopyOp{Src: src, Dst: dst})
-	}
-	for range fresh {
-		st.blocks = append(st.blocks, p.takeFresh())
+	want := p.blocksFor(st.numTokens + n)
+	for g := range st.tables {
+		t := &st.tables[g]
+		if i := len(t.blocks) - 1; n > 0 && st.numTokens%p.bs != 0 && p.meta[t.blocks[i]].ref > 1 {
+			src := t.blocks[i]
+			dst := p.takeFresh()
+			p.meta[src].ref-- // still > 0: it was shared
+			t.blocks[i] = dst
+			cow = append(cow, CopyOp{Src: src, Dst: dst})
+		}
+		for len(t.blocks) < want {
+			t.blocks = append(t.blocks, p.takeFresh())
+		}
 	}
 	st.numTokens += n
 	p.cowBuf = cow
@@ -445,6 +607,7 @@ func (p *Pool) Commit(seq SeqID, from int, tokens []int32, extraKey uint64) erro
 	tokens = tokens[st.committed-from:]
 	if p.cache == nil {
 		st.committed = end
+		p.slide(st)
 		return nil
 	}
 	for len(tokens) > 0 {
@@ -453,45 +616,64 @@ func (p *Pool) Commit(seq SeqID, from int, tokens []int32, extraKey uint64) erro
 		tokens = tokens[take:]
 		st.committed += take
 		if len(st.pending) == p.bs {
-			p.registerFull(st, st.committed/p.bs-1, extraKey)
+			for g := range st.tables {
+				p.registerFull(&st.tables[g], st.committed/p.bs-1, st.pending, extraKey)
+			}
 			st.pending = st.pending[:0]
 		}
 	}
+	p.slide(st)
 	return nil
 }
 
-// registerFull registers seq's block idx, whose token ids are st.pending, and advances the chain.
-func (p *Pool) registerFull(st *seqState, idx int, extraKey uint64) {
-	if !st.chainOK {
+// slide gives back the blocks of st's window groups that no query from position
+// st.committed on reads.
+func (p *Pool) slide(st *seqState) {
+	for g, w := range p.windows {
+		if w == 0 {
+			continue
+		}
+		t := &st.tables[g]
+		for end := p.windowStart(g, st.committed); t.from < end; t.from++ {
+			p.release(t.blocks[t.from])
+			t.blocks[t.from] = NoBlock
+		}
+	}
+}
+
+// registerFull registers block idx of table t, whose token ids are tokens, and advances
+// the table's chain.
+func (p *Pool) registerFull(t *groupTable, idx int, tokens []int32, extraKey uint64) {
+	if !t.chainOK {
 		return
 	}
-	b := st.blocks[idx]
-	h := p.hash(st.parentHash, st.pending, extraKey)
+	b := t.blocks[idx]
+	h := p.hash(t.parentHash, tokens, extraKey)
 	if p.meta[b].regID != 0 {
 		// Already registered: b came from the cache or is shared with a sequence that
 		// committed it first. Continue from it if the content agrees.
-		if !p.matches(b, st.parentReg, st.pending, extraKey) {
-			st.chainOK = false
+		if !p.matches(b, t.parentReg, tokens, extraKey) {
+			t.chainOK = false
 			return
 		}
-		st.parentHash, st.parentReg = p.meta[b].hash, p.meta[b].regID
+		t.parentHash, t.parentReg = p.meta[b].hash, p.meta[b].regID
 		return
 	}
 	if cur, ok := p.cache[h]; ok {
-		if p.matches(cur, st.parentReg, st.pending, extraKey) {
+		if p.matches(cur, t.parentReg, tokens, extraKey) {
 			// An identical block is registered: keep that mapping, chain through it.
-			st.parentHash, st.parentReg = h, p.meta[cur].regID
+			t.parentHash, t.parentReg = h, p.meta[cur].regID
 			return
 		}
 		// A collision or a stale entry whose parent is gone: the newer block replaces it.
 		p.dropRegistration(cur)
 	}
 	m := &p.meta[b]
-	m.regID, m.parentReg, m.hash, m.extraKey = p.nextReg, st.parentReg, h, extraKey
+	m.regID, m.parentReg, m.hash, m.extraKey = p.nextReg, t.parentReg, h, extraKey
 	p.nextReg++
-	copy(p.tokens[int(b)*p.bs:], st.pending)
+	copy(p.tokens[int(b)*p.bs:], tokens)
 	p.cache[h] = b
-	st.parentHash, st.parentReg = h, m.regID
+	t.parentHash, t.parentReg = h, m.regID
 }
 
 // dropRegistration unregisters b; a free b moves to the front of the free queue.
@@ -517,19 +699,23 @@ func (p *Pool) Fork(parent, child SeqID) error {
 		return fmt.Errorf("%w: fork of sequence %d onto itself", ErrInvalid, parent)
 	}
 	cs := p.seqs[child]
-	if cs != nil && len(cs.blocks) > 0 {
+	if cs != nil && cs.numTokens > 0 {
 		return fmt.Errorf("%w: fork target %d already holds blocks", ErrInvalid, child)
 	}
 	if cs == nil {
 		cs = p.newSeq()
 		p.seqs[child] = cs
 	}
-	for _, b := range ps.blocks {
-		p.meta[b].ref++
+	for g := range ps.tables {
+		pt, ct := &ps.tables[g], &cs.tables[g]
+		for _, b := range pt.blocks[pt.from:] {
+			p.meta[b].ref++
+		}
+		blocks := append(ct.blocks[:0], pt.blocks...)
+		*ct = *pt
+		ct.blocks = blocks
 	}
-	cs.blocks = append(cs.blocks[:0], ps.blocks...)
 	cs.numTokens, cs.committed = ps.numTokens, ps.committed
-	cs.parentHash, cs.parentReg, cs.chainOK = ps.parentHash, ps.parentReg, ps.chainOK
 	cs.pending = append(cs.pending[:0], ps.pending...)
 	return nil
 }
@@ -543,21 +729,29 @@ func (p *Pool) Free(seq SeqID) {
 	if st == nil {
 		return
 	}
-	for i := len(st.blocks) - 1; i >= 0; i-- {
-		p.release(st.blocks[i])
+	for g := range st.tables {
+		t := &st.tables[g]
+		for i := len(t.blocks) - 1; i >= t.from; i-- {
+			p.release(t.blocks[i])
+		}
 	}
 	delete(p.seqs, seq)
 	p.recycle(st)
 }
 
-// BlockTable returns seq's block table, entry i holding positions [i*B, (i+1)*B) for block
-// size B. The slice is a read-only view, valid until the next call that changes seq.
-func (p *Pool) BlockTable(seq SeqID) []BlockID {
+// BlockTable returns seq's block table of group 0, entry i holding positions [i*B, (i+1)*B)
+// for block size B. The slice is a read-only view, valid until the next call that changes seq.
+func (p *Pool) BlockTable(seq SeqID) []BlockID { return p.GroupTable(seq, 0) }
+
+// GroupTable returns seq's block table of group g, like BlockTable; a window group's
+// entries before its window are NoBlock.
+func (p *Pool) GroupTable(seq SeqID, g int) []BlockID {
 	st := p.seqs[seq]
 	if st == nil {
 		return nil
 	}
-	return st.blocks[:len(st.blocks):len(st.blocks)]
+	b := st.tables[g].blocks
+	return b[:len(b):len(b)]
 }
 
 // NumTokens returns the number of token slots allocated to seq (0 for an unknown sequence).

@@ -374,11 +374,11 @@ func TestCheckInvariantsDetectsCorruption(t *testing.T) {
 		{"negative ref count", func(p *Pool, a, _ []BlockID) { p.meta[a[0]].ref = -1 }},
 		{"ref count too high", func(p *Pool, a, _ []BlockID) { p.meta[a[0]].ref++ }},
 		{"block in two tables without sharing", func(p *Pool, a, _ []BlockID) {
-			p.seqs[2].blocks[0] = a[0]
+			p.seqs[2].tables[0].blocks[0] = a[0]
 		}},
 		{"free block in a table", func(p *Pool, _, _ []BlockID) {
 			st := p.seqs[2]
-			st.blocks[0] = BlockID(p.free.next[p.free.sentinel()])
+			st.tables[0].blocks[0] = BlockID(p.free.next[p.free.sentinel()])
 		}},
 		{"used block on the free queue", func(p *Pool, a, _ []BlockID) { p.free.pushBack(int32(a[1])) }},
 		{"free block off the queue", func(p *Pool, _, _ []BlockID) {

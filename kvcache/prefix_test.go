@@ -355,3 +355,56 @@ func TestAllocateSlotsCountsAHitOnce(t *testing.T) {
 	}
 	check(t, p)
 }
+
+// TestWindowGroupGivesBackBlocks: a window group holds only the blocks its window reads
+// while a sequence grows; a later prompt with the same start finds the whole prefix, its
+// window group attaching only the window.
+func TestWindowGroupGivesBackBlocks(t *testing.T) {
+	p, err := NewPool(PoolConfig{NumBlocks: 100, BlockSizeTokens: 4, EnablePrefixCaching: true, Windows: []int{0, 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := seqTokens(1, 41)
+	if _, ok := p.Allocate(1, 10); !ok {
+		t.Fatal("allocate")
+	}
+	if err := p.Commit(1, 0, toks[:10], 0); err != nil {
+		t.Fatal(err)
+	}
+	for pos := 10; pos < 40; pos++ {
+		if _, ok := p.Allocate(1, 1); !ok {
+			t.Fatal("allocate")
+		}
+		if err := p.Commit(1, pos, toks[pos:pos+1], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The next query (position 40) reads 33..40: blocks 8 and 9 of 10 in the window group.
+	win := p.GroupTable(1, 1)
+	for i, b := range win {
+		if (b == NoBlock) != (i < 8) {
+			t.Fatalf("window table %v: want NoBlock exactly before entry 8", win)
+		}
+	}
+	if st := p.Stats(); st.UsedBlocks != 12 {
+		t.Fatalf("%d blocks in use, want 10 full + 2 window", st.UsedBlocks)
+	}
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	p.Free(1)
+	var hit PrefixHit
+	p.FindPrefix(&hit, toks, 0)
+	if hit.NumTokens() != 40 {
+		t.Fatalf("hit of %d tokens, want 40", hit.NumTokens())
+	}
+	if _, _, ok := p.AllocateSlots(2, &hit, 1); !ok {
+		t.Fatal("attach")
+	}
+	if st := p.Stats(); st.UsedBlocks != 10+2+2 {
+		t.Fatalf("%d blocks in use after the hit, want 10 + 1 full, 2 + 1 window", st.UsedBlocks)
+	}
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}

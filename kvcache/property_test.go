@@ -90,18 +90,20 @@ func (m *poolModel) fail(format string, args ...any) {
 	m.t.Fatalf("%s\nstats %+v", fmt.Sprintf(format, args...), m.p.Stats())
 }
 
-// write stores seq's tokens at positions [from, from+len(tokens)) in the simulated storage.
-// Every written block must be held by seq alone.
+// write stores seq's tokens at positions [from, from+len(tokens)) in the simulated storage,
+// in every group's block. Every written block must be held by seq alone.
 func (m *poolModel) write(seq SeqID, from int, tokens []int32, extra uint64) {
-	table := m.p.BlockTable(seq)
-	for i, tok := range tokens {
-		pos := from + i
-		b := table[pos/m.bs]
-		if r := m.p.meta[b].ref; r != 1 {
-			m.fail("sequence %d writes position %d into block %d with reference count %d", seq, pos, b, r)
+	for g := range m.p.NumGroups() {
+		table := m.p.GroupTable(seq, g)
+		for i, tok := range tokens {
+			pos := from + i
+			b := table[pos/m.bs]
+			if b == NoBlock || m.p.meta[b].ref != 1 {
+				m.fail("sequence %d writes position %d into group %d block %d held by %d", seq, pos, g, b, m.p.meta[max(b, 0)].ref)
+			}
+			m.slotTok[int(b)*m.bs+pos%m.bs] = tok
+			m.slotKey[int(b)*m.bs+pos%m.bs] = extra
 		}
-		m.slotTok[int(b)*m.bs+pos%m.bs] = tok
-		m.slotKey[int(b)*m.bs+pos%m.bs] = extra
 	}
 }
 
@@ -190,12 +192,14 @@ func (m *poolModel) start(c choices) {
 	// The allocation fits when the fresh blocks plus the cached blocks it revives from the
 	// free queue are free.
 	revive := 0
-	for _, b := range hit.blocks {
-		if m.p.meta[b].ref == 0 {
-			revive++
+	for _, hg := range hit.groups {
+		for _, b := range hg.blocks {
+			if b != NoBlock && m.p.meta[b].ref == 0 {
+				revive++
+			}
 		}
 	}
-	need := (len(prompt)+m.bs-1)/m.bs - cached/m.bs + revive
+	need := m.p.NumGroups()*((len(prompt)+m.bs-1)/m.bs-cached/m.bs) + revive
 	_, cow, ok := m.p.AllocateSlots(seq, &hit, len(prompt)-cached)
 	if ok != (need <= before.FreeBlocks) {
 		m.fail("AllocateSlots = %v needing %d blocks with %d free", ok, need, before.FreeBlocks)
@@ -216,12 +220,20 @@ func (m *poolModel) start(c choices) {
 			m.fail("queries counter moved by %d for a %d-token prompt", got, len(prompt))
 		}
 	}
-	table := m.p.BlockTable(seq)
-	for i := range cached {
-		slot := int(table[i/m.bs])*m.bs + i%m.bs
-		if m.slotTok[slot] != prompt[i] || m.slotKey[slot] != extra {
-			m.fail("prefix hit of %d tokens: position %d holds (%d, %d), prompt has (%d, %d)",
-				cached, i, m.slotTok[slot], m.slotKey[slot], prompt[i], extra)
+	for g := range m.p.NumGroups() {
+		table := m.p.GroupTable(seq, g)
+		for i := range cached {
+			if table[i/m.bs] == NoBlock {
+				if i >= m.windowFrom(g, cached) {
+					m.fail("prefix hit of %d tokens: group %d has no block for position %d, in the window", cached, g, i)
+				}
+				continue
+			}
+			slot := int(table[i/m.bs])*m.bs + i%m.bs
+			if m.slotTok[slot] != prompt[i] || m.slotKey[slot] != extra {
+				m.fail("prefix hit of %d tokens: group %d position %d holds (%d, %d), prompt has (%d, %d)",
+					cached, g, i, m.slotTok[slot], m.slotKey[slot], prompt[i], extra)
+			}
 		}
 	}
 	m.ops["hit tokens"] += cached
@@ -312,8 +324,20 @@ func (m *poolModel) pressure(c choices) {
 	m.addLive(seq, &refSeq{hist: toks, extra: 9})
 }
 
+// windowFrom returns the first position group g must still hold of a sequence whose next
+// query is at position pos: 0 for a full group, else the start of the block holding the
+// window's first position.
+func (m *poolModel) windowFrom(g, pos int) int {
+	w := m.p.Window(g)
+	if w == 0 || pos-w+1 <= 0 {
+		return 0
+	}
+	return (pos - w + 1) / m.bs * m.bs
+}
+
 // verify checks the pool's own invariants and the model: every live sequence reads back its
-// history, reference counts match table occurrences, free + used = total.
+// history (a window group: what its window still reads, and it holds nothing before), reference
+// counts match table occurrences, free + used = total.
 func (m *poolModel) verify() {
 	if err := m.p.CheckInvariants(); err != nil {
 		m.fail("%v", err)
@@ -321,20 +345,32 @@ func (m *poolModel) verify() {
 	holders := map[BlockID]int{}
 	for _, seq := range m.live {
 		r := m.seqs[seq]
-		table := m.p.BlockTable(seq)
-		if m.p.NumTokens(seq) != len(r.hist) || m.p.NumCommittedTokens(seq) != len(r.hist) ||
-			len(table) != (len(r.hist)+m.bs-1)/m.bs {
-			m.fail("sequence %d: %d tokens, %d committed, %d blocks; model has %d tokens",
-				seq, m.p.NumTokens(seq), m.p.NumCommittedTokens(seq), len(table), len(r.hist))
-		}
-		for pos, tok := range r.hist {
-			slot := int(table[pos/m.bs])*m.bs + pos%m.bs
-			if m.slotTok[slot] != tok || m.slotKey[slot] != r.extra {
-				m.fail("sequence %d position %d reads (%d, %d), want (%d, %d)", seq, pos, m.slotTok[slot], m.slotKey[slot], tok, r.extra)
+		for g := range m.p.NumGroups() {
+			table := m.p.GroupTable(seq, g)
+			if m.p.NumTokens(seq) != len(r.hist) || m.p.NumCommittedTokens(seq) != len(r.hist) ||
+				len(table) != (len(r.hist)+m.bs-1)/m.bs {
+				m.fail("sequence %d: %d tokens, %d committed, %d blocks in group %d; model has %d tokens",
+					seq, m.p.NumTokens(seq), m.p.NumCommittedTokens(seq), len(table), g, len(r.hist))
 			}
-		}
-		for _, b := range table {
-			holders[b]++
+			from := m.windowFrom(g, len(r.hist))
+			for pos, tok := range r.hist {
+				b := table[pos/m.bs]
+				if (b == NoBlock) != (pos < from) {
+					m.fail("sequence %d group %d position %d (window from %d) in block %d", seq, g, pos, from, b)
+				}
+				if b == NoBlock {
+					continue
+				}
+				slot := int(b)*m.bs + pos%m.bs
+				if m.slotTok[slot] != tok || m.slotKey[slot] != r.extra {
+					m.fail("sequence %d group %d position %d reads (%d, %d), want (%d, %d)", seq, g, pos, m.slotTok[slot], m.slotKey[slot], tok, r.extra)
+				}
+			}
+			for _, b := range table {
+				if b != NoBlock {
+					holders[b]++
+				}
+			}
 		}
 	}
 	for b, n := range holders {
@@ -359,12 +395,12 @@ func (m *poolModel) finish() {
 	if st.FreeBlocks != st.TotalBlocks || st.UsedBlocks != 0 || len(m.p.seqs) != 0 {
 		m.fail("leak at end: %d sequences", len(m.p.seqs))
 	}
-	all := st.TotalBlocks * m.bs
-	if _, ok := m.p.Allocate(m.nextID, all); !ok {
+	per := st.TotalBlocks / m.p.NumGroups()
+	if _, ok := m.p.Allocate(m.nextID, per*m.bs); !ok {
 		m.fail("cannot allocate the whole pool after freeing everything")
 	}
-	if got := len(m.p.BlockTable(m.nextID)); got != st.TotalBlocks {
-		m.fail("whole-pool allocation got %d blocks", got)
+	if got := len(m.p.BlockTable(m.nextID)); got != per || m.p.Stats().FreeBlocks != st.TotalBlocks%m.p.NumGroups() {
+		m.fail("whole-pool allocation got %d blocks per group, %d free", got, m.p.Stats().FreeBlocks)
 	}
 	m.p.Free(m.nextID)
 	m.verify()
@@ -385,6 +421,10 @@ func TestPoolRandomOps(t *testing.T) {
 		{"block size 1", PoolConfig{NumBlocks: 64, BlockSizeTokens: 1, EnablePrefixCaching: true}, false},
 		{"no prefix caching", PoolConfig{NumBlocks: 30, BlockSizeTokens: 3, EnablePrefixCaching: false}, false},
 		{"tight pool", PoolConfig{NumBlocks: 9, BlockSizeTokens: 2, EnablePrefixCaching: true}, false},
+		{"full and window groups", PoolConfig{NumBlocks: 60, BlockSizeTokens: 4, EnablePrefixCaching: true, Windows: []int{0, 6}}, false},
+		{"window groups only", PoolConfig{NumBlocks: 40, BlockSizeTokens: 3, EnablePrefixCaching: true, Windows: []int{5, 5}}, false},
+		{"groups, colliding hashes", PoolConfig{NumBlocks: 60, BlockSizeTokens: 2, EnablePrefixCaching: true, Windows: []int{3, 0, 9}}, true},
+		{"groups, no prefix caching", PoolConfig{NumBlocks: 50, BlockSizeTokens: 4, Windows: []int{0, 1}}, false},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,6 +471,10 @@ func FuzzPoolOps(f *testing.F) {
 			NumBlocks:           4 + int(h>>3)%24,
 			BlockSizeTokens:     1 + int(h)%4,
 			EnablePrefixCaching: h&0x40 == 0,
+		}
+		if h&0x20 != 0 { // a full group and a window group of 1..8 tokens
+			cfg.Windows = []int{0, 1 + int(h>>2)%8}
+			cfg.NumBlocks *= 2
 		}
 		m := newPoolModel(t, cfg, h&0x80 != 0)
 		c := &byteChoices{b: data[1:]}
