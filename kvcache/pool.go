@@ -120,7 +120,7 @@ type Pool struct {
 	bs      int   // tokens per block
 	windows []int // per group; 0 = full attention
 	meta    []blockMeta
-	free freeQueue
+	free    freeQueue
 
 	seqs  map[SeqID]*seqState
 	spare []*seqState // recycled seqStates, to keep the steady state allocation-free
@@ -224,9 +224,9 @@ func (p *Pool) recycle(st *seqState) {
 // reused for every lookup without allocating.
 type PrefixHit struct {
 	groups  []hitGroup
-	tokens  int      // cached tokens: a multiple of the block size
-	queried int      // prompt tokens looked up
-	counted bool     // the query and hit were counted by an AllocateSlots
+	tokens  int  // cached tokens: a multiple of the block size
+	queried int  // prompt tokens looked up
+	counted bool // the query and hit were counted by an AllocateSlots
 }
 
 // NumTokens returns the number of prompt tokens the hit covers, a multiple of the block size.
