@@ -20,6 +20,51 @@ type StorageConfig struct {
 	HeadDim         int   // values per head
 	DType           DType // element type
 	Parallelism     int   // goroutines for large gathers/scatters; 0 = GOMAXPROCS, 1 = never split
+
+	// LayerGroups, when set, names each layer's group in the pool (PoolConfig.Windows);
+	// every group must have the same number of layers, and a block holds that many layers
+	// (the block of a group stores its layers, in order). nil: one group of every layer.
+	LayerGroups []int
+}
+
+// slots returns the layers a block holds and each layer's place among them.
+func (c StorageConfig) slots() (n int, slot []int, err error) {
+	slot = make([]int, c.Layers)
+	if c.LayerGroups == nil {
+		for l := range slot {
+			slot[l] = l
+		}
+		return c.Layers, slot, nil
+	}
+	if len(c.LayerGroups) != c.Layers {
+		return 0, nil, fmt.Errorf("%w: %d layer groups for %d layers", ErrInvalid, len(c.LayerGroups), c.Layers)
+	}
+	var count []int
+	for l, g := range c.LayerGroups {
+		if g < 0 || g >= maxGroups {
+			return 0, nil, fmt.Errorf("%w: layer %d in group %d", ErrInvalid, l, g)
+		}
+		for len(count) <= g {
+			count = append(count, 0)
+		}
+		slot[l] = count[g]
+		count[g]++
+	}
+	for g, k := range count {
+		if k != count[0] {
+			return 0, nil, fmt.Errorf("%w: group %d has %d layers, group 0 has %d: groups must be equal", ErrInvalid, g, k, count[0])
+		}
+	}
+	return count[0], slot, nil
+}
+
+// NumGroups returns the number of layer groups (1 without LayerGroups).
+func (c StorageConfig) NumGroups() int {
+	n := 1
+	for _, g := range c.LayerGroups {
+		n = max(n, g+1)
+	}
+	return n
 }
 
 // Validate reports whether the configuration can build a Storage.
@@ -37,7 +82,11 @@ func (c StorageConfig) Validate() error {
 	if c.Parallelism < 0 {
 		return fmt.Errorf("%w: Parallelism %d must be >= 0", ErrInvalid, c.Parallelism)
 	}
-	if all, ok := mulPositive(2, c.Layers, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim, c.DType.Size()); !ok || all > math.MaxInt {
+	slots, _, err := c.slots()
+	if err != nil {
+		return err
+	}
+	if all, ok := mulPositive(2, slots, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim, c.DType.Size()); !ok || all > math.MaxInt {
 		return fmt.Errorf("%w: %d layers of %d blocks of %d heads x %d tokens x %d values do not fit in memory",
 			ErrInvalid, c.Layers, c.NumBlocks, c.KVHeads, c.BlockSizeTokens, c.HeadDim)
 	}
@@ -47,12 +96,17 @@ func (c StorageConfig) Validate() error {
 // Storage holds the K and V arenas of every layer. Each arena is laid out
 // [block][kvHead][blockSizeTokens][headDim], so one (block, kv head) pair is one contiguous
 // run of blockSizeTokens*headDim values and a whole block is one contiguous run per layer.
+// With layer groups (StorageConfig.LayerGroups) a block belongs to one group at a time and
+// holds its layers: the layers in the same place of every group share one arena.
 // Gather and Scatter may use several goroutines internally, but a Storage must not be used
 // from two goroutines at once.
 type Storage struct {
-	cfg StorageConfig
-	k   [][]byte // per layer
-	v   [][]byte // per layer
+	cfg   StorageConfig
+	k     [][]byte       // per slot (a layer's place in its group)
+	v     [][]byte       // per slot
+	slot  []int          // per layer
+	group []int          // per layer
+	one   [1][][]BlockID // Gather's and Scatter's tables as one group, without allocating
 
 	elem      int // bytes per element
 	tokBytes  int // bytes of one token of one head: headDim * elem
@@ -68,11 +122,11 @@ type Storage struct {
 // storageJob holds one Gather or Scatter call's arguments for the worker goroutines.
 type storageJob struct {
 	scatter   bool
-	tables    [][]BlockID
-	lens      []int // gather: pastLens; scatter: counts
-	startPos  []int // scatter only
-	tokens    int   // gather: maxPast; scatter: srcTokens
-	srcOffset int   // scatter only
+	tables    [][][]BlockID // [group][row]
+	lens      []int         // gather: pastLens; scatter: counts
+	startPos  []int         // scatter only
+	tokens    int           // gather: maxPast; scatter: srcTokens
+	srcOffset int           // scatter only
 	k, v      [][]byte
 }
 
@@ -81,7 +135,9 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Storage{cfg: cfg, elem: cfg.DType.Size()}
+	slots, slot, _ := cfg.slots()
+	s := &Storage{cfg: cfg, elem: cfg.DType.Size(), slot: slot, group: make([]int, cfg.Layers)}
+	copy(s.group, cfg.LayerGroups)
 	s.tokBytes = cfg.HeadDim * s.elem
 	s.headBytes = cfg.BlockSizeTokens * s.tokBytes
 	s.blkBytes = cfg.KVHeads * s.headBytes
@@ -89,11 +145,11 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 	if s.par == 0 {
 		s.par = runtime.GOMAXPROCS(0)
 	}
-	s.k = make([][]byte, cfg.Layers)
-	s.v = make([][]byte, cfg.Layers)
+	s.k = make([][]byte, slots)
+	s.v = make([][]byte, slots)
 	arena := cfg.NumBlocks * s.blkBytes
-	mem, release := allocArena(2 * cfg.Layers * arena)
-	for l := range cfg.Layers {
+	mem, release := allocArena(2 * slots * arena)
+	for l := range slots {
 		s.k[l] = mem[2*l*arena : (2*l+1)*arena : (2*l+1)*arena]
 		s.v[l] = mem[(2*l+1)*arena : (2*l+2)*arena : (2*l+2)*arena]
 	}
@@ -109,14 +165,17 @@ func (s *Storage) Config() StorageConfig { return s.cfg }
 // LayerK returns layer l's K arena, laid out [block][kvHead][blockSizeTokens][headDim]. It is
 // the storage itself, not a copy: for attention kernels that read blocks in place. It is
 // valid while the Storage is reachable.
-func (s *Storage) LayerK(l int) []byte { return s.k[l] }
+func (s *Storage) LayerK(l int) []byte { return s.k[s.slot[l]] }
 
 // LayerV returns layer l's V arena; see LayerK.
-func (s *Storage) LayerV(l int) []byte { return s.v[l] }
+func (s *Storage) LayerV(l int) []byte { return s.v[s.slot[l]] }
+
+// LayerGroup returns layer l's group: the block table its blocks are named by.
+func (s *Storage) LayerGroup(l int) int { return s.group[l] }
 
 func (s *Storage) validBlock(b BlockID) bool { return b >= 0 && int(b) < s.cfg.NumBlocks }
 
-// CopyBlock copies block src's K and V, all layers, into block dst.
+// CopyBlock copies block src's K and V, all the layers it holds, into block dst.
 func (s *Storage) CopyBlock(src, dst BlockID) error {
 	if !s.validBlock(src) || !s.validBlock(dst) {
 		return fmt.Errorf("%w: copy block %d to %d in a pool of %d", ErrInvalid, src, dst, s.cfg.NumBlocks)
@@ -125,7 +184,7 @@ func (s *Storage) CopyBlock(src, dst BlockID) error {
 		return nil
 	}
 	so, do := int(src)*s.blkBytes, int(dst)*s.blkBytes
-	for l := range s.cfg.Layers {
+	for l := range s.k {
 		copy(s.k[l][do:do+s.blkBytes], s.k[l][so:so+s.blkBytes])
 		copy(s.v[l][do:do+s.blkBytes], s.v[l][so:so+s.blkBytes])
 	}
@@ -156,8 +215,9 @@ func (s *Storage) checkDense(what string, k, v [][]byte, rows, tokens int) error
 	return nil
 }
 
-// checkSpan validates that table covers positions [from, from+n) with blocks inside the pool.
-func (s *Storage) checkSpan(what string, row int, table []BlockID, from, n int) error {
+// checkSpan validates that table covers positions [from, from+n) with blocks inside the
+// pool (or NoBlock, when noBlockOK).
+func (s *Storage) checkSpan(what string, row int, table []BlockID, from, n int, noBlockOK bool) error {
 	if n == 0 {
 		return nil
 	}
@@ -166,7 +226,7 @@ func (s *Storage) checkSpan(what string, row int, table []BlockID, from, n int) 
 		return fmt.Errorf("%w: %s row %d positions [%d, %d) beyond its %d blocks", ErrInvalid, what, row, from, from+n, len(table))
 	}
 	for j := from / bs; j <= (from+n-1)/bs; j++ {
-		if !s.validBlock(table[j]) {
+		if !s.validBlock(table[j]) && !(noBlockOK && table[j] == NoBlock) {
 			return fmt.Errorf("%w: %s row %d names block %d outside the pool", ErrInvalid, what, row, table[j])
 		}
 	}
@@ -178,25 +238,53 @@ func (s *Storage) checkSpan(what string, row int, table []BlockID, from, n int) 
 // pastLens[b] are zeroed. len(k) == len(v) == Layers and each buffer holds exactly
 // batch*kvHeads*maxPast*headDim elements, batch = len(tables). It allocates no buffers; large
 // gathers are split across goroutines, all finished before it returns. A bad call returns an
-// error wrapping ErrInvalid and writes nothing.
+// error wrapping ErrInvalid and writes nothing. With layer groups, see GatherGroups.
 func (s *Storage) Gather(tables [][]BlockID, pastLens []int, maxPast int, k, v [][]byte) error {
-	if len(pastLens) != len(tables) || maxPast < 0 {
-		return fmt.Errorf("%w: gather of %d tables with %d past lengths, maxPast %d", ErrInvalid, len(tables), len(pastLens), maxPast)
-	}
-	if err := s.checkDense("gather", k, v, len(tables), maxPast); err != nil {
+	s.one[0] = tables
+	defer func() { s.one[0] = nil }()
+	return s.GatherGroups(s.one[:], pastLens, maxPast, k, v)
+}
+
+// GatherGroups is Gather with one set of row tables per layer group: tables[g][b] is row
+// b's block table of group g. A NoBlock entry (a window group's position its window has
+// passed) reads as zeros.
+func (s *Storage) GatherGroups(tables [][][]BlockID, pastLens []int, maxPast int, k, v [][]byte) error {
+	if err := s.checkGroups(tables); err != nil {
 		return err
 	}
-	for b, t := range tables {
-		if pastLens[b] < 0 || pastLens[b] > maxPast {
-			return fmt.Errorf("%w: gather row %d past %d outside [0, %d]", ErrInvalid, b, pastLens[b], maxPast)
-		}
-		if err := s.checkSpan("gather", b, t, 0, pastLens[b]); err != nil {
-			return err
+	rows := len(tables[0])
+	if len(pastLens) != rows || maxPast < 0 {
+		return fmt.Errorf("%w: gather of %d tables with %d past lengths, maxPast %d", ErrInvalid, rows, len(pastLens), maxPast)
+	}
+	if err := s.checkDense("gather", k, v, rows, maxPast); err != nil {
+		return err
+	}
+	for _, gt := range tables {
+		for b, t := range gt {
+			if pastLens[b] < 0 || pastLens[b] > maxPast {
+				return fmt.Errorf("%w: gather row %d past %d outside [0, %d]", ErrInvalid, b, pastLens[b], maxPast)
+			}
+			if err := s.checkSpan("gather", b, t, 0, pastLens[b], true); err != nil {
+				return err
+			}
 		}
 	}
 	s.job = storageJob{tables: tables, lens: pastLens, tokens: maxPast, k: k, v: v}
 	// Every destination byte is written once (copied or zeroed) and most are read once.
-	s.run(len(tables), 2*s.cfg.Layers*len(tables)*s.cfg.KVHeads*maxPast*s.tokBytes)
+	s.run(rows, 2*s.cfg.Layers*rows*s.cfg.KVHeads*maxPast*s.tokBytes)
+	return nil
+}
+
+// checkGroups validates that tables has one set of row tables per group, all as many.
+func (s *Storage) checkGroups(tables [][][]BlockID) error {
+	if len(tables) != s.cfg.NumGroups() {
+		return fmt.Errorf("%w: %d groups of tables for a storage of %d groups", ErrInvalid, len(tables), s.cfg.NumGroups())
+	}
+	for g := range tables {
+		if len(tables[g]) != len(tables[0]) {
+			return fmt.Errorf("%w: group %d has %d row tables, group 0 has %d", ErrInvalid, g, len(tables[g]), len(tables[0]))
+		}
+	}
 	return nil
 }
 
@@ -205,27 +293,40 @@ func (s *Storage) Gather(tables [][]BlockID, pastLens []int, maxPast int, k, v [
 // positions [startPos[b], startPos[b]+counts[b]) of tables[b]. Rows with counts[b] == 0 are
 // skipped. Rows must not write to the same block (the pool's copy-on-write guarantees this
 // for blocks being appended to). A bad call returns an error wrapping ErrInvalid and writes
-// nothing.
+// nothing. With layer groups, see ScatterGroups.
 func (s *Storage) Scatter(tables [][]BlockID, startPos, counts []int, srcTokens, srcOffset int, k, v [][]byte) error {
-	if len(startPos) != len(tables) || len(counts) != len(tables) || srcTokens < 0 || srcOffset < 0 {
-		return fmt.Errorf("%w: scatter of %d tables with %d start positions, %d counts, srcTokens %d, srcOffset %d",
-			ErrInvalid, len(tables), len(startPos), len(counts), srcTokens, srcOffset)
+	s.one[0] = tables
+	defer func() { s.one[0] = nil }()
+	return s.ScatterGroups(s.one[:], startPos, counts, srcTokens, srcOffset, k, v)
+}
+
+// ScatterGroups is Scatter with one set of row tables per layer group (see GatherGroups).
+func (s *Storage) ScatterGroups(tables [][][]BlockID, startPos, counts []int, srcTokens, srcOffset int, k, v [][]byte) error {
+	if err := s.checkGroups(tables); err != nil {
+		return err
 	}
-	if err := s.checkDense("scatter", k, v, len(tables), srcTokens); err != nil {
+	rows := len(tables[0])
+	if len(startPos) != rows || len(counts) != rows || srcTokens < 0 || srcOffset < 0 {
+		return fmt.Errorf("%w: scatter of %d tables with %d start positions, %d counts, srcTokens %d, srcOffset %d",
+			ErrInvalid, rows, len(startPos), len(counts), srcTokens, srcOffset)
+	}
+	if err := s.checkDense("scatter", k, v, rows, srcTokens); err != nil {
 		return err
 	}
 	total := 0
-	for b, t := range tables {
+	for b := range rows {
 		if counts[b] < 0 || srcOffset+counts[b] > srcTokens {
 			return fmt.Errorf("%w: scatter row %d columns [%d, %d) outside %d", ErrInvalid, b, srcOffset, srcOffset+counts[b], srcTokens)
 		}
-		if err := s.checkSpan("scatter", b, t, startPos[b], counts[b]); err != nil {
-			return err
+		for _, gt := range tables {
+			if err := s.checkSpan("scatter", b, gt[b], startPos[b], counts[b], false); err != nil {
+				return err
+			}
 		}
 		total += counts[b]
 	}
 	s.job = storageJob{scatter: true, tables: tables, lens: counts, startPos: startPos, tokens: srcTokens, srcOffset: srcOffset, k: k, v: v}
-	s.run(len(tables), 2*s.cfg.Layers*s.cfg.KVHeads*total*s.tokBytes)
+	s.run(rows, 2*s.cfg.Layers*s.cfg.KVHeads*total*s.tokBytes)
 	return nil
 }
 
@@ -255,7 +356,7 @@ func (s *Storage) worker(lo, hi int) {
 
 // runUnits does units [lo, hi) of s.job; unit u is layer u/rows, row u%rows.
 func (s *Storage) runUnits(lo, hi int) {
-	rows := len(s.job.tables)
+	rows := len(s.job.tables[0])
 	for u := lo; u < hi; u++ {
 		l, b := u/rows, u%rows
 		if s.job.scatter {
@@ -270,11 +371,11 @@ func (s *Storage) runUnits(lo, hi int) {
 func (s *Storage) gatherRow(l, b int) {
 	j := &s.job
 	past, maxPast := j.lens[b], j.tokens
-	table := j.tables[b]
+	table := j.tables[s.group[l]][b]
 	rowBytes := maxPast * s.tokBytes // one head of one row in the dense buffer
 	lo := b * s.cfg.KVHeads * rowBytes
-	s.gatherHeads(j.k[l][lo:lo+s.cfg.KVHeads*rowBytes], s.k[l], table, past, rowBytes)
-	s.gatherHeads(j.v[l][lo:lo+s.cfg.KVHeads*rowBytes], s.v[l], table, past, rowBytes)
+	s.gatherHeads(j.k[l][lo:lo+s.cfg.KVHeads*rowBytes], s.LayerK(l), table, past, rowBytes)
+	s.gatherHeads(j.v[l][lo:lo+s.cfg.KVHeads*rowBytes], s.LayerV(l), table, past, rowBytes)
 }
 
 // gatherHeads copies positions [0, past) of every head from arena into dst, one head after
@@ -285,6 +386,13 @@ func (s *Storage) gatherHeads(dst, arena []byte, table []BlockID, past, rowBytes
 	// (one run of KVHeads*headBytes), which keeps the reads sequential within a page.
 	for i, off := 0, 0; off < pastBytes; i++ {
 		n := min(s.headBytes, pastBytes-off)
+		if table[i] == NoBlock {
+			for h := range s.cfg.KVHeads {
+				clear(dst[h*rowBytes+off : h*rowBytes+off+n])
+			}
+			off += n
+			continue
+		}
 		so := int(table[i]) * s.blkBytes
 		for h := range s.cfg.KVHeads {
 			d := h*rowBytes + off
@@ -306,8 +414,9 @@ func (s *Storage) scatterRow(l, b int) {
 	}
 	rowBytes := j.tokens * s.tokBytes
 	lo := b*s.cfg.KVHeads*rowBytes + j.srcOffset*s.tokBytes
-	s.scatterHeads(s.k[l], j.k[l], lo, rowBytes, j.tables[b], j.startPos[b], n)
-	s.scatterHeads(s.v[l], j.v[l], lo, rowBytes, j.tables[b], j.startPos[b], n)
+	table := j.tables[s.group[l]][b]
+	s.scatterHeads(s.LayerK(l), j.k[l], lo, rowBytes, table, j.startPos[b], n)
+	s.scatterHeads(s.LayerV(l), j.v[l], lo, rowBytes, table, j.startPos[b], n)
 }
 
 // scatterHeads copies n tokens of every head from src (head h's first token at lo+h*rowBytes)

@@ -2,7 +2,9 @@ package kvcache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -371,5 +373,73 @@ func TestGatherDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Scatter allocates %v times per call", allocs)
+	}
+}
+
+// TestLayerGroups: layers 0 and 2 form a full group, 1 and 3 a window group of 3 tokens,
+// sharing two arenas. A sequence written token by token reads back its whole past in the
+// full layers and, in the window layers, the blocks its window still reads (zeros before).
+func TestLayerGroups(t *testing.T) {
+	p, err := NewPool(PoolConfig{NumBlocks: 64, BlockSizeTokens: 2, Windows: []int{0, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStorage(StorageConfig{NumBlocks: 64, BlockSizeTokens: 2, Layers: 4, KVHeads: 1, HeadDim: 1,
+		DType: Float32, LayerGroups: []int{0, 1, 0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.k) != 2 {
+		t.Fatalf("%d arenas for two groups of two layers", len(s.k))
+	}
+	val := func(l, pos int) float32 { return float32(l*1000 + pos + 1) }
+	one := func(x float32) []byte { return binary.LittleEndian.AppendUint32(nil, math.Float32bits(x)) }
+	const n = 10
+	for pos := range n {
+		if _, ok := p.Allocate(1, 1); !ok {
+			t.Fatal("allocate")
+		}
+		k, v := make([][]byte, 4), make([][]byte, 4)
+		for l := range 4 {
+			k[l], v[l] = one(val(l, pos)), one(-val(l, pos))
+		}
+		tables := [][][]BlockID{{p.GroupTable(1, 0)}, {p.GroupTable(1, 1)}}
+		if err := s.ScatterGroups(tables, []int{pos}, []int{1}, 1, 0, k, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Commit(1, pos, []int32{int32(pos)}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if used := p.Stats().UsedBlocks; used != 5+1 {
+		t.Fatalf("%d blocks in use, want 5 full + 1 window (positions 8, 9)", used)
+	}
+	k, v := make([][]byte, 4), make([][]byte, 4)
+	for l := range 4 {
+		k[l], v[l] = make([]byte, 4*n), make([]byte, 4*n)
+	}
+	tables := [][][]BlockID{{p.GroupTable(1, 0)}, {p.GroupTable(1, 1)}}
+	if err := s.GatherGroups(tables, []int{n}, n, k, v); err != nil {
+		t.Fatal(err)
+	}
+	for l := range 4 {
+		for pos := range n {
+			want := val(l, pos)
+			if l%2 == 1 && pos < 8 {
+				want = 0 // given back: the window of the next query (position 10) starts at 8
+			}
+			gk := math.Float32frombits(binary.LittleEndian.Uint32(k[l][4*pos:]))
+			gv := math.Float32frombits(binary.LittleEndian.Uint32(v[l][4*pos:]))
+			if gk != want || gv != -want {
+				t.Fatalf("layer %d position %d: K %v V %v, want %v", l, pos, gk, gv, want)
+			}
+		}
+	}
+	if err := s.GatherGroups(tables[:1], []int{n}, n, k, v); err == nil {
+		t.Fatal("gather with one group of tables for two groups accepted")
+	}
+	if _, err := NewStorage(StorageConfig{NumBlocks: 4, BlockSizeTokens: 2, Layers: 3, KVHeads: 1, HeadDim: 1,
+		DType: Float32, LayerGroups: []int{0, 1, 1}}); err == nil {
+		t.Fatal("unequal groups accepted")
 	}
 }
