@@ -38,6 +38,7 @@ type Engine struct {
 	eos         []int32
 	maxModelLen int // tokens per sequence at most
 	numBlocks   int
+	cacheTokens int // the longest sequence the KV cache holds alone; 0: no limit
 	blockSize   int
 	maxSeqsReq  int // sequences one request may have
 
@@ -46,8 +47,10 @@ type Engine struct {
 	storage *kvcache.Storage
 	sched   *scheduler.Scheduler
 	batch   models.Batch // its Cache is storage
-	results []scheduler.Result
-	scratch sampleScratch
+	// groupBuf backs the batch rows' GroupBlocks (layer groups 1, 2, ...).
+	groupBuf [][]kvcache.BlockID
+	results  []scheduler.Result
+	scratch  sampleScratch
 	// phases times the running step's parts for StepInfo (engine goroutine only).
 	phases  StepInfo
 	nextSeq kvcache.SeqID
@@ -126,22 +129,23 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if cfg.MaxModelLen > 0 && cfg.MaxModelLen < maxLen {
 		maxLen = cfg.MaxModelLen
 	}
-	numBlocks := kvcache.NumBlocksForBudget(cfg.KVCacheBytes, cfg.BlockSizeTokens, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, dt)
-	if numBlocks < 1 {
-		return nil, fmt.Errorf("%w: KVCacheBytes %d holds no %d-token block (%d bytes each)", ErrInvalidConfig,
-			cfg.KVCacheBytes, cfg.BlockSizeTokens,
-			kvcache.BlockBytes(cfg.BlockSizeTokens, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, dt))
+	layout := kvcache.PlanLayout(spec.LayerWindows, spec.NumLayers, maxLen)
+	numBlocks := kvcache.NumBlocksForBudget(cfg.KVCacheBytes, cfg.BlockSizeTokens, layout.PerBlock, spec.NumKVHeads, spec.HeadDim, dt)
+	if numBlocks < len(layout.Windows) {
+		return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d %d-token blocks (%d bytes each); one token needs %d", ErrInvalidConfig,
+			cfg.KVCacheBytes, numBlocks, cfg.BlockSizeTokens,
+			kvcache.BlockBytes(cfg.BlockSizeTokens, layout.PerBlock, spec.NumKVHeads, spec.HeadDim, dt), len(layout.Windows))
 	}
-	pool, err := kvcache.NewPool(kvcache.PoolConfig{
+	pool, err := kvcache.NewPool(layout.Pool(kvcache.PoolConfig{
 		NumBlocks: numBlocks, BlockSizeTokens: cfg.BlockSizeTokens, EnablePrefixCaching: cfg.EnablePrefixCaching,
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	storage, err := kvcache.NewStorage(kvcache.StorageConfig{
+	storage, err := kvcache.NewStorage(layout.Storage(kvcache.StorageConfig{
 		NumBlocks: numBlocks, BlockSizeTokens: cfg.BlockSizeTokens, Layers: spec.NumLayers,
 		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt, Parallelism: cfg.StorageParallelism,
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -162,6 +166,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		text:        text,
 		maxModelLen: maxLen,
 		numBlocks:   numBlocks,
+		cacheTokens: pool.MaxSeqTokens(scfg.MaxNumBatchedTokens),
 		blockSize:   cfg.BlockSizeTokens,
 		maxSeqsReq:  cfg.MaxNumSeqs,
 		pool:        pool,

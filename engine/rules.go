@@ -25,7 +25,7 @@ type Limits struct {
 
 // Limits returns the sizes the engine checks every request against.
 func (e *Engine) Limits() Limits {
-	return Limits{VocabSize: e.spec.VocabSize, MaxModelLen: e.maxModelLen, CacheTokens: e.numBlocks * e.blockSize, MaxSeqs: e.maxSeqsReq}
+	return Limits{VocabSize: e.spec.VocabSize, MaxModelLen: e.maxModelLen, CacheTokens: e.cacheTokens, MaxSeqs: e.maxSeqsReq}
 }
 
 // ParamError is a request parameter that breaks one of the request rules. Param is the

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
@@ -32,6 +33,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	}
 
 	e.batch.Seqs = e.batch.Seqs[:0]
+	e.groupBuf = e.groupBuf[:0]
 	e.dequeue = e.dequeue[:0]
 	numTokens := 0
 	for _, it := range items {
@@ -41,10 +43,11 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 			e.dequeue = append(e.dequeue, st.req)
 		}
 		e.batch.Seqs = append(e.batch.Seqs, models.SeqInput{
-			Tokens:    it.Tokens(),
-			PastLen:   it.StartPos,
-			Blocks:    it.Blocks,
-			AllLogits: st.wantsPromptLogits(it),
+			Tokens:      it.Tokens(),
+			PastLen:     it.StartPos,
+			Blocks:      it.Blocks,
+			GroupBlocks: e.groupTables(it.Seq.ID),
+			AllLogits:   st.wantsPromptLogits(it),
 		})
 		numTokens += it.NumNewTokens
 		e.phases.PastTokens += it.StartPos
@@ -263,4 +266,18 @@ func (e *Engine) publishStats() {
 	s.Unhealthy = e.unhealthy
 	s.FailedSteps, s.RunnerRestarts, s.RecoveredPanics = c.failedSteps, c.restarts, c.panics
 	e.statsMu.Unlock()
+}
+
+// groupTables returns seq's block tables of layer groups 1, 2, ... (nil with one group),
+// in e.groupBuf, which the step's batch reuses.
+func (e *Engine) groupTables(seq kvcache.SeqID) [][]kvcache.BlockID {
+	g := e.pool.NumGroups()
+	if g == 1 {
+		return nil
+	}
+	start := len(e.groupBuf)
+	for i := 1; i < g; i++ {
+		e.groupBuf = append(e.groupBuf, e.pool.GroupTable(seq, i))
+	}
+	return e.groupBuf[start:len(e.groupBuf):len(e.groupBuf)]
 }

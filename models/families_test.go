@@ -5,8 +5,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/build"
 )
 
@@ -159,8 +161,96 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 						check("token by token", s, step-3*s, out.Logits[r])
 					}
 				}
+
+				checkServingLayout(t, m, ref, func(how string, seq, pos int, logits []float32) {
+					t.Helper()
+					check(how, seq, pos, logits)
+				})
 			}
 		})
+	}
+}
+
+// checkServingLayout runs the fixture through the KV cache as the engine lays it out: a
+// kvcache.Pool with the layer groups kvcache.PlanLayout makes of the model's windows and
+// prefix caching on, so that sliding groups give back the blocks their windows pass.
+// Each sequence is prefilled in chunks of 5 tokens and then decoded token by token; then
+// each is sent again as a new prompt, which takes its cached blocks from the pool (a
+// sliding group only those its window reads) and computes the rest.
+func checkServingLayout(t *testing.T, m Model, ref *familyReference, check func(how string, seq, pos int, logits []float32)) {
+	t.Helper()
+	spec := m.Spec()
+	const bs = 4
+	lay := kvcache.PlanLayout(spec.LayerWindows, spec.NumLayers, spec.MaxPositions)
+	pool, err := kvcache.NewPool(lay.Pool(kvcache.PoolConfig{NumBlocks: 256, BlockSizeTokens: bs, EnablePrefixCaching: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kvcache.NewStorage(lay.Storage(kvcache.StorageConfig{NumBlocks: 256, BlockSizeTokens: bs, Layers: spec.NumLayers,
+		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType.cacheDType(), Parallelism: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := len(ref.Logits[0][0])
+	run := func(how string, seq int, id kvcache.SeqID, pos int, toks []int32) {
+		t.Helper()
+		row := SeqInput{Tokens: toks, PastLen: pos, Blocks: pool.GroupTable(id, 0), AllLogits: true}
+		for g := 1; g < pool.NumGroups(); g++ {
+			row.GroupBlocks = append(row.GroupBlocks, pool.GroupTable(id, g))
+		}
+		out, err := m.Forward(&Batch{Seqs: []SeqInput{row}, Cache: st})
+		if err != nil {
+			t.Fatalf("%s: sequence %d at %d: %v", how, seq, pos, err)
+		}
+		for j := range toks {
+			check(how, seq, pos+j, out.Logits[0][j*vocab:])
+		}
+		if err := pool.Commit(id, pos, toks, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gaveBack := false
+	for s, seq := range ref.Sequences {
+		id := kvcache.SeqID(s + 1)
+		for pos := 0; pos < len(seq); {
+			n := min(len(seq)-pos, 1)
+			if pos == 0 {
+				n = min(len(seq), 5)
+			}
+			if _, ok := pool.Allocate(id, n); !ok {
+				t.Fatal("pool full")
+			}
+			run("serving layout", s, id, pos, seq[pos:pos+n])
+			pos += n
+		}
+		for g := range pool.NumGroups() {
+			gaveBack = gaveBack || slices.Contains(pool.GroupTable(id, g), kvcache.NoBlock)
+		}
+	}
+	windowed := false
+	for _, w := range lay.Windows {
+		windowed = windowed || (w > 0 && w+bs < len(ref.Sequences[2]))
+	}
+	if windowed != gaveBack {
+		t.Errorf("layout %+v: sliding groups gave blocks back: %v", lay, gaveBack)
+	}
+	hits := 0
+	for s, seq := range ref.Sequences {
+		id := kvcache.SeqID(100 + s)
+		var hit kvcache.PrefixHit
+		pool.FindPrefix(&hit, seq, 0)
+		k := hit.NumTokens()
+		if _, _, ok := pool.AllocateSlots(id, &hit, len(seq)-k); !ok {
+			t.Fatal("pool full")
+		}
+		hits += k
+		run("from the prefix cache", s, id, k, seq[k:])
+	}
+	if hits == 0 {
+		t.Error("no prefix hit")
+	}
+	if err := pool.CheckInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }
 

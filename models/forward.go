@@ -65,7 +65,7 @@ func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 	if b.Cache != nil {
 		r.fillRowLists(b)
 		if maxPast > 0 {
-			err := b.Cache.Gather(r.tables, r.pastLens, maxPast, r.kvViews[pastKeys], r.kvViews[pastValues])
+			err := b.Cache.GatherGroups(r.tables, r.pastLens, maxPast, r.kvViews[pastKeys], r.kvViews[pastValues])
 			if err != nil {
 				return nil, fmt.Errorf("%w: gather past: %w", ErrRun, err)
 			}
@@ -80,7 +80,7 @@ func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 		return nil, fmt.Errorf("%w: %s", ErrRun, oneLine(err.Error()))
 	}
 	if b.Cache != nil {
-		err := b.Cache.Scatter(r.tables, r.pastLens, r.counts, total, maxPast, r.kvViews[presentKeys], r.kvViews[presentValues])
+		err := b.Cache.ScatterGroups(r.tables, r.pastLens, r.counts, total, maxPast, r.kvViews[presentKeys], r.kvViews[presentValues])
 		if err != nil {
 			return nil, fmt.Errorf("%w: scatter new: %w", ErrRun, err)
 		}
@@ -88,12 +88,23 @@ func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 	return r.collectLogits(b, maxNew)
 }
 
-// fillRowLists collects the rows' block tables, past lengths and new-token counts in the
-// form Storage.Gather and Scatter take them.
+// fillRowLists collects the rows' block tables (per layer group), past lengths and
+// new-token counts in the form Storage.GatherGroups and ScatterGroups take them.
 func (r *Runner) fillRowLists(b *Batch) {
-	r.tables, r.pastLens, r.counts = r.tables[:0], r.pastLens[:0], r.counts[:0]
-	for _, s := range b.Seqs {
-		r.tables = append(r.tables, s.Blocks)
+	groups := b.Cache.Config().NumGroups()
+	for len(r.tables) < groups {
+		r.tables = append(r.tables, nil)
+	}
+	r.tables = r.tables[:groups]
+	for g := range r.tables {
+		r.tables[g] = r.tables[g][:0]
+	}
+	r.pastLens, r.counts = r.pastLens[:0], r.counts[:0]
+	for i := range b.Seqs {
+		s := &b.Seqs[i]
+		for g := range r.tables {
+			r.tables[g] = append(r.tables[g], s.table(g))
+		}
 		r.pastLens = append(r.pastLens, s.PastLen)
 		r.counts = append(r.counts, len(s.Tokens))
 	}
@@ -127,9 +138,17 @@ func checkBatch(b *Batch, spec Spec) (maxPast, maxNew int, err error) {
 				ErrBatch, i, s.PastLen, n, spec.MaxPositions)
 		case s.PastLen > 0 && b.Cache == nil:
 			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but the batch has no cache", ErrBatch, i, s.PastLen)
-		case b.Cache != nil && len(s.Blocks)*blockSize < s.PastLen+n:
-			return 0, 0, fmt.Errorf("%w: row %d: a block table of %d blocks of %d tokens cannot hold %d positions",
-				ErrBatch, i, len(s.Blocks), blockSize, s.PastLen+n)
+		case b.Cache != nil && len(s.GroupBlocks) != b.Cache.Config().NumGroups()-1:
+			return 0, 0, fmt.Errorf("%w: row %d has %d block tables for a cache of %d layer groups",
+				ErrBatch, i, 1+len(s.GroupBlocks), b.Cache.Config().NumGroups())
+		}
+		if b.Cache != nil {
+			for g := range 1 + len(s.GroupBlocks) {
+				if t := s.table(g); len(t)*blockSize < s.PastLen+n {
+					return 0, 0, fmt.Errorf("%w: row %d: a block table of %d blocks of %d tokens cannot hold %d positions",
+						ErrBatch, i, len(t), blockSize, s.PastLen+n)
+				}
+			}
 		}
 		for j, t := range s.Tokens {
 			if t < 0 || t >= vocab {

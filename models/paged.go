@@ -35,8 +35,8 @@ type PagedRunner struct {
 	logitRows         []int64   // rows of [T] whose logits are returned
 	logits            []float32 // [R][vocab]
 	rows              [][]float32
-	seqs              []attention.Seq
-	tableIDs          []int32 // every row's block table, packed, as the kernel reads them
+	seqs              [][]attention.Seq // per layer group: every row's table, past and new tokens
+	tableIDs          []int32           // every row's block table, packed, as the kernel reads them
 }
 
 type pagedLayer struct {
@@ -82,6 +82,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 			KVDType:      kvDTypeOption(opts.KVCacheDType),
 			BOSTokenID:   meta.bos,
 			EOSTokenIDs:  meta.eos,
+			LayerWindows: man.LayerWindows(),
 		},
 	}
 	ok := false
@@ -244,7 +245,8 @@ func (r *PagedRunner) Forward(b *Batch) (*Output, error) {
 			r.hidden, r.hiddenOut = r.hiddenOut, r.hidden
 		}
 		r.att = grow(r.att, tokens*layer.attCols)
-		if err := layer.attn.Run(cache(l), r.seqs, r.qkv, r.att); err != nil {
+		c, seqs := cache(l)
+		if err := layer.attn.Run(c, seqs, r.qkv, r.att); err != nil {
 			return nil, fmt.Errorf("%w: layer %d attention: %w", ErrRun, l, err)
 		}
 	}
@@ -254,11 +256,16 @@ func (r *PagedRunner) Forward(b *Batch) (*Output, error) {
 // scratchBlockSize is the block size in tokens of a Forward without a cache.
 const scratchBlockSize = 16
 
-// attentionCache fills r.seqs with every row's block table, past and new-token count,
-// and returns layer l's arenas for the kernel: b.Cache's, or, when the batch has no
-// cache, scratch arenas that hold only this pass's new keys and values (every layer
-// writes its own before reading them, so the layers share one pair).
-func (r *PagedRunner) attentionCache(b *Batch) func(l int) attention.Cache {
+// attentionCache fills r.seqs with every row's block tables (one set per layer group),
+// past and new-token count, and returns layer l's arenas for the kernel and its group's
+// rows: b.Cache's, or, when the batch has no cache, scratch arenas that hold only this
+// pass's new keys and values (every layer writes its own before reading them, so the
+// layers share one pair).
+func (r *PagedRunner) attentionCache(b *Batch) func(l int) (attention.Cache, []attention.Seq) {
+	groups := 1
+	if b.Cache != nil {
+		groups = b.Cache.Config().NumGroups()
+	}
 	rowBlocks := func(s SeqInput) int {
 		if b.Cache != nil {
 			return len(s.Blocks)
@@ -269,34 +276,40 @@ func (r *PagedRunner) attentionCache(b *Batch) func(l int) attention.Cache {
 	for _, s := range b.Seqs {
 		numBlocks += rowBlocks(s)
 	}
-	r.tableIDs = grow(r.tableIDs, numBlocks)
-	r.seqs = r.seqs[:0]
+	r.tableIDs = grow(r.tableIDs, groups*numBlocks)
+	for len(r.seqs) < groups {
+		r.seqs = append(r.seqs, nil)
+	}
 	off := 0
-	for _, s := range b.Seqs {
-		n := rowBlocks(s)
-		table := r.tableIDs[off : off+n : off+n]
-		for j := range table {
-			if b.Cache != nil {
-				table[j] = int32(s.Blocks[j])
-			} else {
-				table[j] = int32(off + j) // scratch blocks in row order
+	for g := range groups {
+		r.seqs[g] = r.seqs[g][:0]
+		for i := range b.Seqs {
+			s := &b.Seqs[i]
+			n := rowBlocks(*s)
+			table := r.tableIDs[off : off+n : off+n]
+			for j := range table {
+				if b.Cache != nil {
+					table[j] = int32(s.table(g)[j])
+				} else {
+					table[j] = int32(off + j) // scratch blocks in row order
+				}
 			}
+			off += n
+			r.seqs[g] = append(r.seqs[g], attention.Seq{Table: table, PastLen: s.PastLen, NumNew: len(s.Tokens)})
 		}
-		off += n
-		r.seqs = append(r.seqs, attention.Seq{Table: table, PastLen: s.PastLen, NumNew: len(s.Tokens)})
 	}
 	dtype := r.spec.KVDType.cacheDType()
 	if b.Cache != nil {
 		c := b.Cache.Config()
-		return func(l int) attention.Cache {
+		return func(l int) (attention.Cache, []attention.Seq) {
 			return attention.Cache{K: b.Cache.LayerK(l), V: b.Cache.LayerV(l), NumBlocks: c.NumBlocks,
-				BlockSize: c.BlockSizeTokens, DType: dtype}
+				BlockSize: c.BlockSizeTokens, DType: dtype}, r.seqs[b.Cache.LayerGroup(l)]
 		}
 	}
 	size := numBlocks * r.spec.NumKVHeads * scratchBlockSize * r.spec.HeadDim * dtype.Size()
 	scratch := attention.Cache{K: make([]byte, size), V: make([]byte, size), NumBlocks: numBlocks,
 		BlockSize: scratchBlockSize, DType: dtype}
-	return func(int) attention.Cache { return scratch }
+	return func(int) (attention.Cache, []attention.Seq) { return scratch, r.seqs[0] }
 }
 
 // embedTokens fills r.hidden with every row's token embeddings, packed, and returns

@@ -76,11 +76,24 @@ type Spec struct {
 	BOSTokenID int32
 	// EOSTokenIDs lists config.json's and generation_config.json's eos ids, deduplicated.
 	EOSTokenIDs []int32
+	// LayerWindows, when known, is each layer's sliding window in tokens (0: the layer
+	// attends to the whole past). The engine groups the layers by it so that sliding
+	// layers give back the KV blocks their window has passed; nil treats every layer as
+	// full.
+	LayerWindows []int
 }
 
 // KVBytesPerToken returns the bytes one token's keys and values take over all layers.
 func (s Spec) KVBytesPerToken() int {
 	return 2 * s.NumLayers * s.NumKVHeads * s.HeadDim * s.KVDType.Size()
+}
+
+// table returns the row's block table of layer group g.
+func (s *SeqInput) table(g int) []kvcache.BlockID {
+	if g == 0 {
+		return s.Blocks
+	}
+	return s.GroupBlocks[g-1]
 }
 
 // RunnerOptions configure OpenRunner.
@@ -154,7 +167,11 @@ type SeqInput struct {
 	// [i*BlockSizeTokens, (i+1)*BlockSizeTokens). It covers at least PastLen+len(Tokens)
 	// positions, and no other row of the batch reads or writes the blocks the new tokens
 	// go to (the pool's copy-on-write sees to that). It is not read when Cache is nil.
+	// With layer groups (kvcache.StorageConfig.LayerGroups) it is group 0's table.
 	Blocks []kvcache.BlockID
+	// GroupBlocks are the tables of groups 1, 2, ... of a Cache with layer groups, each
+	// like Blocks; a sliding group's entries its window has passed are kvcache.NoBlock.
+	GroupBlocks [][]kvcache.BlockID
 	// AllLogits asks for the logits of every new position (prompt logprobs, echo);
 	// otherwise only the last position's are returned.
 	AllLogits bool
@@ -191,7 +208,7 @@ type Runner struct {
 	useCache  []bool
 	// The rows' block tables, past lengths and new-token counts for Storage.Gather
 	// and Scatter.
-	tables           [][]kvcache.BlockID
+	tables           [][][]kvcache.BlockID // [layer group][row]
 	pastLens, counts []int
 
 	cost        costModel   // estimates passes for planPasses
@@ -253,6 +270,9 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	sess, err := ort.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
+	}
+	if man, err := modeldir.LoadPaged(dir); err == nil && len(man.Layers) == spec.NumLayers {
+		spec.LayerWindows = man.LayerWindows() // the same model's paged layout knows its windows
 	}
 	r := &Runner{
 		session:  sess,

@@ -207,7 +207,7 @@ func (s *Scheduler) checkGroup(seqs []*Sequence) error {
 	if n > s.cfg.MaxModelLen {
 		return fmt.Errorf("%w: %d tokens, MaxModelLen is %d", ErrTooLong, n, s.cfg.MaxModelLen)
 	}
-	if blocks := (n + s.blockSize - 1) / s.blockSize; blocks > s.totalBlocks {
+	if blocks := s.pool.SeqBlocks(n, s.cfg.MaxNumBatchedTokens); blocks > s.totalBlocks {
 		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d", ErrTooLong, n, blocks, s.totalBlocks)
 	}
 	for i, q := range seqs {

@@ -77,8 +77,9 @@ func (l *Layer) Params() Params { return l.p }
 // writes softmax(q·K)·V over each token's visible positions (causal, and within the
 // sliding window) to att ([T][OutCols]). The past is read from the blocks in place.
 //
-// Every length and block id is checked first; input that does not fit is an error
-// wrapping ErrBadInput and nothing is written.
+// Every length and block id is checked first (a sliding layer's only from its window's
+// first block on: the entries before it are never read); input that does not fit is an
+// error wrapping ErrBadInput and nothing is written.
 func (l *Layer) Run(c Cache, seqs []Seq, qkv, att []float32) error {
 	tokens, err := l.check(c, seqs, qkv, att)
 	if err != nil {
@@ -126,7 +127,14 @@ func (l *Layer) check(c Cache, seqs []Seq, qkv, att []float32) (int, error) {
 		if len(s.Table) < need {
 			return 0, bad("sequence %d: block table of %d blocks for %d positions (%d blocks)", i, len(s.Table), s.PastLen+s.NumNew, need)
 		}
-		for j, b := range s.Table[:need] {
+		// A sliding layer reads nothing before its window: those entries may be
+		// kvcache.NoBlock (given back).
+		first := 0
+		if p.SlidingWindow > 0 {
+			first = max(0, s.PastLen-p.SlidingWindow+1) / c.BlockSize
+		}
+		for j, b := range s.Table[first:need] {
+			j += first
 			if b < 0 || int(b) >= c.NumBlocks {
 				return 0, bad("sequence %d: block table entry %d is block %d of %d", i, j, b, c.NumBlocks)
 			}

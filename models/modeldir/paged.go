@@ -80,6 +80,15 @@ type PagedLayer struct {
 	Attention attention.Params `json:"attention"`
 }
 
+// LayerWindows returns each layer's sliding window in tokens (0: full attention).
+func (m *PagedManifest) LayerWindows() []int {
+	w := make([]int, len(m.Layers))
+	for i, l := range m.Layers {
+		w[i] = l.Attention.SlidingWindow
+	}
+	return w
+}
+
 // Validate checks the manifest's consistency (not the files it names).
 func (m *PagedManifest) Validate() error {
 	bad := func(format string, args ...any) error {
