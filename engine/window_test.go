@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/build"
+)
+
+// windowWatch counts the rows whose block tables had blocks given back (NoBlock), and
+// can hide the model's windows (every layer then keeps its whole past, one group).
+type windowWatch struct {
+	models.Model
+	hide bool
+
+	mu       sync.Mutex
+	gaveBack int
+}
+
+func (m *windowWatch) Spec() models.Spec {
+	s := m.Model.Spec()
+	if m.hide {
+		s.LayerWindows = nil
+	}
+	return s
+}
+
+func (m *windowWatch) Forward(b *models.Batch) (*models.Output, error) {
+	m.mu.Lock()
+	for _, s := range b.Seqs {
+		if slices.Contains(s.Blocks, kvcache.NoBlock) || slices.ContainsFunc(s.GroupBlocks, func(t []kvcache.BlockID) bool {
+			return slices.Contains(t, kvcache.NoBlock)
+		}) {
+			m.gaveBack++
+		}
+	}
+	m.mu.Unlock()
+	return m.Model.Forward(b)
+}
+
+// TestONNXSlidingWindowGroups serves Gemma 2's fixture (sliding, full and sliding layers,
+// a 4-token window) on both attention paths: with its sliding layers in their own KV
+// groups, which give back the blocks the window has passed, every request generates
+// exactly what it generates with every layer keeping its whole past (the layout the
+// families test checks against PyTorch), with prefix hits and chunked prefill across the
+// window; and every block comes back.
+func TestONNXSlidingWindowGroups(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := build.BuildFromHF(filepath.Join("..", "models", "testdata", "families", "gemma2"), dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range attentionPaths {
+		t.Run(path, func(t *testing.T) {
+			m, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1, Attention: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { m.Close() })
+			if w := m.Spec().LayerWindows; !slices.Equal(w, []int{4, 0, 4}) {
+				t.Fatalf("layer windows %v, want [4 0 4]", w)
+			}
+			run := func(hide bool) ([][]int32, [][]float32, *windowWatch) {
+				watch := &windowWatch{Model: m, hide: hide}
+				cfg := tinyConfig()
+				cfg.BlockSizeTokens = 4
+				cfg.MaxNumSeqs, cfg.MaxNumBatchedTokens = 4, 7 // prompts prefill in chunks across the window
+				e, err := newEngine(cfg, watch, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g := e.pool.NumGroups(); (g == 1) != hide {
+					t.Fatalf("hide %v: %d KV groups", hide, g)
+				}
+				e.Start(context.Background())
+				defer shutdown(t, e)
+				var toks [][]int32
+				var lps [][]float32
+				// The second prompt starts like the first: its prefix comes from the cache.
+				prompts := [][]int32{{2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53}, {2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 60, 61, 62}, {7, 8}}
+				for i, p := range prompts {
+					params := DefaultSamplingParams()
+					params.MaxTokens, params.IgnoreEOS, params.Logprobs, params.Temperature = 30, true, 0, 0
+					ch, err := e.Submit(context.Background(), &Request{ID: string(rune('a' + i)), Prompt: p, Params: params})
+					if err != nil {
+						t.Fatal(err)
+					}
+					ev := collect(ch).seqs[0]
+					if ev == nil || ev.Err != nil || len(ev.TokenIDs) != 30 {
+						t.Fatalf("request %d: %+v", i, ev)
+					}
+					toks = append(toks, ev.TokenIDs)
+					var lp []float32
+					for _, l := range ev.Logprobs {
+						lp = append(lp, l.Logprob)
+					}
+					lps = append(lps, lp)
+				}
+				shutdown(t, e)
+				if ps := e.pool.Stats(); ps.UsedBlocks != 0 || ps.PrefixHitsTokens == 0 {
+					t.Fatalf("hide %v: %d blocks still in use, %d prefix hit tokens", hide, ps.UsedBlocks, ps.PrefixHitsTokens)
+				}
+				if err := e.pool.CheckInvariants(); err != nil {
+					t.Fatal(err)
+				}
+				return toks, lps, watch
+			}
+			wantToks, wantLps, full := run(true)
+			gotToks, gotLps, grouped := run(false)
+			if full.gaveBack != 0 || grouped.gaveBack == 0 {
+				t.Fatalf("rows with blocks given back: %d with one group, %d with groups", full.gaveBack, grouped.gaveBack)
+			}
+			for i := range wantToks {
+				if !slices.Equal(gotToks[i], wantToks[i]) {
+					t.Fatalf("request %d: %v with window groups, %v with the whole past kept", i, gotToks[i], wantToks[i])
+				}
+				for j := range wantLps[i] {
+					if d := math.Abs(float64(gotLps[i][j] - wantLps[i][j])); d > 1e-4 {
+						t.Fatalf("request %d token %d: logprob %v vs %v", i, j, gotLps[i][j], wantLps[i][j])
+					}
+				}
+			}
+		})
+	}
+}
