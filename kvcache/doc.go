@@ -25,6 +25,22 @@
 // cache entry. Allocation, free and lookup cost tens of nanoseconds per block and do not
 // allocate memory in the steady state.
 //
+// # Layer groups and sliding windows
+//
+// A model whose layers attend over sliding windows of the past (Mistral, Phi-3, Gemma 2
+// and 3, Qwen with use_sliding_window) need not keep those layers' whole past. PlanLayout
+// puts the layers into groups of equal size, each of one kind (full attention, or one
+// window); PoolConfig.Windows gives the pool the groups and StorageConfig.LayerGroups the
+// storage. A sequence then has one block table per group, every group drawing its blocks
+// from the one pool, and a block holds its group's layers (the layers in the same place of
+// every group share an arena). Commit gives back a window group's blocks that no later
+// query reads (a query at position p reads p-W+1..p): their entries become NoBlock and the
+// blocks, still registered, join the free queue. FindPrefix finds, for a hit of k blocks,
+// every full group's first k blocks and of each window group only those the first new
+// position reads, found by their chained key (their parents may be gone). SeqBlocks and
+// MaxSeqTokens say how much one sequence holds at most. (vLLM's hybrid KV cache manager
+// does the same with equal-size groups.)
+//
 // # Fork and copy-on-write
 //
 // Fork(parent, child) gives child the parent's whole table, counts up, for n > 1 sampling

@@ -39,6 +39,16 @@ func TestPlanLayout(t *testing.T) {
 			t.Fatalf("group %d has %d layers", g, n)
 		}
 	}
+	// A 32,768-token conversation decoding: the 2 full groups hold 2,048 blocks each, the 11
+	// window groups 33 (511 positions behind the query and its own, in 16-token blocks):
+	// 4,459 blocks of 2 layers, against 26 layers x 2,048 blocks kept whole (17%).
+	pool, err := NewPool(lay.Pool(PoolConfig{NumBlocks: 1 << 20, BlockSizeTokens: 16}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pool.SeqBlocks(32768, 1); got != 2*2048+11*33 {
+		t.Fatalf("a 32k-token sequence holds %d blocks, want %d", got, 2*2048+11*33)
+	}
 	if _, err := NewStorage(lay.Storage(StorageConfig{NumBlocks: 4, BlockSizeTokens: 16, Layers: 26, KVHeads: 1, HeadDim: 8, DType: Float16})); err != nil {
 		t.Fatalf("gemma3's layout does not make a storage: %v", err)
 	}
