@@ -354,6 +354,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 func (e *Engine) run(ctx context.Context) error {
 	defer close(e.done)
+	defer e.storage.Close() // the cache's memory goes back as the engine stops
 	defer e.closeReopened()
 	defer func() {
 		e.mu.Lock()
@@ -432,6 +433,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.takeInbox()
 		e.abortAll()
 		e.publishStats()
+		e.storage.Close()
 		close(e.done)
 		return nil
 	}

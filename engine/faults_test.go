@@ -303,7 +303,8 @@ func TestSlowStepStallsThenFrees(t *testing.T) {
 		return nil
 	}
 	e := startEngine(t, testConfig(), m, nil)
-	keep := greedyRequest("keep", testPrompt(1, 20), 40)
+	const keepTokens = 400 // long enough to be running when the slow pass comes, however loaded the machine
+	keep := greedyRequest("keep", testPrompt(1, 20), keepTokens)
 	keep.Params.IgnoreEOS = true
 	keepCh, err := e.Submit(context.Background(), keep)
 	if err != nil {
@@ -327,7 +328,10 @@ func TestSlowStepStallsThenFrees(t *testing.T) {
 	// What the engine sent before the slow pass began is already buffered.
 	for buffered := true; buffered; {
 		select {
-		case ev := <-keepCh:
+		case ev, ok := <-keepCh:
+			if !ok {
+				t.Fatal("keep finished before the slow pass began")
+			}
 			keepEvents = append(keepEvents, ev)
 		default:
 			buffered = false
@@ -357,7 +361,7 @@ func TestSlowStepStallsThenFrees(t *testing.T) {
 	for _, ev := range keepEvents {
 		mergeEvent(&got, ev)
 	}
-	if want := fakeGreedyIgnoreEOS(keep.Prompt, 40); got.Err != nil || got.FinishReason != FinishLength || !slices.Equal(got.TokenIDs, want) {
+	if want := fakeGreedyIgnoreEOS(keep.Prompt, keepTokens); got.Err != nil || got.FinishReason != FinishLength || !slices.Equal(got.TokenIDs, want) {
 		t.Fatalf("the request that stalled: %+v, want %v", got, want)
 	}
 	waitFor(t, func() bool { st := e.Stats(); return st.KVFreeBlocks == st.KVTotalBlocks })

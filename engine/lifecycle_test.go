@@ -391,3 +391,25 @@ func TestSlowReaderEventsMerged(t *testing.T) {
 		t.Errorf("%d events dropped", d)
 	}
 }
+
+// TestShutdownReleasesKVCache: the KV cache's memory goes back when the engine stops, run
+// or never started, not when the garbage collector gets to it (it does not see the
+// arenas, so engines made one after another would pile them up).
+func TestShutdownReleasesKVCache(t *testing.T) {
+	for _, start := range []bool{true, false} {
+		e, err := newEngine(DefaultConfig(), newFakeModel(64), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.storage.LayerK(0) == nil {
+			t.Fatal("no arena before shutdown")
+		}
+		if start {
+			e.Start(context.Background())
+		}
+		shutdown(t, e)
+		if e.storage.LayerK(0) != nil {
+			t.Fatalf("started %v: the KV arenas are still mapped after Shutdown", start)
+		}
+	}
+}

@@ -64,6 +64,7 @@ func Perplexity(model models.Model, stream []int32, o PerplexityOptions) (Perple
 	if err != nil {
 		return PerplexityResult{}, err
 	}
+	defer st.Close()
 	table := make([]kvcache.BlockID, blocks)
 	for i := range table {
 		table[i] = kvcache.BlockID(i)

@@ -108,6 +108,8 @@ type Storage struct {
 	group []int          // per layer
 	one   [1][][]BlockID // Gather's and Scatter's tables as one group, without allocating
 
+	release *arenaRelease
+
 	elem      int // bytes per element
 	tokBytes  int // bytes of one token of one head: headDim * elem
 	headBytes int // bytes of one (block, head) run: blockSizeTokens * tokBytes
@@ -153,10 +155,28 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 		s.k[l] = mem[2*l*arena : (2*l+1)*arena : (2*l+1)*arena]
 		s.v[l] = mem[(2*l+1)*arena : (2*l+2)*arena : (2*l+2)*arena]
 	}
-	// The arenas live as long as the Storage: LayerK and LayerV hand them out for one
-	// step at a time, never to be kept.
-	runtime.AddCleanup(s, func(release func()) { release() }, release)
+	// The arenas live until Close, or as long as the Storage if it is never closed:
+	// LayerK and LayerV hand them out for one step at a time, never to be kept.
+	s.release = &arenaRelease{f: release}
+	runtime.AddCleanup(s, func(r *arenaRelease) { r.do() }, s.release)
 	return s, nil
+}
+
+// arenaRelease unmaps the arenas once, whether Close or the cleanup comes first.
+type arenaRelease struct {
+	once sync.Once
+	f    func()
+}
+
+func (r *arenaRelease) do() { r.once.Do(r.f) }
+
+// Close gives the arenas' memory back now, rather than when the garbage collector finds
+// the Storage unreachable (it does not see the arenas, which are outside its heap, so a
+// process that makes storages one after another would hold them all until it ran). The
+// Storage must not be used after Close; a later Gather, Scatter or CopyBlock fails.
+func (s *Storage) Close() {
+	s.k, s.v = nil, nil
+	s.release.do()
 }
 
 // Config returns the storage's configuration.
@@ -165,15 +185,25 @@ func (s *Storage) Config() StorageConfig { return s.cfg }
 // LayerK returns layer l's K arena, laid out [block][kvHead][blockSizeTokens][headDim]. It is
 // the storage itself, not a copy: for attention kernels that read blocks in place. It is
 // valid while the Storage is reachable.
-func (s *Storage) LayerK(l int) []byte { return s.k[s.slot[l]] }
+func (s *Storage) LayerK(l int) []byte {
+	if s.k == nil {
+		return nil // closed
+	}
+	return s.k[s.slot[l]]
+}
 
 // LayerV returns layer l's V arena; see LayerK.
-func (s *Storage) LayerV(l int) []byte { return s.v[s.slot[l]] }
+func (s *Storage) LayerV(l int) []byte {
+	if s.v == nil {
+		return nil
+	}
+	return s.v[s.slot[l]]
+}
 
 // LayerGroup returns layer l's group: the block table its blocks are named by.
 func (s *Storage) LayerGroup(l int) int { return s.group[l] }
 
-func (s *Storage) validBlock(b BlockID) bool { return b >= 0 && int(b) < s.cfg.NumBlocks }
+func (s *Storage) validBlock(b BlockID) bool { return b >= 0 && int(b) < s.cfg.NumBlocks && s.k != nil }
 
 // CopyBlock copies block src's K and V, all the layers it holds, into block dst.
 func (s *Storage) CopyBlock(src, dst BlockID) error {
@@ -203,6 +233,9 @@ func (s *Storage) ApplyCopies(ops []CopyOp) error {
 
 // checkDense validates per-layer dense buffers of rows*kvHeads*tokens*headDim elements.
 func (s *Storage) checkDense(what string, k, v [][]byte, rows, tokens int) error {
+	if s.k == nil {
+		return fmt.Errorf("%w: %s on a closed storage", ErrInvalid, what)
+	}
 	if len(k) != s.cfg.Layers || len(v) != s.cfg.Layers {
 		return fmt.Errorf("%w: %s got %d K and %d V layers, want %d", ErrInvalid, what, len(k), len(v), s.cfg.Layers)
 	}

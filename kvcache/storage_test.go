@@ -443,3 +443,24 @@ func TestLayerGroups(t *testing.T) {
 		t.Fatal("unequal groups accepted")
 	}
 }
+
+// TestStorageClose: Close gives the arenas back at once; the storage then refuses work
+// instead of touching unmapped memory, and a second Close (or the cleanup) does nothing.
+func TestStorageClose(t *testing.T) {
+	s, err := NewStorage(StorageConfig{NumBlocks: 4, BlockSizeTokens: 2, Layers: 2, KVHeads: 1, HeadDim: 2, DType: Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
+	if s.LayerK(0) != nil || s.LayerV(1) != nil {
+		t.Fatal("arenas handed out after Close")
+	}
+	if err := s.CopyBlock(0, 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("CopyBlock after Close: %v", err)
+	}
+	k, v := [][]byte{make([]byte, 16), make([]byte, 16)}, [][]byte{make([]byte, 16), make([]byte, 16)}
+	if err := s.Gather([][]BlockID{{0, 1}}, []int{2}, 2, k, v); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Gather after Close: %v", err)
+	}
+}
