@@ -65,11 +65,17 @@ func TestONNXSlidingWindowGroups(t *testing.T) {
 			if w := m.Spec().LayerWindows; !slices.Equal(w, []int{4, 0, 4}) {
 				t.Fatalf("layer windows %v, want [4 0 4]", w)
 			}
-			run := func(hide bool) ([][]int32, [][]float32, *windowWatch) {
+			// run serves the requests one after another, or all at once in a cache of
+			// kvBlocks blocks (0: plenty) so small that sequences are preempted.
+			run := func(hide bool, kvBlocks int) ([][]int32, [][]float32, *windowWatch) {
 				watch := &windowWatch{Model: m, hide: hide}
 				cfg := tinyConfig()
 				cfg.BlockSizeTokens = 4
 				cfg.MaxNumSeqs, cfg.MaxNumBatchedTokens = 4, 7 // prompts prefill in chunks across the window
+				if kvBlocks > 0 {
+					spec := m.Spec()
+					cfg.KVCacheBytes = int64(kvBlocks) * kvcache.BlockBytes(4, 1, spec.NumKVHeads, spec.HeadDim, kvcache.Float16)
+				}
 				e, err := newEngine(cfg, watch, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -83,45 +89,75 @@ func TestONNXSlidingWindowGroups(t *testing.T) {
 				var lps [][]float32
 				// The second prompt starts like the first: its prefix comes from the cache.
 				prompts := [][]int32{{2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53}, {2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 60, 61, 62}, {7, 8}}
-				for i, p := range prompts {
+				// The last request samples three sequences, forked from one prefill.
+				var chans []<-chan Event
+				var results []result
+				var ns []int
+				for i, p := range append(prompts, prompts[1]) {
 					params := DefaultSamplingParams()
 					params.MaxTokens, params.IgnoreEOS, params.Logprobs, params.Temperature = 30, true, 0, 0
+					if i == len(prompts) {
+						seed := int64(7)
+						params.N, params.Temperature, params.Seed = 3, 1, &seed
+					}
 					ch, err := e.Submit(context.Background(), &Request{ID: string(rune('a' + i)), Prompt: p, Params: params})
 					if err != nil {
 						t.Fatal(err)
 					}
-					ev := collect(ch).seqs[0]
-					if ev == nil || ev.Err != nil || len(ev.TokenIDs) != 30 {
-						t.Fatalf("request %d: %+v", i, ev)
+					if kvBlocks == 0 { // one after another: the later ones hit the prefix cache
+						results = append(results, collect(ch))
 					}
-					toks = append(toks, ev.TokenIDs)
-					var lp []float32
-					for _, l := range ev.Logprobs {
-						lp = append(lp, l.Logprob)
-					}
-					lps = append(lps, lp)
+					chans, ns = append(chans, ch), append(ns, params.N)
 				}
+				if kvBlocks > 0 {
+					for _, ch := range chans {
+						results = append(results, collect(ch))
+					}
+				}
+				for i, res := range results {
+					for j := range ns[i] {
+						ev := res.seqs[j]
+						if ev == nil || ev.Err != nil || len(ev.TokenIDs) != 30 {
+							t.Fatalf("request %d sequence %d: %+v", i, j, ev)
+						}
+						toks = append(toks, ev.TokenIDs)
+						var lp []float32
+						for _, l := range ev.Logprobs {
+							lp = append(lp, l.Logprob)
+						}
+						lps = append(lps, lp)
+					}
+				}
+				st := e.Stats()
 				shutdown(t, e)
 				if ps := e.pool.Stats(); ps.UsedBlocks != 0 || ps.PrefixHitsTokens == 0 {
 					t.Fatalf("hide %v: %d blocks still in use, %d prefix hit tokens", hide, ps.UsedBlocks, ps.PrefixHitsTokens)
+				}
+				if kvBlocks > 0 && st.Preemptions == 0 {
+					t.Fatalf("a cache of %d blocks preempted nothing", kvBlocks)
 				}
 				if err := e.pool.CheckInvariants(); err != nil {
 					t.Fatal(err)
 				}
 				return toks, lps, watch
 			}
-			wantToks, wantLps, full := run(true)
-			gotToks, gotLps, grouped := run(false)
-			if full.gaveBack != 0 || grouped.gaveBack == 0 {
-				t.Fatalf("rows with blocks given back: %d with one group, %d with groups", full.gaveBack, grouped.gaveBack)
+			wantToks, wantLps, full := run(true, 0)
+			if full.gaveBack != 0 {
+				t.Fatalf("%d rows with blocks given back with one group", full.gaveBack)
 			}
-			for i := range wantToks {
-				if !slices.Equal(gotToks[i], wantToks[i]) {
-					t.Fatalf("request %d: %v with window groups, %v with the whole past kept", i, gotToks[i], wantToks[i])
+			for _, kvBlocks := range []int{0, 60} {
+				gotToks, gotLps, grouped := run(false, kvBlocks)
+				if grouped.gaveBack == 0 {
+					t.Fatalf("%d blocks: no row had blocks given back with window groups", kvBlocks)
 				}
-				for j := range wantLps[i] {
-					if d := math.Abs(float64(gotLps[i][j] - wantLps[i][j])); d > 1e-4 {
-						t.Fatalf("request %d token %d: logprob %v vs %v", i, j, gotLps[i][j], wantLps[i][j])
+				for i := range wantToks {
+					if !slices.Equal(gotToks[i], wantToks[i]) {
+						t.Fatalf("%d blocks, sequence %d: %v with window groups, %v with the whole past kept", kvBlocks, i, gotToks[i], wantToks[i])
+					}
+					for j := range wantLps[i] {
+						if d := math.Abs(float64(gotLps[i][j] - wantLps[i][j])); d > 1e-4 {
+							t.Fatalf("%d blocks, sequence %d token %d: logprob %v vs %v", kvBlocks, i, j, gotLps[i][j], wantLps[i][j])
+						}
 					}
 				}
 			}
