@@ -53,14 +53,7 @@ func rawGet(conn net.Conn, extraHeader string, wait time.Duration) (string, erro
 	if _, err := fmt.Fprintf(conn, "GET /health HTTP/1.1\r\nHost: x\r\n%s\r\n", extraHeader); err != nil {
 		return "", err
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(wait))
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		return "", err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.Status, nil
+	return readStatus(conn, wait)
 }
 
 func dial(t *testing.T, addr string) net.Conn {
