@@ -32,8 +32,10 @@
 //     skipped), preempting the newest sequence when blocks run out;
 //  3. apply the plan's copy-on-write block copies to the storage;
 //  4. build a models.Batch: the K/V storage, and for each sequence its new tokens, past
-//     length and the block table its plan item carries (the engine never asks the pool
-//     during a step). The batch is plain data that each attention path uses its own way:
+//     length and the block table its plan item carries, plus, for a model whose layers
+//     have sliding windows, its tables of the other layer groups (kvcache.PlanLayout: the
+//     sliding groups give back the blocks their window has passed). The batch is plain
+//     data that each attention path uses its own way:
 //     the paged path reads each row's block table and the arenas and attends over the
 //     blocks in place, writing the new keys and values into them; the dense path gathers
 //     each row's past out of its blocks into the runner's past_key_values and scatters
