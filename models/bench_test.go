@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/int8gemm"
 )
 
 // benchModels are the random models the decode benchmarks run on; with
@@ -78,7 +79,7 @@ func benchModelDir(b *testing.B, cfg *build.Config, quantize string) string {
 	}
 	// The fields, not q's String (which names only the bit width): a change of scheme
 	// must not reuse a model built with another.
-	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d", q.Bits, q.BlockSize, q.AccuracyLevel)...))
+	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName)...))
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "paged", "paged.json")); err == nil {
 		return dir

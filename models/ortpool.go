@@ -89,6 +89,9 @@ static char *takeStatus(void *st) {
 	return msg;
 }
 
+// conveyorOrtApi returns the OrtApi function table (NULL before conveyorGlobalPools).
+static const void *conveyorOrtApi(void) { return (const void *)ortApi; }
+
 // conveyorGlobalPools loads the library at path and creates ONNX Runtime's process
 // environment with one intra-op pool of threads threads shared by every session.
 // It must run before any other environment exists: a later CreateEnv returns this one.
@@ -144,6 +147,8 @@ import (
 	"unsafe"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/conveyor-llm/conveyor/models/int8gemm"
 )
 
 // The shared intra-op pool. Every session of the process whose thread count matches
@@ -179,14 +184,24 @@ func createSharedPool(path string, threads int, spin bool) error {
 	return nil
 }
 
+// sessionOptionsPtr returns the C OrtSessionOptions pointer of so: onnxruntime_go's
+// SessionOptions holds it as its only field.
+func sessionOptionsPtr(so *ort.SessionOptions) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(so))
+}
+
+// registerOps adds Conveyor's own ONNX Runtime operators (int8gemm's Int8Linear, which
+// the paged segments of int8 builds use) to so.
+func registerOps(so *ort.SessionOptions) error {
+	return int8gemm.RegisterOp(C.conveyorOrtApi(), sessionOptionsPtr(so))
+}
+
 // useSharedPool makes a session opened with so run on the shared pool.
 func useSharedPool(so *ort.SessionOptions) error {
 	if sharedPool.threads == 0 {
 		return errors.New("no shared thread pool")
 	}
-	// onnxruntime_go's SessionOptions holds the C OrtSessionOptions pointer as its
-	// only field.
-	p := *(*unsafe.Pointer)(unsafe.Pointer(so))
+	p := sessionOptionsPtr(so)
 	if p == nil {
 		return errors.New("session options not initialised")
 	}

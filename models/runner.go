@@ -333,6 +333,10 @@ func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}
 	}
+	if err := registerOps(so); err != nil {
+		so.Destroy()
+		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+	}
 	share, err := sharesPool(threads, !opts.NoSpin)
 	if err != nil {
 		so.Destroy()

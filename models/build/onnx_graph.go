@@ -15,6 +15,9 @@ type graphBuilder struct {
 	consts map[string]string // constant key -> initializer name
 	prefix string            // prepended to generated node and value names
 	usesMS bool              // a com.microsoft operator was added (MatMulNBits, MatMulIntegerToFloat)
+	// ownOps lets linear use Conveyor's own operators (int8: convDomain's Int8Linear),
+	// for graphs only Conveyor runs (the paged segments); usesOwn says one was added.
+	ownOps, usesOwn bool
 }
 
 // opsets returns the operator sets the graph imports: ai.onnx, and com.microsoft when
@@ -23,6 +26,9 @@ func (b *graphBuilder) opsets() []onnxOpsetID {
 	ids := []onnxOpsetID{{Domain: "", Version: onnxOpset}}
 	if b.usesMS {
 		ids = append(ids, onnxOpsetID{Domain: msDomain, Version: 1})
+	}
+	if b.usesOwn {
+		ids = append(ids, onnxOpsetID{Domain: convDomain, Version: 1})
 	}
 	return ids
 }

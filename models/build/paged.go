@@ -82,6 +82,7 @@ func writeSegment(m *onnxModel, dir, name string, opts writeOptions) error {
 func layerSegment(m *modelPlan, i int) *onnxModel {
 	d := m.llamaDims
 	b := newGraphBuilder(fmt.Sprintf("layer%d", i))
+	b.ownOps = true
 	tokens := symDim("tokens")
 	x := b.input(modeldir.SegHidden, onnxFloat, tokens, fixDim(d.hidden))
 	if i > 0 {
@@ -102,6 +103,7 @@ func layerSegment(m *modelPlan, i int) *onnxModel {
 func headSegment(m *modelPlan) *onnxModel {
 	d := m.llamaDims
 	b := newGraphBuilder("head")
+	b.ownOps = true
 	tokens, rows := symDim("tokens"), symDim("rows")
 	x := b.input(modeldir.SegHidden, onnxFloat, tokens, fixDim(d.hidden))
 	att := b.input(modeldir.SegAttention, onnxFloat, tokens, fixDim(d.heads*d.headDim))

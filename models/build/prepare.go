@@ -78,8 +78,9 @@ func PrepareWith(dir string, o Options) (out string, built bool, err error) {
 }
 
 // builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
-// paged/ was written) is built anew rather than served without it.
-const builtLayout = 2
+// paged/ was written; 3: int8 segments through Int8Linear) is built anew rather than
+// served as it was.
+const builtLayout = 3
 
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.

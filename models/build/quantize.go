@@ -162,6 +162,9 @@ func linear(b *graphBuilder, m *modelPlan, x, name string, in, out int64, ps []p
 	case 0:
 		return b.op("MatMul", []string{x, transposedWeight(b, name+"_t", in, out, ps)})
 	case 8:
+		if b.ownOps {
+			return linearInt8Own(b, x, name, in, out, ps)
+		}
 		return linearInt8(b, x, name, in, out, ps)
 	}
 	qw := quantizeRows(q, int(in), ps)
@@ -182,6 +185,30 @@ func linear(b *graphBuilder, m *modelPlan, x, name string, in, out int64, ps []p
 
 // msDomain is ONNX Runtime's contrib operator domain.
 const msDomain = "com.microsoft"
+
+// convDomain and convInt8Linear name Conveyor's own int8 linear operator, which the
+// runtime registers with ONNX Runtime (package models/int8gemm: Domain, OpName).
+const (
+	convDomain     = "com.conveyor"
+	convInt8Linear = "Int8Linear"
+)
+
+// linearInt8Own is linearInt8 as one Int8Linear node: the same int8 per-channel weights
+// and per-row int8 activations, computed by Conveyor's kernel (AVX512-VNNI, AVX2), which
+// quantizes the rows itself and packs the weights when the session loads.
+func linearInt8Own(b *graphBuilder, x, name string, in, out int64, ps []projection) string {
+	cw := quantizeColumns(int(in), ps)
+	codes := name + "_q8"
+	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: codes, Dims: []int64{in, out}, DataType: onnxInt8, Raw: cw.codes})
+	scales := b.weight(name+"_scales", []int64{out}, cw.scales)
+	y := b.fresh(convInt8Linear)
+	b.g.Nodes = append(b.g.Nodes, &onnxNode{
+		Name: fmt.Sprintf("%s%s_%d", b.prefix, convInt8Linear, len(b.g.Nodes)), OpType: convInt8Linear, Domain: convDomain,
+		Inputs: []string{x, codes, scales}, Outputs: []string{y},
+	})
+	b.usesOwn = true
+	return y
+}
 
 // channelWeight is one int8 linear weight: codes [in, out] row-major (x @ codes, as
 // MatMulIntegerToFloat's B), value = code * scales[col].

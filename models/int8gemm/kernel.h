@@ -1,0 +1,56 @@
+// Int8 linear layers for decode: y = dequant(quant_rows(x) · w). The Go side
+// (int8gemm.go) checks lengths before calling in; these functions also refuse bad
+// shapes and NULL pointers themselves, since other cgo code in the package calls
+// them directly.
+#ifndef CONVEYOR_INT8GEMM_KERNEL_H
+#define CONVEYOR_INT8GEMM_KERNEL_H
+
+#include <stdint.h>
+
+// CV_I8_MAX_K bounds K so that no int32 accumulator can overflow:
+// K · 127 · 128 < 2^31.
+enum { CV_I8_MAX_K = 131072 };
+
+// Packed int8 weights [K][N] with one float32 scale per column.
+typedef struct cv_i8w cv_i8w;
+
+// cv_i8w_pack copies w (int8, [K][N] row-major, MatMulIntegerToFloat's B) and scale
+// ([N]) into a packed copy: N padded to a multiple of 64 and K to a multiple of 4 with
+// zeros. It returns NULL on bad arguments (K or N < 1, K > CV_I8_MAX_K, NULL pointers)
+// or when memory runs out.
+cv_i8w *cv_i8w_pack(const int8_t *w, const float *scale, int K, int N);
+
+// cv_i8w_free releases p (NULL is a no-op).
+void cv_i8w_free(cv_i8w *p);
+
+// cv_i8w_k and cv_i8w_n give the unpadded shape of p.
+int cv_i8w_k(const cv_i8w *p);
+int cv_i8w_n(const cv_i8w *p);
+
+// cv_i8_linear computes y[M][N] from x[M][K], both float32 row-major, for each row m:
+//
+//	s    = max(max_k |x[m][k]|, 1e-30)
+//	q[k] = clamp(round_half_even((x[m][k] / s) / (1/127)), -128, 127)
+//	acc  = sum_k q[k] · w[k][n]                       (exact, int32)
+//	y    = ((float)acc · ((1/127) · scale[n])) · s
+//
+// which is, operation for operation, the Abs/ReduceMax/Max/Div/QuantizeLinear/
+// MatMulIntegerToFloat/Mul graph that models/build emits for an int8 linear layer.
+// It returns 0, or nonzero on bad arguments (NULL, M < 1) or when scratch memory runs
+// out. It may be called from several threads at once.
+int cv_i8_linear(const cv_i8w *p, const float *x, int M, float *y);
+
+// cv_i8_set_threads sets how many threads (the caller included) share a large call;
+// n < 1 restores the default, the number of online CPUs.
+void cv_i8_set_threads(int n);
+
+// cv_i8_isa names the instruction set cv_i8_linear uses: "avx512vnni", "avx2" or
+// "portable".
+const char *cv_i8_isa(void);
+
+// cv_i8_force_isa makes cv_i8_linear use the named instruction set (for tests); NULL
+// or "" restores the automatic choice. It returns 0, changing nothing, when this CPU
+// cannot run the set or the name is unknown, and 1 otherwise.
+int cv_i8_force_isa(const char *name);
+
+#endif

@@ -1,0 +1,228 @@
+// Int8Linear, ONNX Runtime custom operator (domain com.conveyor) over this package's
+// kernel: y = x @ dequant(w), x float32 [..., K], w int8 [K, N] with per-column float32
+// scales [N], both constant initializers (packed once, when the session creates the
+// kernel). See ortop.go.
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "onnxruntime_c_api.h"
+#include "kernel.h"
+#include "ortop.h"
+
+typedef struct {
+	const OrtApi *api;
+	cv_i8w *w;
+	int64_t k, n;
+} i8op_kernel;
+
+static OrtStatusPtr i8op_fail(const OrtApi *api, OrtErrorCode code, const char *msg) {
+	return api->CreateStatus(code, msg);
+}
+
+// i8op_shape reads a value's dimensions (at most 8) and returns their count, or -1.
+static int i8op_shape(const OrtApi *api, const OrtValue *v, int64_t *dims, OrtStatusPtr *st) {
+	OrtTensorTypeAndShapeInfo *info = NULL;
+	size_t n = 0;
+	if ((*st = api->GetTensorTypeAndShape(v, &info)) != NULL) {
+		return -1;
+	}
+	if ((*st = api->GetDimensionsCount(info, &n)) != NULL || n > 8) {
+		api->ReleaseTensorTypeAndShapeInfo(info);
+		return -1;
+	}
+	if ((*st = api->GetDimensions(info, dims, n)) != NULL) {
+		api->ReleaseTensorTypeAndShapeInfo(info);
+		return -1;
+	}
+	api->ReleaseTensorTypeAndShapeInfo(info);
+	return (int)n;
+}
+
+static const OrtValue *i8op_constant(const OrtApi *api, const OrtKernelInfo *info, size_t i, OrtStatusPtr *st) {
+	int is_const = 0;
+	const OrtValue *v = NULL;
+	if ((*st = api->KernelInfoGetConstantInput_tensor(info, i, &is_const, &v)) != NULL) {
+		return NULL;
+	}
+	if (!is_const || v == NULL) {
+		*st = i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: the weights and scales must be constant initializers");
+		return NULL;
+	}
+	return v;
+}
+
+static OrtStatusPtr ORT_API_CALL i8op_create(const OrtCustomOp *op, const OrtApi *api, const OrtKernelInfo *info, void **out) {
+	(void)op;
+	OrtStatusPtr st = NULL;
+	const OrtValue *wv = i8op_constant(api, info, 1, &st);
+	if (wv == NULL) {
+		return st;
+	}
+	const OrtValue *sv = i8op_constant(api, info, 2, &st);
+	if (sv == NULL) {
+		return st;
+	}
+	int64_t wd[8], sd[8];
+	int wn = i8op_shape(api, wv, wd, &st);
+	if (wn < 0) {
+		return st;
+	}
+	int sn = i8op_shape(api, sv, sd, &st);
+	if (sn < 0) {
+		return st;
+	}
+	if (wn != 2 || sn != 1 || sd[0] != wd[1] || wd[0] <= 0 || wd[1] <= 0 || wd[0] > INT_MAX || wd[1] > INT_MAX) {
+		return i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: want weights [K, N] and scales [N]");
+	}
+	void *w = NULL, *s = NULL;
+	if ((st = api->GetTensorMutableData((OrtValue *)wv, &w)) != NULL ||
+		(st = api->GetTensorMutableData((OrtValue *)sv, &s)) != NULL) {
+		return st;
+	}
+	i8op_kernel *k = calloc(1, sizeof *k);
+	if (k == NULL) {
+		return i8op_fail(api, ORT_FAIL, "Int8Linear: out of memory");
+	}
+	k->api = api;
+	k->k = wd[0];
+	k->n = wd[1];
+	k->w = cv_i8w_pack((const int8_t *)w, (const float *)s, (int)wd[0], (int)wd[1]);
+	if (k->w == NULL) {
+		free(k);
+		return i8op_fail(api, ORT_FAIL, "Int8Linear: packing the weights failed (out of memory?)");
+	}
+	*out = k;
+	return NULL;
+}
+
+static OrtStatusPtr ORT_API_CALL i8op_compute(void *kernel, OrtKernelContext *ctx) {
+	i8op_kernel *k = kernel;
+	const OrtApi *api = k->api;
+	OrtStatusPtr st = NULL;
+	const OrtValue *x = NULL;
+	if ((st = api->KernelContext_GetInput(ctx, 0, &x)) != NULL) {
+		return st;
+	}
+	int64_t dims[8];
+	int nd = i8op_shape(api, x, dims, &st);
+	if (nd < 0) {
+		return st;
+	}
+	if (nd < 1 || dims[nd - 1] != k->k) {
+		return i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: the input's last dimension is not the weights' K");
+	}
+	int64_t m = 1;
+	for (int i = 0; i < nd - 1; i++) {
+		m *= dims[i];
+	}
+	dims[nd - 1] = k->n;
+	OrtValue *y = NULL;
+	if ((st = api->KernelContext_GetOutput(ctx, 0, dims, (size_t)nd, &y)) != NULL) {
+		return st;
+	}
+	if (m == 0) {
+		return NULL;
+	}
+	if (m > INT_MAX) {
+		return i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: too many rows");
+	}
+	void *xp = NULL, *yp = NULL;
+	if ((st = api->GetTensorMutableData((OrtValue *)x, &xp)) != NULL || (st = api->GetTensorMutableData(y, &yp)) != NULL) {
+		return st;
+	}
+	if (cv_i8_linear(k->w, (const float *)xp, (int)m, (float *)yp) != 0) {
+		return i8op_fail(api, ORT_FAIL, "Int8Linear: the kernel failed (out of memory?)");
+	}
+	return NULL;
+}
+
+static void ORT_API_CALL i8op_destroy(void *kernel) {
+	i8op_kernel *k = kernel;
+	if (k != NULL) {
+		cv_i8w_free(k->w);
+		free(k);
+	}
+}
+
+static const char *ORT_API_CALL i8op_name(const OrtCustomOp *op) { (void)op; return CV_INT8_OP; }
+static const char *ORT_API_CALL i8op_ep(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
+static ONNXTensorElementDataType ORT_API_CALL i8op_in_type(const OrtCustomOp *op, size_t i) {
+	(void)op;
+	return i == 1 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+static size_t ORT_API_CALL i8op_in_count(const OrtCustomOp *op) { (void)op; return 3; }
+static ONNXTensorElementDataType ORT_API_CALL i8op_out_type(const OrtCustomOp *op, size_t i) {
+	(void)op; (void)i;
+	return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+static size_t ORT_API_CALL i8op_out_count(const OrtCustomOp *op) { (void)op; return 1; }
+static OrtCustomOpInputOutputCharacteristic ORT_API_CALL i8op_required(const OrtCustomOp *op, size_t i) {
+	(void)op; (void)i;
+	return INPUT_OUTPUT_REQUIRED;
+}
+static OrtMemType ORT_API_CALL i8op_mem(const OrtCustomOp *op, size_t i) { (void)op; (void)i; return OrtMemTypeDefault; }
+static int ORT_API_CALL i8op_one(const OrtCustomOp *op) { (void)op; return 1; }
+static int ORT_API_CALL i8op_end(const OrtCustomOp *op) { (void)op; return INT_MAX; }
+static size_t ORT_API_CALL i8op_no_map(int **in, int **out) { *in = NULL; *out = NULL; return 0; }
+static void ORT_API_CALL i8op_release_map(int *in, int *out) { free(in); free(out); }
+
+static OrtCustomOp i8op = {
+	.version = ORT_API_VERSION,
+	.GetName = i8op_name,
+	.GetExecutionProviderType = i8op_ep,
+	.GetInputType = i8op_in_type,
+	.GetInputTypeCount = i8op_in_count,
+	.GetOutputType = i8op_out_type,
+	.GetOutputTypeCount = i8op_out_count,
+	.KernelDestroy = i8op_destroy,
+	.GetInputCharacteristic = i8op_required,
+	.GetOutputCharacteristic = i8op_required,
+	.GetInputMemoryType = i8op_mem,
+	.GetVariadicInputMinArity = i8op_one,
+	.GetVariadicInputHomogeneity = i8op_one,
+	.GetVariadicOutputMinArity = i8op_one,
+	.GetVariadicOutputHomogeneity = i8op_one,
+	.CreateKernelV2 = i8op_create,
+	.KernelComputeV2 = i8op_compute,
+	.GetStartVersion = i8op_one,
+	.GetEndVersion = i8op_end,
+	.GetMayInplace = i8op_no_map,
+	.ReleaseMayInplace = i8op_release_map,
+	.GetAliasMap = i8op_no_map,
+	.ReleaseAliasMap = i8op_release_map,
+};
+
+static OrtCustomOpDomain *i8op_domain;
+
+// cv_i8op_register adds the com.conveyor domain with Int8Linear to the session options.
+// The domain is made once and kept for the life of the process (sessions refer to it).
+// It returns NULL, or an error message to free.
+char *cv_i8op_register(const void *api_ptr, void *session_options) {
+	const OrtApi *api = api_ptr;
+	OrtStatusPtr st = NULL;
+	if (i8op_domain == NULL) {
+		OrtCustomOpDomain *d = NULL;
+		if ((st = api->CreateCustomOpDomain(CV_INT8_DOMAIN, &d)) == NULL &&
+			(st = api->CustomOpDomain_Add(d, &i8op)) == NULL) {
+			i8op_domain = d;
+		} else if (d != NULL) {
+			api->ReleaseCustomOpDomain(d);
+		}
+	}
+	if (st == NULL) {
+		st = api->AddCustomOpDomain((OrtSessionOptions *)session_options, i8op_domain);
+	}
+	if (st == NULL) {
+		return NULL;
+	}
+	const char *msg = api->GetErrorMessage(st);
+	size_t n = strlen(msg);
+	char *out = malloc(n + 1);
+	if (out != NULL) {
+		memcpy(out, msg, n + 1);
+	}
+	api->ReleaseStatus(st);
+	return out;
+}

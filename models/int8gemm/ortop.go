@@ -1,0 +1,42 @@
+package int8gemm
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../third_party/onnxruntime
+#include <stdlib.h>
+#include "ortop.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"sync"
+	"unsafe"
+)
+
+// Domain and OpName name the ONNX Runtime custom operator Int8Linear in a graph: inputs
+// x (float32 [..., K]), w (int8 [K, N], a constant initializer) and scale (float32 [N],
+// a constant initializer); output y (float32 [..., N]) = x @ (w * scale), with x's rows
+// quantized to int8 one by one as Weights.MatMul does. The kernel packs w when the
+// session creates it.
+const (
+	Domain = C.CV_INT8_DOMAIN
+	OpName = C.CV_INT8_OP
+)
+
+var registerMu sync.Mutex
+
+// RegisterOp adds the operator's domain to an ONNX Runtime session options object
+// before a session is created from it. api is the process's OrtApi function table (C
+// API version 16 or later) and sessionOptions an OrtSessionOptions pointer.
+func RegisterOp(api, sessionOptions unsafe.Pointer) error {
+	if api == nil || sessionOptions == nil {
+		return errors.New("int8gemm: RegisterOp needs the OrtApi table and session options")
+	}
+	registerMu.Lock()
+	defer registerMu.Unlock()
+	if msg := C.cv_i8op_register(api, sessionOptions); msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+		return errors.New("int8gemm: registering " + OpName + ": " + C.GoString(msg))
+	}
+	return nil
+}
