@@ -25,7 +25,7 @@ func runBuildModel(args []string) error {
 	configPath := fs.String("config", "", "config.json for --random (tokenizer files next to it are copied)")
 	out := fs.String("out", "", "output model directory")
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
-	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; ONNX Runtime's MatMulIntegerToFloat) or int4 (blocks of 32 along the input axis; MatMulNBits)")
+	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; Conveyor's int8 kernel) or int4 (blocks of 32 along the input axis; MatMulNBits)")
 	hfCheckpoint := fs.Bool("hf-checkpoint", false, "with --random: write a Hugging Face checkpoint (config.json, model.safetensors in the config's torch_dtype) instead of a model directory")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR [--quantize int8|int4]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")

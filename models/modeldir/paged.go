@@ -59,8 +59,8 @@ type PagedManifest struct {
 	// norm and the output projection, for the rows SegLogitRows selects.
 	Head string `json:"head"`
 	// Quantization names how the segments store the linear weights: "none", "int8"
-	// (per output channel, times per-token int8 activations, com.microsoft.
-	// MatMulIntegerToFloat) or "int4" (block-quantized, com.microsoft.MatMulNBits);
+	// (per output channel, times per-token int8 activations: com.conveyor.Int8Linear,
+	// or com.microsoft.MatMulIntegerToFloat in builds of before it) or "int4" (block-quantized, com.microsoft.MatMulNBits);
 	// empty means none.
 	Quantization string `json:"quantization,omitempty"`
 }
