@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/conveyor-llm/conveyor/models/int8gemm"
 )
 
 // ORTLibEnv is the environment variable that names the ONNX Runtime shared library
@@ -90,6 +92,9 @@ func initORT(libPath string, pool poolOptions) error {
 	if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
 		return fmt.Errorf("%w: cannot load %s: %s (run `make ort` to fetch ONNX Runtime %s)", ErrORT, path, oneLine(err.Error()), ortVersionWanted)
 	}
+	// Conveyor's int8 kernel (the Int8Linear operator) runs on its own threads, as many
+	// as ONNX Runtime's intra-op pool.
+	int8gemm.SetThreads(pool.threads)
 	ortState.path = path
 	return nil
 }
