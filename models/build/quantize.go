@@ -3,6 +3,8 @@ package build
 import (
 	"fmt"
 	"math"
+
+	"github.com/conveyor-llm/conveyor/models/int8gemm"
 )
 
 // Quantization is how a build stores the linear layers' weights.
@@ -195,16 +197,23 @@ const (
 
 // linearInt8Own is linearInt8 as one Int8Linear node: the same int8 per-channel weights
 // and per-row int8 activations, computed by Conveyor's kernel (AVX512-VNNI, AVX2), which
-// quantizes the rows itself and packs the weights when the session loads.
+// quantizes the rows itself. The weights are stored in the kernel's packed layout
+// (int8gemm.Packed), so that it reads ONNX Runtime's initializer in place rather than
+// keeping a second copy.
 func linearInt8Own(b *graphBuilder, x, name string, in, out int64, ps []projection) string {
 	cw := quantizeColumns(int(in), ps)
-	codes := name + "_q8"
-	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: codes, Dims: []int64{in, out}, DataType: onnxInt8, Raw: cw.codes})
+	packed, err := int8gemm.Packed(cw.codes, int(in), int(out))
+	if err != nil {
+		panic(fmt.Sprintf("build: %s: %v", name, err)) // the shapes come from a validated config
+	}
+	codes := name + "_q8p"
+	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: codes, Dims: []int64{int64(len(packed))}, DataType: onnxInt8, Raw: packed})
 	scales := b.weight(name+"_scales", []int64{out}, cw.scales)
 	y := b.fresh(convInt8Linear)
 	b.g.Nodes = append(b.g.Nodes, &onnxNode{
 		Name: fmt.Sprintf("%s%s_%d", b.prefix, convInt8Linear, len(b.g.Nodes)), OpType: convInt8Linear, Domain: convDomain,
 		Inputs: []string{x, codes, scales}, Outputs: []string{y},
+		Attrs: []onnxAttr{attrI("K", in), attrI("N", out)},
 	})
 	b.usesOwn = true
 	return y

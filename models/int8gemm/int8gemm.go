@@ -51,6 +51,24 @@ func Pack(w []int8, scale []float32, K, N int) (*Weights, error) {
 	return wt, nil
 }
 
+// Wrap makes Weights of [K][N] weights already in the packed layout (Packed) and their
+// scales, copying both. (The Int8Linear operator wraps ONNX Runtime's initializer in
+// place instead: C memory, which the kernel may keep.)
+func Wrap(packed []byte, scale []float32, K, N int) (*Weights, error) {
+	if K < 1 || N < 1 || K > MaxK || N > math.MaxInt32-64 || len(packed) != PackedSize(K, N) || len(scale) != N {
+		return nil, fmt.Errorf("%w: Wrap needs 1 <= K <= %d, N >= 1, len(packed) = PackedSize(K, N) and len(scale) = N (K %d, N %d, len(packed) %d, len(scale) %d)",
+			ErrShape, MaxK, K, N, len(packed), len(scale))
+	}
+	p := C.cv_i8w_wrap((*C.int8_t)(unsafe.Pointer(unsafe.SliceData(packed))), C.int64_t(len(packed)),
+		(*C.float)(unsafe.Pointer(unsafe.SliceData(scale))), C.int(K), C.int(N), 0)
+	if p == nil {
+		return nil, fmt.Errorf("int8gemm: wrapping %d×%d weights: out of memory", K, N)
+	}
+	wt := &Weights{p: p, k: K, n: N}
+	runtime.SetFinalizer(wt, (*Weights).Close)
+	return wt, nil
+}
+
 // K is the number of rows of the weights (the length of an input row).
 func (w *Weights) K() int { return w.k }
 

@@ -169,8 +169,41 @@ func TestMatchesReference(t *testing.T) {
 	})
 }
 
-// TestVocabularyWidth covers the language-model head's width, N = 151936 (not a
-// multiple of 64), with a short K to keep the reference quick.
+// TestWrapMatchesPack: weights laid out by Packed (as the builder stores them) and
+// wrapped compute exactly what packed ones do, on every instruction set; a wrong
+// length is refused.
+func TestWrapMatchesPack(t *testing.T) {
+	type shape struct{ K, N int }
+	forEachISA(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(5, 6))
+		for _, sh := range []shape{{1, 1}, {7, 100}, {130, 129}, {896, 1152}} {
+			w, scale := randWeights(r, sh.K, sh.N)
+			raw := make([]byte, len(w))
+			for i, v := range w {
+				raw[i] = byte(v)
+			}
+			packed, err := Packed(raw, sh.K, sh.N)
+			if err != nil || len(packed) != PackedSize(sh.K, sh.N) {
+				t.Fatalf("Packed %v: %d bytes, %v", sh, len(packed), err)
+			}
+			wrapped, err := Wrap(packed, scale, sh.K, sh.N)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, M := range []int{1, 16} {
+				x := randInput(r, M, sh.K)
+				checkExact(t, matMulGuarded(t, wrapped, x, M), reference(w, scale, sh.K, sh.N, x, M), sh.N)
+			}
+			wrapped.Close()
+			if _, err := Wrap(packed[1:], scale, sh.K, sh.N); !errors.Is(err, ErrShape) {
+				t.Fatalf("Wrap of a short buffer: %v", err)
+			}
+		}
+	})
+}
+
+// TestVocabularyWidth covers the language-model head's width, N = 151936, with a short
+// K to keep the reference quick.
 func TestVocabularyWidth(t *testing.T) {
 	const K, N = 12, 151936
 	forEachISA(t, func(t *testing.T) {

@@ -37,6 +37,7 @@ struct cv_i8w {
 	int8_t *data;  // np/CV_PANEL panels of kp*CV_PANEL bytes, 64-byte aligned
 	int32_t *comp; // [np] 128 · sum_k w[k][n], for the VNNI kernel's unsigned activations
 	float *mult;   // [np] (1/127) · scale[n], MatMulIntegerToFloat's per-column multiplier
+	int borrowed;  // data is the caller's (cv_i8w_wrap in place), not to be freed
 };
 
 // CV_QSCALE is QuantizeLinear's y_scale in the graph, a float32 constant.
@@ -93,11 +94,60 @@ cv_i8w *cv_i8w_pack(const int8_t *w, const float *scale, int K, int N) {
 	return p;
 }
 
+int64_t cv_i8w_packed_size(int K, int N) {
+	if (K < 1 || N < 1 || K > CV_I8_MAX_K || N > INT_MAX - CV_PANEL) {
+		return -1;
+	}
+	return (int64_t)((K + 3) & ~3) * ((N + CV_PANEL - 1) / CV_PANEL * CV_PANEL);
+}
+
+cv_i8w *cv_i8w_wrap(const int8_t *packed, int64_t len, const float *scale, int K, int N, int in_place) {
+	int64_t size = cv_i8w_packed_size(K, N);
+	if (packed == NULL || scale == NULL || size < 0 || len != size) {
+		return NULL;
+	}
+	cv_i8w *p = calloc(1, sizeof *p);
+	if (p == NULL) {
+		return NULL;
+	}
+	p->k = K;
+	p->n = N;
+	p->kp = (K + 3) & ~3;
+	p->np = (N + CV_PANEL - 1) / CV_PANEL * CV_PANEL;
+	if (in_place && ((uintptr_t)packed & 63) == 0) {
+		p->data = (int8_t *)packed;
+		p->borrowed = 1;
+	} else if ((p->data = cv_alloc((size_t)size)) != NULL) {
+		memcpy(p->data, packed, (size_t)size);
+	}
+	p->comp = cv_alloc(sizeof(int32_t) * p->np);
+	p->mult = cv_alloc(sizeof(float) * p->np);
+	if (p->data == NULL || p->comp == NULL || p->mult == NULL) {
+		cv_i8w_free(p);
+		return NULL;
+	}
+	memset(p->comp, 0, sizeof(int32_t) * p->np);
+	memset(p->mult, 0, sizeof(float) * p->np);
+	size_t panel = (size_t)p->kp * CV_PANEL;
+	for (int n0 = 0; n0 < p->np; n0 += CV_PANEL) {
+		const int8_t *src = p->data + (size_t)(n0 / CV_PANEL) * panel;
+		for (size_t i = 0; i < panel; i++) {
+			p->comp[n0 + (int)(i % (4 * CV_PANEL)) / 4] += 128 * src[i];
+		}
+	}
+	for (int n = 0; n < N; n++) {
+		p->mult[n] = CV_QSCALE * scale[n];
+	}
+	return p;
+}
+
 void cv_i8w_free(cv_i8w *p) {
 	if (p == NULL) {
 		return;
 	}
-	free(p->data);
+	if (!p->borrowed) {
+		free(p->data);
+	}
 	free(p->comp);
 	free(p->mult);
 	free(p);

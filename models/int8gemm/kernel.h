@@ -20,6 +20,18 @@ typedef struct cv_i8w cv_i8w;
 // or when memory runs out.
 cv_i8w *cv_i8w_pack(const int8_t *w, const float *scale, int K, int N);
 
+// cv_i8w_wrap takes weights already in the packed layout (cv_i8w_packed_size bytes:
+// N padded to 64 and K to 4, panels of 64 columns laid out [K/4][64][4]; the layout
+// Packed in int8gemm.go writes). With in_place set it uses them where they are when
+// they are 64-byte aligned (they must then outlive the result); otherwise it copies
+// them. scale ([N]) is copied. It returns NULL on bad arguments (a length other than
+// the packed size) or when memory runs out.
+cv_i8w *cv_i8w_wrap(const int8_t *packed, int64_t len, const float *scale, int K, int N, int in_place);
+
+// cv_i8w_packed_size is the packed layout's size in bytes for [K][N] weights, or -1
+// for a shape cv_i8w_pack refuses.
+int64_t cv_i8w_packed_size(int K, int N);
+
 // cv_i8w_free releases p (NULL is a no-op).
 void cv_i8w_free(cv_i8w *p);
 

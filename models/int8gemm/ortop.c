@@ -1,7 +1,7 @@
 // Int8Linear, ONNX Runtime custom operator (domain com.conveyor) over this package's
-// kernel: y = x @ dequant(w), x float32 [..., K], w int8 [K, N] with per-column float32
-// scales [N], both constant initializers (packed once, when the session creates the
-// kernel). See ortop.go.
+// kernel: y = x @ dequant(w), x float32 [..., K], w int8 [K, N] in the packed layout
+// (attributes K and N; a 1-D constant initializer of cv_i8w_packed_size bytes, read in
+// place) with per-column float32 scales [N], a constant initializer. See ortop.go.
 
 #include <limits.h>
 #include <stdio.h>
@@ -64,6 +64,14 @@ static OrtStatusPtr ORT_API_CALL i8op_create(const OrtCustomOp *op, const OrtApi
 	if (sv == NULL) {
 		return st;
 	}
+	int64_t K = 0, N = 0;
+	if ((st = api->KernelInfoGetAttribute_int64(info, "K", &K)) != NULL ||
+		(st = api->KernelInfoGetAttribute_int64(info, "N", &N)) != NULL) {
+		return st;
+	}
+	if (K < 1 || N < 1 || K > INT_MAX || N > INT_MAX || cv_i8w_packed_size((int)K, (int)N) < 0) {
+		return i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: attributes K and N out of range");
+	}
 	int64_t wd[8], sd[8];
 	int wn = i8op_shape(api, wv, wd, &st);
 	if (wn < 0) {
@@ -73,8 +81,8 @@ static OrtStatusPtr ORT_API_CALL i8op_create(const OrtCustomOp *op, const OrtApi
 	if (sn < 0) {
 		return st;
 	}
-	if (wn != 2 || sn != 1 || sd[0] != wd[1] || wd[0] <= 0 || wd[1] <= 0 || wd[0] > INT_MAX || wd[1] > INT_MAX) {
-		return i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: want weights [K, N] and scales [N]");
+	if (wn != 1 || wd[0] != cv_i8w_packed_size((int)K, (int)N) || sn != 1 || sd[0] != N) {
+		return i8op_fail(api, ORT_INVALID_ARGUMENT, "Int8Linear: want packed weights of the size K and N give, and scales [N]");
 	}
 	void *w = NULL, *s = NULL;
 	if ((st = api->GetTensorMutableData((OrtValue *)wv, &w)) != NULL ||
@@ -86,12 +94,13 @@ static OrtStatusPtr ORT_API_CALL i8op_create(const OrtCustomOp *op, const OrtApi
 		return i8op_fail(api, ORT_FAIL, "Int8Linear: out of memory");
 	}
 	k->api = api;
-	k->k = wd[0];
-	k->n = wd[1];
-	k->w = cv_i8w_pack((const int8_t *)w, (const float *)s, (int)wd[0], (int)wd[1]);
+	k->k = K;
+	k->n = N;
+	// The initializer lives as long as the session, and so the kernel: read it in place.
+	k->w = cv_i8w_wrap((const int8_t *)w, wd[0], (const float *)s, (int)K, (int)N, 1);
 	if (k->w == NULL) {
 		free(k);
-		return i8op_fail(api, ORT_FAIL, "Int8Linear: packing the weights failed (out of memory?)");
+		return i8op_fail(api, ORT_FAIL, "Int8Linear: out of memory");
 	}
 	*out = k;
 	return NULL;

@@ -13,11 +13,12 @@ import (
 	"unsafe"
 )
 
-// Domain and OpName name the ONNX Runtime custom operator Int8Linear in a graph: inputs
-// x (float32 [..., K]), w (int8 [K, N], a constant initializer) and scale (float32 [N],
-// a constant initializer); output y (float32 [..., N]) = x @ (w * scale), with x's rows
-// quantized to int8 one by one as Weights.MatMul does. The kernel packs w when the
-// session creates it.
+// Domain and OpName name the ONNX Runtime custom operator Int8Linear in a graph:
+// attributes K and N; inputs x (float32 [..., K]), w (int8, [K][N] in the packed
+// layout: Packed's PackedSize(K, N) bytes, a constant initializer, which the kernel
+// reads in place) and scale (float32 [N], a constant initializer); output y (float32
+// [..., N]) = x @ (w * scale), with x's rows quantized to int8 one by one as
+// Weights.MatMul does.
 const (
 	Domain = C.CV_INT8_DOMAIN
 	OpName = C.CV_INT8_OP
