@@ -34,6 +34,11 @@
 // against ONNX Runtime itself; the reference follows ONNX Runtime's operators as
 // described above.
 //
+// Packed lays int8 weights out in the kernel's layout ahead of time (the builder stores
+// Int8Linear's weights so) and Wrap makes Weights of such bytes; the Int8Linear
+// operator (ortop.c, registered with ONNX Runtime by RegisterOp) reads its initializer
+// in place, so a session holds one copy of the weights, not two.
+//
 // # Kernels
 //
 // Packing pads N to a multiple of 64 and K to a multiple of 4 with zero weights and
