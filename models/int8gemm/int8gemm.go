@@ -42,13 +42,11 @@ func Pack(w []int8, scale []float32, K, N int) (*Weights, error) {
 		return nil, fmt.Errorf("%w: Pack needs 1 <= K <= %d, N >= 1, len(w) = K*N and len(scale) = N (K %d, N %d, len(w) %d, len(scale) %d)",
 			ErrShape, MaxK, K, N, len(w), len(scale))
 	}
-	p := C.cv_i8w_pack((*C.int8_t)(unsafe.Pointer(unsafe.SliceData(w))), (*C.float)(unsafe.Pointer(unsafe.SliceData(scale))), C.int(K), C.int(N))
-	if p == nil {
-		return nil, fmt.Errorf("int8gemm: packing %d×%d weights: out of memory", K, N)
+	packed, err := Packed(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)), K, N)
+	if err != nil {
+		return nil, err
 	}
-	wt := &Weights{p: p, k: K, n: N}
-	runtime.SetFinalizer(wt, (*Weights).Close)
-	return wt, nil
+	return Wrap(packed, scale, K, N)
 }
 
 // Wrap makes Weights of [K][N] weights already in the packed layout (Packed) and their

@@ -170,7 +170,7 @@ func TestMatchesReference(t *testing.T) {
 }
 
 // TestWrapMatchesPack: weights laid out by Packed (as the builder stores them) and
-// wrapped compute exactly what packed ones do, on every instruction set; a wrong
+// wrapped compute exactly what the reference does, on every instruction set; a wrong
 // length is refused.
 func TestWrapMatchesPack(t *testing.T) {
 	type shape struct{ K, N int }

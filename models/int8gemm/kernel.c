@@ -53,47 +53,6 @@ static void *cv_alloc(size_t n) {
 	return p;
 }
 
-cv_i8w *cv_i8w_pack(const int8_t *w, const float *scale, int K, int N) {
-	if (w == NULL || scale == NULL || K < 1 || N < 1 || K > CV_I8_MAX_K || N > INT_MAX - CV_PANEL) {
-		return NULL;
-	}
-	cv_i8w *p = calloc(1, sizeof *p);
-	if (p == NULL) {
-		return NULL;
-	}
-	p->k = K;
-	p->n = N;
-	p->kp = (K + 3) & ~3;
-	p->np = (N + CV_PANEL - 1) / CV_PANEL * CV_PANEL;
-	p->data = cv_alloc((size_t)p->kp * p->np);
-	p->comp = cv_alloc(sizeof(int32_t) * p->np);
-	p->mult = cv_alloc(sizeof(float) * p->np);
-	if (p->data == NULL || p->comp == NULL || p->mult == NULL) {
-		cv_i8w_free(p);
-		return NULL;
-	}
-	memset(p->data, 0, (size_t)p->kp * p->np);
-	memset(p->comp, 0, sizeof(int32_t) * p->np);
-	memset(p->mult, 0, sizeof(float) * p->np);
-	size_t panel = (size_t)p->kp * CV_PANEL;
-	for (int n0 = 0; n0 < N; n0 += CV_PANEL) {
-		int8_t *dst = p->data + (size_t)(n0 / CV_PANEL) * panel;
-		int cols = N - n0 < CV_PANEL ? N - n0 : CV_PANEL;
-		for (int k = 0; k < K; k++) {
-			const int8_t *src = w + (size_t)k * N + n0;
-			int8_t *row = dst + (size_t)(k / 4) * 4 * CV_PANEL + k % 4;
-			for (int j = 0; j < cols; j++) {
-				row[4 * j] = src[j];
-				p->comp[n0 + j] += 128 * src[j];
-			}
-		}
-	}
-	for (int n = 0; n < N; n++) {
-		p->mult[n] = CV_QSCALE * scale[n];
-	}
-	return p;
-}
-
 int64_t cv_i8w_packed_size(int K, int N) {
 	if (K < 1 || N < 1 || K > CV_I8_MAX_K || N > INT_MAX - CV_PANEL) {
 		return -1;
@@ -128,6 +87,7 @@ cv_i8w *cv_i8w_wrap(const int8_t *packed, int64_t len, const float *scale, int K
 	}
 	memset(p->comp, 0, sizeof(int32_t) * p->np);
 	memset(p->mult, 0, sizeof(float) * p->np);
+	// Byte i of a panel is column (i % (4·CV_PANEL)) / 4 of it; padding is zero.
 	size_t panel = (size_t)p->kp * CV_PANEL;
 	for (int n0 = 0; n0 < p->np; n0 += CV_PANEL) {
 		const int8_t *src = p->data + (size_t)(n0 / CV_PANEL) * panel;

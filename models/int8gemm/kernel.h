@@ -14,22 +14,16 @@ enum { CV_I8_MAX_K = 131072 };
 // Packed int8 weights [K][N] with one float32 scale per column.
 typedef struct cv_i8w cv_i8w;
 
-// cv_i8w_pack copies w (int8, [K][N] row-major, MatMulIntegerToFloat's B) and scale
-// ([N]) into a packed copy: N padded to a multiple of 64 and K to a multiple of 4 with
-// zeros. It returns NULL on bad arguments (K or N < 1, K > CV_I8_MAX_K, NULL pointers)
-// or when memory runs out.
-cv_i8w *cv_i8w_pack(const int8_t *w, const float *scale, int K, int N);
-
-// cv_i8w_wrap takes weights already in the packed layout (cv_i8w_packed_size bytes:
-// N padded to 64 and K to 4, panels of 64 columns laid out [K/4][64][4]; the layout
-// Packed in int8gemm.go writes). With in_place set it uses them where they are when
+// cv_i8w_wrap takes weights in the packed layout (cv_i8w_packed_size bytes: N padded to
+// 64 and K to 4 with zeros, panels of 64 columns laid out [K/4][64][4]; Packed in
+// int8gemm.go is the one place that writes it). With in_place set it uses them where they are when
 // they are 64-byte aligned (they must then outlive the result); otherwise it copies
 // them. scale ([N]) is copied. It returns NULL on bad arguments (a length other than
 // the packed size) or when memory runs out.
 cv_i8w *cv_i8w_wrap(const int8_t *packed, int64_t len, const float *scale, int K, int N, int in_place);
 
 // cv_i8w_packed_size is the packed layout's size in bytes for [K][N] weights, or -1
-// for a shape cv_i8w_pack refuses.
+// for a shape the kernel refuses (K or N < 1, K > CV_I8_MAX_K).
 int64_t cv_i8w_packed_size(int K, int N);
 
 // cv_i8w_free releases p (NULL is a no-op).
