@@ -106,6 +106,7 @@ type Storage struct {
 	v     [][]byte       // per slot
 	slot  []int          // per layer
 	group []int          // per layer
+	ngrp  int            // cfg.NumGroups()
 	one   [1][][]BlockID // Gather's and Scatter's tables as one group, without allocating
 
 	release *arenaRelease
@@ -140,6 +141,7 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 	slots, slot, _ := cfg.slots()
 	s := &Storage{cfg: cfg, elem: cfg.DType.Size(), slot: slot, group: make([]int, cfg.Layers)}
 	copy(s.group, cfg.LayerGroups)
+	s.ngrp = cfg.NumGroups()
 	s.tokBytes = cfg.HeadDim * s.elem
 	s.headBytes = cfg.BlockSizeTokens * s.tokBytes
 	s.blkBytes = cfg.KVHeads * s.headBytes
@@ -199,6 +201,9 @@ func (s *Storage) LayerV(l int) []byte {
 	}
 	return s.v[s.slot[l]]
 }
+
+// NumGroups returns the number of layer groups (StorageConfig.NumGroups).
+func (s *Storage) NumGroups() int { return s.ngrp }
 
 // LayerGroup returns layer l's group: the block table its blocks are named by.
 func (s *Storage) LayerGroup(l int) int { return s.group[l] }
@@ -310,8 +315,8 @@ func (s *Storage) GatherGroups(tables [][][]BlockID, pastLens []int, maxPast int
 
 // checkGroups validates that tables has one set of row tables per group, all as many.
 func (s *Storage) checkGroups(tables [][][]BlockID) error {
-	if len(tables) != s.cfg.NumGroups() {
-		return fmt.Errorf("%w: %d groups of tables for a storage of %d groups", ErrInvalid, len(tables), s.cfg.NumGroups())
+	if len(tables) != s.ngrp {
+		return fmt.Errorf("%w: %d groups of tables for a storage of %d groups", ErrInvalid, len(tables), s.ngrp)
 	}
 	for g := range tables {
 		if len(tables[g]) != len(tables[0]) {

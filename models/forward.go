@@ -91,7 +91,7 @@ func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 // fillRowLists collects the rows' block tables (per layer group), past lengths and
 // new-token counts in the form Storage.GatherGroups and ScatterGroups take them.
 func (r *Runner) fillRowLists(b *Batch) {
-	groups := b.Cache.Config().NumGroups()
+	groups := b.Cache.NumGroups()
 	for len(r.tables) < groups {
 		r.tables = append(r.tables, nil)
 	}
@@ -138,9 +138,9 @@ func checkBatch(b *Batch, spec Spec) (maxPast, maxNew int, err error) {
 				ErrBatch, i, s.PastLen, n, spec.MaxPositions)
 		case s.PastLen > 0 && b.Cache == nil:
 			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but the batch has no cache", ErrBatch, i, s.PastLen)
-		case b.Cache != nil && len(s.GroupBlocks) != b.Cache.Config().NumGroups()-1:
+		case b.Cache != nil && len(s.GroupBlocks) != b.Cache.NumGroups()-1:
 			return 0, 0, fmt.Errorf("%w: row %d has %d block tables for a cache of %d layer groups",
-				ErrBatch, i, 1+len(s.GroupBlocks), b.Cache.Config().NumGroups())
+				ErrBatch, i, 1+len(s.GroupBlocks), b.Cache.NumGroups())
 		}
 		if b.Cache != nil {
 			for g := range 1 + len(s.GroupBlocks) {

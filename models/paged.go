@@ -264,7 +264,7 @@ const scratchBlockSize = 16
 func (r *PagedRunner) attentionCache(b *Batch) func(l int) (attention.Cache, []attention.Seq) {
 	groups := 1
 	if b.Cache != nil {
-		groups = b.Cache.Config().NumGroups()
+		groups = b.Cache.NumGroups()
 	}
 	rowBlocks := func(s SeqInput) int {
 		if b.Cache != nil {

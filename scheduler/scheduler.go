@@ -83,7 +83,6 @@ type Scheduler struct {
 	cfg         Config
 	pool        *kvcache.Pool
 	clock       Clock
-	blockSize   int // tokens per block
 	totalBlocks int
 
 	seqs           map[kvcache.SeqID]*Sequence // every live sequence
@@ -124,7 +123,6 @@ func New(cfg Config, pool *kvcache.Pool, clock Clock) (*Scheduler, error) {
 		cfg:         cfg,
 		pool:        pool,
 		clock:       clock,
-		blockSize:   pool.BlockSizeTokens(),
 		totalBlocks: pool.Stats().TotalBlocks,
 		seqs:        make(map[kvcache.SeqID]*Sequence),
 	}, nil
