@@ -8,6 +8,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -122,24 +123,11 @@ func TestE2EResponsesToolRoundTrip(t *testing.T) {
 	named := p
 	named.ToolChoice = responses.ResponseNewParamsToolChoiceUnion{OfFunctionTool: &responses.ToolChoiceFunctionParam{Name: "search"}}
 	named.Store = openai.Bool(false)
-	st := e.client.Responses.NewStreaming(ctx, named, option.WithJSONSet("seed", 2))
 	seen := map[string]int{}
-	var deltas, doneArgs string
-	var final responses.Response
-	for st.Next() {
-		ev := st.Current()
-		seen[ev.Type]++
-		switch ev.Type {
-		case "response.function_call_arguments.delta":
-			deltas += ev.Delta
-		case "response.function_call_arguments.done":
-			doneArgs = ev.Arguments
-		case "response.completed", "response.incomplete":
-			final = ev.Response
-		}
-	}
-	if err := st.Err(); err != nil {
-		t.Fatal(err)
+	deltas, doneArgs, final, types := readResponseStream(t, e.client.Responses.NewStreaming(ctx, named, option.WithJSONSet("seed", 2)),
+		"response.function_call_arguments")
+	for _, typ := range types {
+		seen[typ]++
 	}
 	if final.Status == "completed" {
 		for _, typ := range []string{"response.created", "response.in_progress", "response.output_item.added",
@@ -188,26 +176,8 @@ func TestE2EResponsesToolRoundTrip(t *testing.T) {
 // text events against the final response.
 func TestE2EResponsesStreamText(t *testing.T) {
 	e := startResponsesE2E(t)
-	st := e.client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: e2eModel,
-		Input: inputText("Tell me a story"), MaxOutputTokens: openai.Int(12), Store: openai.Bool(false)})
-	var deltas, done string
-	var final responses.Response
-	var types []string
-	for st.Next() {
-		ev := st.Current()
-		types = append(types, ev.Type)
-		switch ev.Type {
-		case "response.output_text.delta":
-			deltas += ev.Delta
-		case "response.output_text.done":
-			done = ev.Text
-		case "response.completed", "response.incomplete":
-			final = ev.Response
-		}
-	}
-	if err := st.Err(); err != nil {
-		t.Fatal(err)
-	}
+	deltas, done, final, types := readResponseStream(t, e.client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: e2eModel,
+		Input: inputText("Tell me a story"), MaxOutputTokens: openai.Int(12), Store: openai.Bool(false)}), "response.output_text")
 	if deltas == "" || deltas != done || final.OutputText() != done || final.Usage.OutputTokens == 0 {
 		t.Fatalf("deltas %q, done %q, final %q (events %v)", deltas, done, final.OutputText(), types)
 	}
@@ -233,4 +203,27 @@ func TestE2EResponsesBackgroundCancel(t *testing.T) {
 		t.Fatalf("cancel: %v %s", err, got.RawJSON())
 	}
 	waitFor(t, "the KV cache to be freed", func() bool { return kvIdle(e.eng.Stats()) })
+}
+
+// readResponseStream reads a Responses stream to its end: every event's type, the
+// concatenated deltas of the events named prefix+".delta", the text or arguments of
+// prefix+".done", and the final response (completed or incomplete).
+func readResponseStream(t *testing.T, st *ssestream.Stream[responses.ResponseStreamEventUnion], prefix string) (deltas, done string, final responses.Response, types []string) {
+	t.Helper()
+	for st.Next() {
+		ev := st.Current()
+		types = append(types, ev.Type)
+		switch ev.Type {
+		case prefix + ".delta":
+			deltas += ev.Delta
+		case prefix + ".done":
+			done = ev.Text + ev.Arguments // the one the event has
+		case "response.completed", "response.incomplete":
+			final = ev.Response
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return deltas, done, final, types
 }
