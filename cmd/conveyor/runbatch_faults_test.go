@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -39,11 +38,7 @@ func TestRunBatchDiskFullThenResume(t *testing.T) {
 	tmp := t.TempDir()
 	input, output := filepath.Join(tmp, "in.jsonl"), filepath.Join(tmp, "out.jsonl")
 	const n = 10
-	var lines []string
-	for i := range n {
-		lines = append(lines, completionLine(fmt.Sprintf("d%d", i), fmt.Sprintf(`{"model":"tiny","prompt":"disk %d","max_tokens":6,"ignore_eos":true}`, i)))
-	}
-	writeLines(t, input, lines...)
+	writeLines(t, input, completionLines(n, "d%d", "disk", 6, true)...)
 	o := newBatchOptions(t, dir, input, output, "--max-in-flight", "2")
 	o.wrapOutput = func(w io.Writer) io.Writer { return &fullDisk{w: w, name: output, lines: 3} }
 	var stderr bytes.Buffer

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -26,11 +25,7 @@ func TestRunBatchSurvivesSIGKILL(t *testing.T) {
 	dir := tinyModelDir(t)
 	input, output := filepath.Join(tmp, "in.jsonl"), filepath.Join(tmp, "out.jsonl")
 	const n = 3000 // about 3 s of work for the tiny model on 2 cores
-	var lines []string
-	for i := range n {
-		lines = append(lines, completionLine(fmt.Sprintf("k%03d", i), fmt.Sprintf(`{"model":"tiny","prompt":"kill %d","max_tokens":32,"ignore_eos":true}`, i)))
-	}
-	writeLines(t, input, lines...)
+	writeLines(t, input, completionLines(n, "k%03d", "kill", 32, true)...)
 	args := append([]string{"run-batch", "--no-progress", "--input", input, "--output", output}, batchFlags(t, dir)...)
 	run := func() *exec.Cmd {
 		cmd := exec.Command(bin, args...)

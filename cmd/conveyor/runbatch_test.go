@@ -99,6 +99,21 @@ func completionLine(id string, body string) string {
 	return fmt.Sprintf(`{"custom_id":%q,"method":"POST","url":"/v1/completions","body":%s}`, id, body)
 }
 
+// completionLines returns n completion lines for the tiny model: custom_id
+// fmt.Sprintf(idFormat, i), prompt "<word> i", max_tokens maxTokens (and ignore_eos
+// when ignoreEOS), for i in 0..n-1.
+func completionLines(n int, idFormat, word string, maxTokens int, ignoreEOS bool) []string {
+	extra := ""
+	if ignoreEOS {
+		extra = `,"ignore_eos":true`
+	}
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = completionLine(fmt.Sprintf(idFormat, i), fmt.Sprintf(`{"model":"tiny","prompt":"%s %d","max_tokens":%d%s}`, word, i, maxTokens, extra))
+	}
+	return lines
+}
+
 // TestRunBatchMixedMatchesHTTP runs a file mixing good and bad lines: every input line
 // gets one output line, and each response is the one the HTTP server gives the same body.
 func TestRunBatchMixedMatchesHTTP(t *testing.T) {
@@ -272,10 +287,7 @@ func TestRunBatchResume(t *testing.T) {
 	dir := tinyModelDir(t)
 	tmp := t.TempDir()
 	input, output := filepath.Join(tmp, "in.jsonl"), filepath.Join(tmp, "out.jsonl")
-	var lines []string
-	for i := range 8 {
-		lines = append(lines, completionLine(fmt.Sprintf("c%d", i), fmt.Sprintf(`{"model":"tiny","prompt":"line %d","max_tokens":4}`, i)))
-	}
+	lines := completionLines(8, "c%d", "line", 4, false)
 	lines = append(lines, "{oops", completionLine("c1", `{"model":"tiny","prompt":"again"}`), "[1]")
 	writeLines(t, input, lines...)
 	kept := []string{
@@ -335,11 +347,7 @@ func TestRunBatchCancelThenResume(t *testing.T) {
 	tmp := t.TempDir()
 	input, output := filepath.Join(tmp, "in.jsonl"), filepath.Join(tmp, "out.jsonl")
 	const n = 24
-	var lines []string
-	for i := range n {
-		lines = append(lines, completionLine(fmt.Sprintf("r%d", i), fmt.Sprintf(`{"model":"tiny","prompt":"request %d","max_tokens":24,"ignore_eos":true}`, i)))
-	}
-	writeLines(t, input, lines...)
+	writeLines(t, input, completionLines(n, "r%d", "request", 24, true)...)
 	o := newBatchOptions(t, dir, input, output, "--max-in-flight", "3", "--shutdown-timeout", "0s")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
