@@ -37,8 +37,12 @@ type generationRequest struct {
 	Seed             opt[jsonInt]                 `json:"seed"`
 	User             opt[string]                  `json:"user"` // accepted, not used
 	ResponseFormat   opt[responseFormat]          `json:"response_format"`
+	samplingExtensions
+}
 
-	// Extensions, with vLLM's names.
+// samplingExtensions are vLLM's sampling members beyond OpenAI's, with vLLM's names,
+// which every generation endpoint accepts.
+type samplingExtensions struct {
 	TopK              opt[jsonInt]   `json:"top_k"`
 	MinP              opt[float64]   `json:"min_p"`
 	RepetitionPenalty opt[float64]   `json:"repetition_penalty"`

@@ -52,9 +52,8 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 	r := &parsedResponses{}
 	text, format := parseResponsesText(c, w.Text)
 	gw := generationRequest{Model: w.Model, Temperature: w.Temperature, TopP: w.TopP, Stream: w.Stream, Stop: w.Stop,
-		Seed: w.Seed, User: w.User, ResponseFormat: format, TopK: w.TopK, MinP: w.MinP, RepetitionPenalty: w.RepetitionPenalty,
-		PresencePenalty: w.PresencePenalty, FrequencyPenalty: w.FrequencyPenalty, MinTokens: w.MinTokens,
-		IgnoreEOS: w.IgnoreEOS, StopTokenIDs: w.StopTokenIDs}
+		Seed: w.Seed, User: w.User, ResponseFormat: format, PresencePenalty: w.PresencePenalty,
+		FrequencyPenalty: w.FrequencyPenalty, samplingExtensions: w.samplingExtensions}
 	// An omitted max_output_tokens leaves the whole context: the engine clips it to the room left.
 	maxOut := w.MaxOutputTokens
 	if !maxOut.Set {

@@ -579,3 +579,19 @@ func TestResponsesStoreDiskFull(t *testing.T) {
 		t.Fatalf("stored before the fault: %v %q (was %q), %d stored", err, got.OutputText(), before.OutputText(), r.st.Len())
 	}
 }
+
+// TestResponsesSamplingExtensions: vLLM's sampling members reach the engine through
+// /v1/responses as through the chat endpoint.
+func TestResponsesSamplingExtensions(t *testing.T) {
+	r := newRespServer(t, "")
+	rec := do(t, r.srv.Handler(), "POST", "/v1/responses", `{"model":"test-model","input":"hi","store":false,"max_output_tokens":6,
+		"top_k":7,"min_p":0.05,"repetition_penalty":1.1,"min_tokens":2,"ignore_eos":true,"stop_token_ids":[9],"seed":3,"presence_penalty":0.5}`)
+	if rec.Code != 200 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	p := r.eng.lastRequest().Params
+	if p.TopK != 7 || p.MinP != 0.05 || p.RepetitionPenalty != 1.1 || p.MinTokens != 2 || !p.IgnoreEOS ||
+		!slices.Equal(p.StopTokenIDs, []int32{9}) || p.Seed == nil || *p.Seed != 3 || p.PresencePenalty != 0.5 {
+		t.Fatalf("params %+v", p)
+	}
+}

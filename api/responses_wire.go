@@ -46,16 +46,11 @@ type responsesRequest struct {
 	PromptCacheOptions   opt[json.RawMessage] `json:"prompt_cache_options"`
 
 	// Extensions, with the chat endpoint's names.
-	Seed              opt[jsonInt]   `json:"seed"`
-	Stop              opt[stopList]  `json:"stop"`
-	TopK              opt[jsonInt]   `json:"top_k"`
-	MinP              opt[float64]   `json:"min_p"`
-	RepetitionPenalty opt[float64]   `json:"repetition_penalty"`
-	PresencePenalty   opt[float64]   `json:"presence_penalty"`
-	FrequencyPenalty  opt[float64]   `json:"frequency_penalty"`
-	MinTokens         opt[jsonInt]   `json:"min_tokens"`
-	IgnoreEOS         opt[bool]      `json:"ignore_eos"`
-	StopTokenIDs      opt[[]jsonInt] `json:"stop_token_ids"`
+	Seed             opt[jsonInt]  `json:"seed"`
+	Stop             opt[stopList] `json:"stop"`
+	PresencePenalty  opt[float64]  `json:"presence_penalty"`
+	FrequencyPenalty opt[float64]  `json:"frequency_penalty"`
+	samplingExtensions
 }
 
 // responsesText is text: {"format": {...}, "verbosity"}.
