@@ -196,15 +196,7 @@ func TestNewFamilyRefusals(t *testing.T) {
 		cfg := registryTestConfig(tc.modelType)
 		tc.edit(cfg)
 		_, err := WeightShapes(cfg)
-		if !errors.Is(err, ErrBadConfig) {
-			t.Errorf("%s: want ErrBadConfig, got %v", tc.name, err)
-			continue
-		}
-		for _, s := range tc.want {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("%s: error %q does not mention %q", tc.name, err, s)
-			}
-		}
+		checkBadConfig(t, tc.name, err, tc.want)
 	}
 }
 

@@ -54,14 +54,20 @@ func TestArchRefusals(t *testing.T) {
 		if err == nil {
 			_, err = WeightShapes(c)
 		}
-		if !errors.Is(err, ErrBadConfig) {
-			t.Errorf("%s: want ErrBadConfig, got %v", tc.name, err)
-			continue
-		}
-		for _, s := range tc.want {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("%s: error %q does not mention %q", tc.name, err, s)
-			}
+		checkBadConfig(t, tc.name, err, tc.want)
+	}
+}
+
+// checkBadConfig requires err to be an ErrBadConfig that mentions every string of want.
+func checkBadConfig(t *testing.T, name string, err error, want []string) {
+	t.Helper()
+	if !errors.Is(err, ErrBadConfig) {
+		t.Errorf("%s: want ErrBadConfig, got %v", name, err)
+		return
+	}
+	for _, s := range want {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: error %q does not mention %q", name, err, s)
 		}
 	}
 }
