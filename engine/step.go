@@ -271,13 +271,10 @@ func (e *Engine) publishStats() {
 // groupTables returns seq's block tables of layer groups 1, 2, ... (nil with one group),
 // in e.groupBuf, which the step's batch reuses.
 func (e *Engine) groupTables(seq kvcache.SeqID) [][]kvcache.BlockID {
-	g := e.pool.NumGroups()
-	if g == 1 {
+	if e.pool.NumGroups() == 1 {
 		return nil
 	}
 	start := len(e.groupBuf)
-	for i := 1; i < g; i++ {
-		e.groupBuf = append(e.groupBuf, e.pool.GroupTable(seq, i))
-	}
+	e.groupBuf = e.pool.AppendGroupTables(e.groupBuf, seq, 1)
 	return e.groupBuf[start:len(e.groupBuf):len(e.groupBuf)]
 }

@@ -743,6 +743,20 @@ func (p *Pool) Free(seq SeqID) {
 // for block size B. The slice is a read-only view, valid until the next call that changes seq.
 func (p *Pool) BlockTable(seq SeqID) []BlockID { return p.GroupTable(seq, 0) }
 
+// AppendGroupTables appends seq's block tables of groups from, from+1, ... to dst (views
+// like BlockTable's) and returns it: one lookup for all of them.
+func (p *Pool) AppendGroupTables(dst [][]BlockID, seq SeqID, from int) [][]BlockID {
+	st := p.seqs[seq]
+	for g := from; g < len(p.windows); g++ {
+		var b []BlockID
+		if st != nil {
+			b = st.tables[g].blocks
+		}
+		dst = append(dst, b[:len(b):len(b)])
+	}
+	return dst
+}
+
 // GroupTable returns seq's block table of group g, like BlockTable; a window group's
 // entries before its window are NoBlock.
 func (p *Pool) GroupTable(seq SeqID, g int) []BlockID {

@@ -194,10 +194,8 @@ func checkServingLayout(t *testing.T, m Model, ref *familyReference, check func(
 	vocab := len(ref.Logits[0][0])
 	run := func(how string, seq int, id kvcache.SeqID, pos int, toks []int32) {
 		t.Helper()
-		row := SeqInput{Tokens: toks, PastLen: pos, Blocks: pool.GroupTable(id, 0), AllLogits: true}
-		for g := 1; g < pool.NumGroups(); g++ {
-			row.GroupBlocks = append(row.GroupBlocks, pool.GroupTable(id, g))
-		}
+		row := SeqInput{Tokens: toks, PastLen: pos, Blocks: pool.GroupTable(id, 0), AllLogits: true,
+			GroupBlocks: pool.AppendGroupTables(nil, id, 1)}
 		out, err := m.Forward(&Batch{Seqs: []SeqInput{row}, Cache: st})
 		if err != nil {
 			t.Fatalf("%s: sequence %d at %d: %v", how, seq, pos, err)
