@@ -26,9 +26,16 @@
 // head and up to 64 query rows (tokens × the group's query heads): it walks the
 // sequence's blocks once for the scores and once for the weighted values, so each K and
 // V row is read once for every query head that shares it (grouped-query attention
-// costs no extra memory traffic). Items are spread over GOMAXPROCS goroutines, each
-// taking the next item when it finishes one. The tests compare every instruction set
-// against a float64 reference written from the definition.
+// costs no extra memory traffic). A decode item (one token, so every query row sees
+// the same keys) takes a path of its own: four query rows at a time (two on AVX2) share
+// each key and value load and four keys at a time share each query load, and the next
+// block's keys and the current block's values are prefetched into L2 while the scores
+// are computed (a served step reads every layer's past from memory). On Qwen2.5-0.5B's
+// attention (14 query heads over 2 KV heads, float16 blocks; BenchmarkDecodeQwen05B,
+// all 24 layers of one step) that took 16 rows at past 512 from 14.4 to 10.9 ms and at
+// past 128 from 5.3 to 4.4 ms on a 2-core EPYC. Items are spread over GOMAXPROCS
+// goroutines, each taking the next item when it finishes one. The tests compare every
+// instruction set against a float64 reference written from the definition.
 //
 // # Why a native kernel: the two designs measured
 //

@@ -102,13 +102,14 @@ KFN static inline const float *N(block)(const cv_params *p, const char *arena, i
 	return buf;
 }
 
-// prefetch_block prefetches block bi's run for kv head kvh.
+// prefetch_block prefetches block bi's run for kv head kvh into L2 (prefetcht1: a
+// non-temporal hint left the run to arrive too late).
 KFN static inline void N(prefetch_block)(const cv_params *p, const char *arena, int32_t bi, int kvh) {
 	const size_t run = (size_t)p->block_size * p->head_dim;
 	const size_t esz = p->dtype == CV_F32 ? 4 : 2;
 	const char *x = arena + ((size_t)bi * p->num_kv_heads + kvh) * run * esz;
 	for (size_t i = 0; i < run * esz; i += 64) {
-		__builtin_prefetch(x + i, 0, 0);
+		__builtin_prefetch(x + i, 0, 2);
 	}
 }
 
@@ -193,11 +194,24 @@ KFN static inline void N(weighted)(float *o, const float *w, const float *v, int
 // Softmax of s[0:n] in place; returns 1/sum.
 KFN static inline float N(softmax)(float *s, int n) {
 	float m = s[0];
-	for (int i = 1; i < n; i++) {
+	int i = 0;
+	if (n >= VW) {
+		N(vf) mx = N(load)(s);
+		for (i = VW; i + VW <= n; i += VW) {
+			const N(vf) x = N(load)(s + i);
+			mx = N(select)(x > mx, x, mx);
+		}
+		float t[VW];
+		memcpy(t, &mx, sizeof t);
+		for (int j = 0; j < VW; j++) {
+			m = t[j] > m ? t[j] : m;
+		}
+	}
+	for (; i < n; i++) {
 		m = s[i] > m ? s[i] : m;
 	}
 	N(vf) mv = N(splat)(m), sumv = {0};
-	int i = 0;
+	i = 0;
 	for (; i + VW <= n; i += VW) {
 		N(vf) e = N(vexp)(N(load)(s + i) - mv);
 		N(store)(s + i, e);
@@ -264,6 +278,207 @@ KFN static void N(scores_tiles)(const cv_params *p, const float *qkv, const int3
 	}
 }
 
+// The decode path: an item of one token, whose G query rows all see the same keys
+// [first(pos), pos]. CV_RB (N(rb)) rows at a time share every key and value load, four
+// keys at a time share every query load, and the scale is applied as the four sums
+// leave their registers.
+#if VW == 16
+enum { N(rb) = 4 };
+#else
+enum { N(rb) = 2 };
+#endif
+
+// scores_rows writes for R rows (q[r]) the scaled dot products with 4 consecutive key
+// rows at k to out[r][0..3]. REQUIRES: D % VW == 0.
+KFN __attribute__((always_inline)) static inline void N(scores_rows)(const int R, const float *const *q,
+	const float *k, int D, float scale, float *const *out) {
+	N(vf) acc[N(rb)][4];
+	for (int r = 0; r < R; r++) {
+		acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = (N(vf)){0};
+	}
+	for (int d = 0; d < D; d += VW) {
+		const N(vf) k0 = N(load)(k + d), k1 = N(load)(k + D + d), k2 = N(load)(k + 2 * D + d), k3 = N(load)(k + 3 * D + d);
+		for (int r = 0; r < R; r++) {
+			const N(vf) qv = N(load)(q[r] + d);
+			acc[r][0] += qv * k0;
+			acc[r][1] += qv * k1;
+			acc[r][2] += qv * k2;
+			acc[r][3] += qv * k3;
+		}
+	}
+	for (int r = 0; r < R; r++) {
+		float *o = out[r];
+		N(hsum4)(acc[r][0], acc[r][1], acc[r][2], acc[r][3], o, o + 1, o + 2, o + 3);
+		o[0] *= scale, o[1] *= scale, o[2] *= scale, o[3] *= scale;
+	}
+}
+
+// weighted_rows adds w[r][t] * v[t] over n consecutive value rows of D floats to o[r]
+// for R rows, each value vector loaded once for all of them. REQUIRES: D % VW == 0.
+KFN __attribute__((always_inline)) static inline void N(weighted_rows)(const int R, float *const *o,
+	const float *const *w, const float *v, int n, int D) {
+	int d = 0;
+	for (; d + 4 * VW <= D; d += 4 * VW) {
+		N(vf) a[N(rb)][4];
+		for (int r = 0; r < R; r++) {
+			for (int j = 0; j < 4; j++) {
+				a[r][j] = N(load)(o[r] + d + j * VW);
+			}
+		}
+		for (int t = 0; t < n; t++) {
+			const float *row = v + (size_t)t * D + d;
+			const N(vf) v0 = N(load)(row), v1 = N(load)(row + VW), v2 = N(load)(row + 2 * VW), v3 = N(load)(row + 3 * VW);
+			for (int r = 0; r < R; r++) {
+				const N(vf) wv = N(splat)(w[r][t]);
+				a[r][0] += wv * v0;
+				a[r][1] += wv * v1;
+				a[r][2] += wv * v2;
+				a[r][3] += wv * v3;
+			}
+		}
+		for (int r = 0; r < R; r++) {
+			for (int j = 0; j < 4; j++) {
+				N(store)(o[r] + d + j * VW, a[r][j]);
+			}
+		}
+	}
+	for (; d < D; d += VW) {
+		N(vf) a[N(rb)];
+		for (int r = 0; r < R; r++) {
+			a[r] = N(load)(o[r] + d);
+		}
+		for (int t = 0; t < n; t++) {
+			const N(vf) vv = N(load)(v + (size_t)t * D + d);
+			for (int r = 0; r < R; r++) {
+				a[r] += N(splat)(w[r][t]) * vv;
+			}
+		}
+		for (int r = 0; r < R; r++) {
+			N(store)(o[r] + d, a[r]);
+		}
+	}
+}
+
+// decode_scores computes rows [r0, r0+R) against the keys [a, b] of one block (kb: key
+// a's row): four keys at a time, then one by one.
+KFN __attribute__((always_inline)) static inline void N(decode_scores)(const int R, const float *const *q,
+	const float *kb, int a, int b, int D, float scale, float *const *s) {
+	float *out[N(rb)];
+	int t = a;
+	for (; t + 3 <= b; t += 4) {
+		for (int r = 0; r < R; r++) {
+			out[r] = s[r] + (t - a);
+		}
+		N(scores_rows)(R, q, kb + (size_t)(t - a) * D, D, scale, out);
+	}
+	for (; t <= b; t++) {
+		for (int r = 0; r < R; r++) {
+			s[r][t - a] = N(dot)(q[r], kb + (size_t)(t - a) * D, D) * scale;
+		}
+	}
+}
+
+// attend_decode computes a decode item (see above). REQUIRES: one token, D % VW == 0.
+KFN static void N(attend_decode)(const cv_params *p, const char *karena, const char *varena,
+	const int32_t *tables, const int32_t *it, const float *qkv, float *att, float *scratch) {
+	const int D = p->head_dim, G = p->group, bs = p->block_size;
+	const int32_t *table = tables + it[CV_ITEM_TABLE];
+	const int kvh = it[CV_ITEM_KVHEAD], pos = it[CV_ITEM_POS], row = it[CV_ITEM_ROW];
+	const int lo = cv_first_key(p, pos);
+	const int span = pos - lo + 1;
+	float *scores = scratch;                    // [G][span]
+	float *acc = scratch + (size_t)G * span;    // [G][D]
+	float *conv = acc + (size_t)G * D;          // [bs][D]: a float16 block converted
+	const float *qrow = qkv + (size_t)row * p->qkv_stride + (size_t)kvh * G * D;
+
+	for (int t0 = lo; t0 <= pos;) {
+		const int bi = t0 / bs;
+		const int t1 = (bi + 1) * bs - 1 < pos ? (bi + 1) * bs - 1 : pos;
+		const float *kb = N(block)(p, karena, table[bi], kvh, t0 - bi * bs, t1 - bi * bs, conv) + (size_t)(t0 - bi * bs) * D;
+		// The past comes from memory (every layer's is far larger than the caches): ask
+		// for the next block's keys, and for this block's values (read after the
+		// softmax), while this block's scores are computed.
+		if (t1 < pos) {
+			N(prefetch_block)(p, karena, table[bi + 1], kvh);
+		}
+		N(prefetch_block)(p, varena, table[bi], kvh);
+		for (int r0 = 0; r0 < G; r0 += N(rb)) {
+			const int R = G - r0 < N(rb) ? G - r0 : N(rb);
+			const float *q[N(rb)];
+			float *s[N(rb)];
+			for (int r = 0; r < R; r++) {
+				q[r] = qrow + (size_t)(r0 + r) * D;
+				s[r] = scores + (size_t)(r0 + r) * span + (t0 - lo);
+			}
+			switch (R) {
+#if VW == 16
+			case 4:
+				N(decode_scores)(4, q, kb, t0, t1, D, p->scale, s);
+				break;
+			case 3:
+				N(decode_scores)(3, q, kb, t0, t1, D, p->scale, s);
+				break;
+#endif
+			case 2:
+				N(decode_scores)(2, q, kb, t0, t1, D, p->scale, s);
+				break;
+			default:
+				N(decode_scores)(1, q, kb, t0, t1, D, p->scale, s);
+			}
+		}
+		t0 = t1 + 1;
+	}
+	float inv[G];
+	for (int r = 0; r < G; r++) {
+		float *s = scores + (size_t)r * span;
+		if (p->softcap > 0) {
+			for (int t = 0; t < span; t++) {
+				s[t] = p->softcap * tanhf(s[t] / p->softcap);
+			}
+		}
+		inv[r] = N(softmax)(s, span);
+	}
+
+	memset(acc, 0, sizeof(float) * (size_t)G * D);
+	for (int t0 = lo; t0 <= pos;) {
+		const int bi = t0 / bs;
+		const int t1 = (bi + 1) * bs - 1 < pos ? (bi + 1) * bs - 1 : pos;
+		const float *vb = N(block)(p, varena, table[bi], kvh, t0 - bi * bs, t1 - bi * bs, conv) + (size_t)(t0 - bi * bs) * D;
+		for (int r0 = 0; r0 < G; r0 += N(rb)) {
+			const int R = G - r0 < N(rb) ? G - r0 : N(rb);
+			float *o[N(rb)];
+			const float *w[N(rb)];
+			for (int r = 0; r < R; r++) {
+				o[r] = acc + (size_t)(r0 + r) * D;
+				w[r] = scores + (size_t)(r0 + r) * span + (t0 - lo);
+			}
+			switch (R) {
+#if VW == 16
+			case 4:
+				N(weighted_rows)(4, o, w, vb, t1 - t0 + 1, D);
+				break;
+			case 3:
+				N(weighted_rows)(3, o, w, vb, t1 - t0 + 1, D);
+				break;
+#endif
+			case 2:
+				N(weighted_rows)(2, o, w, vb, t1 - t0 + 1, D);
+				break;
+			default:
+				N(weighted_rows)(1, o, w, vb, t1 - t0 + 1, D);
+			}
+		}
+		t0 = t1 + 1;
+	}
+	for (int r = 0; r < G; r++) {
+		float *out = att + (size_t)row * p->att_stride + (size_t)(kvh * G + r) * D;
+		const N(vf) iv = N(splat)(inv[r]);
+		for (int d = 0; d < D; d += VW) {
+			N(store)(out + d, N(load)(acc + (size_t)r * D + d) * iv);
+		}
+	}
+}
+
 // attend_item computes one work item (see CV_ITEM_*). Query row r = j*group + g is
 // token j's query head kv_head*group + g; it sees keys [first(j), pos+j] where first
 // honours the sliding window. Scores for all rows are kept in scratch over the item's
@@ -273,6 +488,10 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 	const int D = p->head_dim, G = p->group, bs = p->block_size;
 	const int32_t *table = tables + it[CV_ITEM_TABLE];
 	const int kvh = it[CV_ITEM_KVHEAD], pos = it[CV_ITEM_POS], ntok = it[CV_ITEM_TOKENS], row = it[CV_ITEM_ROW];
+	if (ntok == 1 && D % VW == 0) {
+		N(attend_decode)(p, karena, varena, tables, it, qkv, att, scratch);
+		return;
+	}
 	const int rows = ntok * G;
 	const int last = pos + ntok - 1;
 	const int lo = cv_first_key(p, pos);

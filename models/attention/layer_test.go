@@ -42,6 +42,8 @@ func testCases() []testCase {
 	window.SlidingWindow = 7
 	softcap := mha
 	softcap.Softcap = 2
+	// Qwen2.5-0.5B's attention: 14 query heads over 2 KV heads (groups of 7).
+	qwen := Params{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125, Rotary: llamaRotary(64, 1000000)}
 	return []testCase{
 		{name: "gqa-decode", p: gqa, blockSize: 16, past: []int{0, 1, 15, 16, 17, 100}, new: []int{1, 1, 1, 1, 1, 1}},
 		{name: "gqa-prefill-and-decode", p: gqa, blockSize: 16, past: []int{0, 33, 5, 64}, new: []int{40, 1, 19, 3}},
@@ -51,6 +53,7 @@ func testCases() []testCase {
 		{name: "no-rotary", p: norot, blockSize: 4, past: []int{0, 11}, new: []int{6, 2}},
 		{name: "sliding-window", p: window, blockSize: 4, past: []int{0, 30, 3, 9}, new: []int{20, 1, 2, 12}},
 		{name: "softcap", p: softcap, blockSize: 16, past: []int{5, 40}, new: []int{3, 1}},
+		{name: "group7-decode", p: qwen, blockSize: 16, past: []int{0, 2, 3, 16, 127, 300}, new: []int{1, 1, 1, 1, 1, 1}},
 		{name: "shared-prefix", p: gqa, blockSize: 8, past: []int{24, 24, 30}, new: []int{1, 5, 2}, share: []int{0, 16, 24}},
 	}
 }
