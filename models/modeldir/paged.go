@@ -63,6 +63,11 @@ type PagedManifest struct {
 	// or com.microsoft.MatMulIntegerToFloat in builds of before it) or "int4" (block-quantized, com.microsoft.MatMulNBits);
 	// empty means none.
 	Quantization string `json:"quantization,omitempty"`
+	// OwnThreads says every matrix product of the segments runs on Conveyor's own
+	// kernel threads (com.conveyor.Int8Linear, package models/int8gemm): ONNX Runtime
+	// then runs the segments on the calling thread alone, with no pool of its own
+	// spinning beside those threads. False in builds of before it.
+	OwnThreads bool `json:"own_threads,omitempty"`
 }
 
 // Embedding is a raw little-endian float32 [Rows][Cols] table.
