@@ -244,6 +244,10 @@ typedef struct {
 	float *s;  // [m] row ranges
 	int isa;
 	int off; // 0x80 when the kernel reads codes as unsigned bytes
+	// With panels split among the threads: thread t's panels not yet taken, [front,
+	// back) packed as front << 32 | back. The owner takes from the front; a thread
+	// done with its own takes from the back of the others'.
+	_Atomic unsigned long long *ranges;
 } cv_call;
 
 enum { CV_PORTABLE = 0, CV_AVX2 = 1, CV_VNNI = 2 };
@@ -278,12 +282,13 @@ static void cv_gemm_portable(const cv_call *c, int m0, int m1, int p0, int p1) {
 #include "kernel_vnni.inc"
 #endif
 
-// cv_gemm runs the call's kernel over rows [m0, m1) and panels [p0, p1).
-static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1) {
+// cv_gemm runs the call's kernel over rows [m0, m1) and panels [p0, p1); panels
+// below pf_end are this thread's to prefetch ahead.
+static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end) {
 	switch (c->isa) {
 #if defined(__x86_64__)
 	case CV_VNNI:
-		cv_gemm_vnni(c, m0, m1, p0, p1);
+		cv_gemm_vnni(c, m0, m1, p0, p1, pf_end);
 		return;
 	case CV_AVX2:
 		cv_gemm_avx2(c, m0, m1, p0, p1);
@@ -398,21 +403,50 @@ static void cv_task_quant(void *arg, int tid, int nthr) {
 	}
 }
 
-// cv_task_gemm computes thread tid's share of y: a range of panels when there are
-// enough panels to go round, otherwise a range of rows.
+// cv_split_panels reports whether a call splits its panels among nthr threads (else
+// its rows).
+static inline int cv_split_panels(const cv_call *c, int nthr) { return c->w->np / CV_PANEL >= nthr || c->m < nthr; }
+
+// cv_take_panel takes one panel of range r, from its front or its back; -1 when the
+// range is empty. The front of a range ends at back, the back at front, so no panel
+// is taken twice.
+static int cv_take_panel(_Atomic unsigned long long *r, int from_back, int *limit) {
+	unsigned long long v = atomic_load(r);
+	for (;;) {
+		unsigned f = (unsigned)(v >> 32), b = (unsigned)v;
+		if (f >= b) {
+			return -1;
+		}
+		unsigned long long n = from_back ? ((unsigned long long)f << 32) | (b - 1) : ((unsigned long long)(f + 1) << 32) | b;
+		if (atomic_compare_exchange_weak(r, &v, n)) {
+			*limit = (int)b; // the owner's panels run to here (as it took this one)
+			return from_back ? (int)(b - 1) : (int)f;
+		}
+	}
+}
+
+// cv_task_gemm computes thread tid's share of y: with panels split, its own range of
+// panels one by one, then any panels left at the back of the others' ranges (a worker
+// that woke late, or a slower core, leaves them); otherwise a range of rows.
 static void cv_task_gemm(void *arg, int tid, int nthr) {
 	const cv_call *c = arg;
 	int np = c->w->np / CV_PANEL;
-	if (np >= nthr || c->m < nthr) {
-		int p0 = (int)((long)np * tid / nthr), p1 = (int)((long)np * (tid + 1) / nthr);
-		if (p0 < p1) {
-			cv_gemm(c, 0, c->m, p0, p1);
+	if (cv_split_panels(c, nthr)) {
+		int p, limit;
+		while ((p = cv_take_panel(&c->ranges[tid], 0, &limit)) >= 0) {
+			cv_gemm(c, 0, c->m, p, p + 1, limit); // prefetch the next panel while it is ours
+		}
+		for (int i = 1; i < nthr; i++) {
+			_Atomic unsigned long long *r = &c->ranges[(tid + i) % nthr];
+			while ((p = cv_take_panel(r, 1, &limit)) >= 0) {
+				cv_gemm(c, 0, c->m, p, p + 1, p + 1);
+			}
 		}
 		return;
 	}
 	int m0 = (int)((long)c->m * tid / nthr), m1 = (int)((long)c->m * (tid + 1) / nthr);
 	if (m0 < m1) {
-		cv_gemm(c, m0, m1, 0, np);
+		cv_gemm(c, m0, m1, 0, np, np);
 	}
 }
 
@@ -434,13 +468,21 @@ int cv_i8_linear(const cv_i8w *p, const float *x, int M, float *y) {
 	int nthr = work < (double)CV_SMALL_WORK ? 1 : cv_pool_acquire();
 	if (nthr <= 1) {
 		cv_quant(&c, 0, M);
-		cv_gemm(&c, 0, M, 0, p->np / CV_PANEL);
+		cv_gemm(&c, 0, M, 0, p->np / CV_PANEL, p->np / CV_PANEL);
 		return 0;
 	}
 	if (M >= CV_QUANT_SPLIT_ROWS) {
 		cv_pool_run(cv_task_quant, &c, nthr);
 	} else {
 		cv_quant(&c, 0, M);
+	}
+	_Atomic unsigned long long ranges[CV_MAX_THREADS];
+	if (cv_split_panels(&c, nthr)) {
+		long np = p->np / CV_PANEL;
+		for (int t = 0; t < nthr; t++) {
+			atomic_init(&ranges[t], (unsigned long long)(np * t / nthr) << 32 | (unsigned long long)(np * (t + 1) / nthr));
+		}
+		c.ranges = ranges;
 	}
 	cv_pool_run(cv_task_gemm, &c, nthr);
 	cv_pool_release();
