@@ -35,7 +35,11 @@
 // EPYC: the decode path took one layer at past 128 from 227 to 162 µs, and the L2
 // prefetch (a non-temporal hint before let the blocks arrive too late) took all 24
 // layers of a step (BenchmarkDecodeQwen05B, each layer's past from memory) from 14.4 to
-// 10.9 ms at past 512 and from 5.3 to 4.4 ms at past 128. Items are spread over GOMAXPROCS
+// 10.9 ms at past 512 and from 5.3 to 4.4 ms at past 128. An item of 16 or more query
+// rows (a prompt chunk) transposes its keys 64 at a time and computes four rows' scores
+// against four key vectors at once; once softmaxed, each row's scores are zero outside
+// its causal range, so the weighted values, too, take four rows per value load. That
+// took a 512-token prefill of the 0.5B int8 model from 0.78-0.83 to 0.72 s. Items are spread over GOMAXPROCS
 // goroutines, each taking the next item when it finishes one. The tests compare every
 // instruction set against a float64 reference written from the definition.
 //

@@ -21,8 +21,12 @@ const (
 // itemFields is the int32 count of one work item in the items array.
 const itemFields = C.CV_ITEM_FIELDS
 
-// ktile is the most keys the kernel transposes at once (scratch it needs per item).
-const ktile = C.CV_KTILE
+// ktile is the most keys the kernel transposes at once, and tileRows the most query
+// rows whose scores against them it keeps at once (scratch it needs per item).
+const (
+	ktile    = C.CV_KTILE
+	tileRows = C.CV_TILE_ROWS
+)
 
 // bestISA is the best instruction set this CPU runs.
 var bestISA = int(C.cv_isa())

@@ -20,8 +20,8 @@ enum {
 };
 
 // Items with at least CV_TRANSPOSE_ROWS query rows compute scores against key tiles of
-// up to CV_KTILE keys transposed in scratch.
-enum { CV_TRANSPOSE_ROWS = 16, CV_KTILE = 64 };
+// up to CV_KTILE keys transposed in scratch, CV_TILE_ROWS rows at a time at most.
+enum { CV_TRANSPOSE_ROWS = 16, CV_KTILE = 64, CV_TILE_ROWS = 4 };
 
 // Arena element types.
 enum { CV_F32 = 0, CV_F16 = 1 };
@@ -40,7 +40,7 @@ int cv_isa(void);
 
 // cv_attend computes items [lo, hi): for each token and query head, softmax(q.K) V
 // over the keys it may see, read from the blocks in place, written to att. scratch
-// holds rows*(span+head_dim) + head_dim*CV_KTILE + CV_KTILE + block_size*head_dim floats for
+// holds rows*(span+head_dim) + head_dim*CV_KTILE + CV_TILE_ROWS*CV_KTILE + block_size*head_dim floats for
 // the largest item
 // (rows: its query rows; span: the keys it reads).
 void cv_attend(int isa, const cv_params *p, const void *karena, const void *varena,

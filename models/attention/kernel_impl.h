@@ -225,59 +225,6 @@ KFN static inline float N(softmax)(float *s, int n) {
 	return 1.0f / sum;
 }
 
-// scores_tiles computes the scores of every query row of an item against the keys
-// [t0, t1] of one block as small matrix products: up to CV_KTILE keys are transposed
-// into kt ([D][KT]), and each row's scores for VW keys at a time accumulate
-// q[d] * kt[d][keys] with no horizontal sums. Used when an item has many query rows (a
-// prompt chunk), where the transposition is shared by all of them.
-KFN static void N(scores_tiles)(const cv_params *p, const float *qkv, const int32_t *it, const float *kblock,
-	int t0, int t1, int lo, int span, float *scores, float *kt) {
-	const int D = p->head_dim, G = p->group, bs = p->block_size;
-	const int kvh = it[CV_ITEM_KVHEAD], pos = it[CV_ITEM_POS], ntok = it[CV_ITEM_TOKENS], row = it[CV_ITEM_ROW];
-	float *out = kt + (size_t)D * CV_KTILE;
-	for (int u0 = t0; u0 <= t1; u0 += CV_KTILE) {
-		const int u1 = u0 + CV_KTILE - 1 < t1 ? u0 + CV_KTILE - 1 : t1;
-		const int n = u1 - u0 + 1, KT = (n + VW - 1) / VW * VW;
-		for (int i = 0; i < n; i++) {
-			const float *k = kblock + (size_t)((u0 + i) % bs) * D;
-			for (int d = 0; d < D; d++) {
-				kt[(size_t)d * KT + i] = k[d];
-			}
-		}
-		for (int i = n; i < KT; i++) {
-			for (int d = 0; d < D; d++) {
-				kt[(size_t)d * KT + i] = 0;
-			}
-		}
-		for (int r = 0; r < ntok * G; r++) {
-			const int j = r / G, g = r % G;
-			const int qpos = pos + j;
-			const int first = cv_first_key(p, qpos);
-			const int a = u0 > first ? u0 : first, b = u1 < qpos ? u1 : qpos;
-			if (a > b) {
-				continue;
-			}
-			const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
-			for (int kc = 0; kc < KT; kc += VW) {
-				N(vf) s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-				const float *col = kt + kc;
-				int d = 0;
-				for (; d + 4 <= D; d += 4) {
-					s0 += N(splat)(q[d]) * N(load)(col + (size_t)d * KT);
-					s1 += N(splat)(q[d + 1]) * N(load)(col + (size_t)(d + 1) * KT);
-					s2 += N(splat)(q[d + 2]) * N(load)(col + (size_t)(d + 2) * KT);
-					s3 += N(splat)(q[d + 3]) * N(load)(col + (size_t)(d + 3) * KT);
-				}
-				for (; d < D; d++) {
-					s0 += N(splat)(q[d]) * N(load)(col + (size_t)d * KT);
-				}
-				N(store)(out + kc, (s0 + s1) + (s2 + s3));
-			}
-			memcpy(scores + (size_t)r * span + (a - lo), out + (a - u0), sizeof(float) * (size_t)(b - a + 1));
-		}
-	}
-}
-
 // The decode path: an item of one token, whose G query rows all see the same keys
 // [first(pos), pos]. CV_RB (N(rb)) rows at a time share every key and value load, four
 // keys at a time share every query load, and the scale is applied as the four sums
@@ -287,6 +234,7 @@ enum { N(rb) = 4 };
 #else
 enum { N(rb) = 2 };
 #endif
+_Static_assert(N(rb) <= CV_TILE_ROWS, "a tile's rows must fit the scratch kept for them");
 
 // scores_rows writes for R rows (q[r]) the scaled dot products with 4 consecutive key
 // rows at k to out[r][0..3]. REQUIRES: D % VW == 0.
@@ -479,6 +427,197 @@ KFN static void N(attend_decode)(const cv_params *p, const char *karena, const c
 	}
 }
 
+// tile_rows writes R rows' scores (q[r]·k, unscaled) against the KT keys of a
+// transposed tile kt ([D][KT], KT a multiple of VW) to tb[r][KT]: four key vectors at
+// a time, so each broadcast query element feeds four products and each key vector R.
+KFN __attribute__((always_inline)) static inline void N(tile_rows)(const int R, const float *const *q,
+	const float *kt, int KT, int D, float *tb) {
+	int kc = 0;
+	for (; kc + 4 * VW <= KT; kc += 4 * VW) {
+		N(vf) acc[N(rb)][4];
+		for (int r = 0; r < R; r++) {
+			acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = (N(vf)){0};
+		}
+		for (int d = 0; d < D; d++) {
+			const float *col = kt + (size_t)d * KT + kc;
+			const N(vf) k0 = N(load)(col), k1 = N(load)(col + VW), k2 = N(load)(col + 2 * VW), k3 = N(load)(col + 3 * VW);
+			for (int r = 0; r < R; r++) {
+				const N(vf) qd = N(splat)(q[r][d]);
+				acc[r][0] += qd * k0;
+				acc[r][1] += qd * k1;
+				acc[r][2] += qd * k2;
+				acc[r][3] += qd * k3;
+			}
+		}
+		for (int r = 0; r < R; r++) {
+			for (int j = 0; j < 4; j++) {
+				N(store)(tb + (size_t)r * KT + kc + j * VW, acc[r][j]);
+			}
+		}
+	}
+	for (; kc < KT; kc += VW) {
+		N(vf) acc[N(rb)];
+		for (int r = 0; r < R; r++) {
+			acc[r] = (N(vf)){0};
+		}
+		for (int d = 0; d < D; d++) {
+			const N(vf) k = N(load)(kt + (size_t)d * KT + kc);
+			for (int r = 0; r < R; r++) {
+				acc[r] += N(splat)(q[r][d]) * k;
+			}
+		}
+		for (int r = 0; r < R; r++) {
+			N(store)(tb + (size_t)r * KT + kc, acc[r]);
+		}
+	}
+}
+
+// attend_rows computes an item of many query rows (a prompt chunk; see CV_TRANSPOSE_ROWS).
+// Scores: the item's keys CV_KTILE at a time are transposed into kt, and every row's
+// scores against the tile are small matrix products (tile_rows), computed for the whole
+// tile and kept for the keys the row may see. Each row's scores outside its keys are
+// then set to zero after its softmax, so that the weighted values take N(rb) rows at a
+// time over the same keys, each value vector loaded once for all of them.
+KFN static void N(attend_rows)(const cv_params *p, const char *karena, const char *varena,
+	const int32_t *tables, const int32_t *it, const float *qkv, float *att, float *scratch) {
+	const int D = p->head_dim, G = p->group, bs = p->block_size;
+	const int32_t *table = tables + it[CV_ITEM_TABLE];
+	const int kvh = it[CV_ITEM_KVHEAD], pos = it[CV_ITEM_POS], ntok = it[CV_ITEM_TOKENS], row = it[CV_ITEM_ROW];
+	const int rows = ntok * G;
+	const int last = pos + ntok - 1;
+	const int lo = cv_first_key(p, pos);
+	const int span = last - lo + 1;
+	float *scores = scratch;                        // [rows][span]
+	float *acc = scores + (size_t)rows * span;      // [rows][D]
+	float *kt = acc + (size_t)rows * D;             // [D][CV_KTILE]: a tile of keys transposed
+	float *tb = kt + (size_t)D * CV_KTILE;          // [CV_TILE_ROWS][CV_KTILE]: rows' tile scores
+	float *conv = tb + (size_t)CV_TILE_ROWS * CV_KTILE; // [bs][D]: a float16 block converted
+	float inv[rows];
+
+	for (int u0 = lo; u0 <= last; u0 += CV_KTILE) {
+		const int u1 = u0 + CV_KTILE - 1 < last ? u0 + CV_KTILE - 1 : last;
+		const int n = u1 - u0 + 1, KT = (n + VW - 1) / VW * VW;
+		for (int t0 = u0; t0 <= u1;) {
+			const int bi = t0 / bs;
+			const int t1 = (bi + 1) * bs - 1 < u1 ? (bi + 1) * bs - 1 : u1;
+			const float *kb = N(block)(p, karena, table[bi], kvh, t0 - bi * bs, t1 - bi * bs, conv) + (size_t)(t0 - bi * bs) * D;
+			if (t1 < last) {
+				N(prefetch_block)(p, karena, table[bi + 1], kvh);
+			}
+			for (int t = t0; t <= t1; t++) {
+				const float *k = kb + (size_t)(t - t0) * D;
+				for (int d = 0; d < D; d++) {
+					kt[(size_t)d * KT + (t - u0)] = k[d];
+				}
+			}
+			t0 = t1 + 1;
+		}
+		for (int d = 0; d < D; d++) {
+			for (int i = n; i < KT; i++) {
+				kt[(size_t)d * KT + i] = 0;
+			}
+		}
+		for (int r0 = 0; r0 < rows; r0 += N(rb)) {
+			const int R = rows - r0 < N(rb) ? rows - r0 : N(rb);
+			const float *q[N(rb)];
+			for (int r = 0; r < R; r++) {
+				const int j = (r0 + r) / G, g = (r0 + r) % G;
+				q[r] = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
+			}
+			switch (R) {
+#if VW == 16
+			case 4:
+				N(tile_rows)(4, q, kt, KT, D, tb);
+				break;
+			case 3:
+				N(tile_rows)(3, q, kt, KT, D, tb);
+				break;
+#endif
+			case 2:
+				N(tile_rows)(2, q, kt, KT, D, tb);
+				break;
+			default:
+				N(tile_rows)(1, q, kt, KT, D, tb);
+			}
+			for (int r = 0; r < R; r++) {
+				memcpy(scores + (size_t)(r0 + r) * span + (u0 - lo), tb + (size_t)r * KT, sizeof(float) * (size_t)n);
+			}
+		}
+	}
+	for (int r = 0; r < rows; r++) {
+		const int qpos = pos + r / G;
+		const int a = cv_first_key(p, qpos) - lo, b = qpos - lo;
+		float *s = scores + (size_t)r * span;
+		int t = a;
+		if (p->softcap > 0) {
+			for (; t <= b; t++) {
+				s[t] = p->softcap * tanhf(s[t] * p->scale / p->softcap);
+			}
+		} else {
+			const N(vf) sc = N(splat)(p->scale);
+			for (; t + VW <= b + 1; t += VW) {
+				N(store)(s + t, N(load)(s + t) * sc);
+			}
+			for (; t <= b; t++) {
+				s[t] *= p->scale;
+			}
+		}
+		inv[r] = N(softmax)(s + a, b - a + 1);
+		memset(s, 0, sizeof(float) * (size_t)a);
+		memset(s + b + 1, 0, sizeof(float) * (size_t)(span - b - 1));
+	}
+
+	memset(acc, 0, sizeof(float) * (size_t)rows * D);
+	for (int t0 = lo; t0 <= last;) {
+		const int bi = t0 / bs;
+		const int t1 = (bi + 1) * bs - 1 < last ? (bi + 1) * bs - 1 : last;
+		const float *vb = N(block)(p, varena, table[bi], kvh, t0 - bi * bs, t1 - bi * bs, conv) + (size_t)(t0 - bi * bs) * D;
+		if (t1 < last) {
+			N(prefetch_block)(p, varena, table[bi + 1], kvh);
+		}
+		if (D % VW != 0) {
+			for (int r = 0; r < rows; r++) {
+				N(weighted)(acc + (size_t)r * D, scores + (size_t)r * span + (t0 - lo), vb, t1 - t0 + 1, D);
+			}
+			t0 = t1 + 1;
+			continue;
+		}
+		for (int r0 = 0; r0 < rows; r0 += N(rb)) {
+			const int R = rows - r0 < N(rb) ? rows - r0 : N(rb);
+			float *o[N(rb)];
+			const float *w[N(rb)];
+			for (int r = 0; r < R; r++) {
+				o[r] = acc + (size_t)(r0 + r) * D;
+				w[r] = scores + (size_t)(r0 + r) * span + (t0 - lo);
+			}
+			switch (R) {
+#if VW == 16
+			case 4:
+				N(weighted_rows)(4, o, w, vb, t1 - t0 + 1, D);
+				break;
+			case 3:
+				N(weighted_rows)(3, o, w, vb, t1 - t0 + 1, D);
+				break;
+#endif
+			case 2:
+				N(weighted_rows)(2, o, w, vb, t1 - t0 + 1, D);
+				break;
+			default:
+				N(weighted_rows)(1, o, w, vb, t1 - t0 + 1, D);
+			}
+		}
+		t0 = t1 + 1;
+	}
+	for (int r = 0; r < rows; r++) {
+		const int j = r / G, g = r % G;
+		float *out = att + (size_t)(row + j) * p->att_stride + (size_t)(kvh * G + g) * D;
+		const float *o = acc + (size_t)r * D;
+		for (int d = 0; d < D; d++) {
+			out[d] = o[d] * inv[r];
+		}
+	}
+}
+
 // attend_item computes one work item (see CV_ITEM_*). Query row r = j*group + g is
 // token j's query head kv_head*group + g; it sees keys [first(j), pos+j] where first
 // honours the sliding window. Scores for all rows are kept in scratch over the item's
@@ -492,14 +631,17 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 		N(attend_decode)(p, karena, varena, tables, it, qkv, att, scratch);
 		return;
 	}
+	if (ntok * G >= CV_TRANSPOSE_ROWS) {
+		N(attend_rows)(p, karena, varena, tables, it, qkv, att, scratch);
+		return;
+	}
 	const int rows = ntok * G;
 	const int last = pos + ntok - 1;
 	const int lo = cv_first_key(p, pos);
 	const int span = last - lo + 1;
 	float *scores = scratch;                   // [rows][span]
 	float *acc = scratch + (size_t)rows * span; // [rows][D]
-	float *kt = acc + (size_t)rows * D;         // [D][CV_KTILE] keys transposed, then [CV_KTILE] scores
-	float *conv = kt + (size_t)D * CV_KTILE + CV_KTILE; // [bs][D]: a float16 block converted
+	float *conv = acc + (size_t)rows * D;       // [bs][D]: a float16 block converted
 	float inv[rows];
 
 	// Scores, key block by key block.
@@ -510,23 +652,19 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 		if (t1 < last) {
 			N(prefetch_block)(p, karena, table[bi + 1], kvh);
 		}
-		if (rows >= CV_TRANSPOSE_ROWS) {
-			N(scores_tiles)(p, qkv, it, kblock, t0, t1, lo, span, scores, kt);
-		} else {
-			for (int r = 0; r < rows; r++) {
-				const int j = r / G, g = r % G;
-				const int qpos = pos + j;
-				const int first = cv_first_key(p, qpos);
-				const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
-				const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
-				float *s = scores + (size_t)r * span;
-				int t = a;
-				for (; t + 3 <= b; t += 4) {
-					N(scores4)(q, kblock + (size_t)(t % bs) * D, D, s + (t - lo));
-				}
-				for (; t <= b; t++) {
-					s[t - lo] = N(dot)(q, kblock + (size_t)(t % bs) * D, D);
-				}
+		for (int r = 0; r < rows; r++) {
+			const int j = r / G, g = r % G;
+			const int qpos = pos + j;
+			const int first = cv_first_key(p, qpos);
+			const int a = t0 > first ? t0 : first, b = t1 < qpos ? t1 : qpos;
+			const float *q = qkv + (size_t)(row + j) * p->qkv_stride + (size_t)(kvh * G + g) * D;
+			float *s = scores + (size_t)r * span;
+			int t = a;
+			for (; t + 3 <= b; t += 4) {
+				N(scores4)(q, kblock + (size_t)(t % bs) * D, D, s + (t - lo));
+			}
+			for (; t <= b; t++) {
+				s[t - lo] = N(dot)(q, kblock + (size_t)(t % bs) * D, D);
 			}
 		}
 		if (p->scale != 1.0f || p->softcap > 0) {

@@ -240,7 +240,7 @@ func (l *Layer) plan(c Cache, seqs []Seq, tokens int, qkv, att []float32) {
 			if p.SlidingWindow > 0 {
 				span = min(span, p.SlidingWindow+n-1)
 			}
-			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim)+p.HeadDim*(ktile+c.BlockSize)+ktile)
+			a.scratchFloat = max(a.scratchFloat, n*p.Group()*(span+p.HeadDim)+p.HeadDim*(ktile+c.BlockSize)+tileRows*ktile)
 			a.work += p.NumKVHeads * n * p.Group() * span * p.HeadDim
 			for h := range p.NumKVHeads {
 				a.items = append(a.items, int32(off), int32(h), int32(pos), int32(n), int32(row+j0))

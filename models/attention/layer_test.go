@@ -54,6 +54,8 @@ func testCases() []testCase {
 		{name: "sliding-window", p: window, blockSize: 4, past: []int{0, 30, 3, 9}, new: []int{20, 1, 2, 12}},
 		{name: "softcap", p: softcap, blockSize: 16, past: []int{5, 40}, new: []int{3, 1}},
 		{name: "group7-decode", p: qwen, blockSize: 16, past: []int{0, 2, 3, 16, 127, 300}, new: []int{1, 1, 1, 1, 1, 1}},
+		{name: "group7-prefill", p: qwen, blockSize: 16, past: []int{0, 70}, new: []int{37, 20}},
+		{name: "softcap-prefill", p: softcap, blockSize: 16, past: []int{0, 9}, new: []int{20, 17}},
 		{name: "shared-prefix", p: gqa, blockSize: 8, past: []int{24, 24, 30}, new: []int{1, 5, 2}, share: []int{0, 16, 24}},
 	}
 }
