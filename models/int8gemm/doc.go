@@ -44,9 +44,22 @@
 // Packing pads N to a multiple of 64 and K to a multiple of 4 with zero weights and
 // lays each panel of 64 columns out as [K/4][64 columns][4 k]: one 64-byte load holds
 // 16 columns × 4 k, and for a single row the whole panel is one linear stream. The C
-// kernel (kernel.c) is compiled for three instruction sets in one build with
+// kernel (kernel.c) is compiled for four instruction sets in one build with
 // per-function target attributes, no global -march, and picks one at run time (ISA):
 //
+//   - amx (kernel_amx.inc), where the CPU has AMX-TILE and AMX-INT8 (Xeon Sapphire
+//     Rapids and later): calls of 8 rows or more (fewer stream the weights, which tiles
+//     do not make faster, and go to avx512vnni) with K a multiple of 64 take TDPBUSD
+//     on tiles of 16 rows × 64 codes against the panel's four B tiles, read from the
+//     same packed layout (one 64-byte row of a panel row group is one B tile row), and
+//     share avx512vnni's activation codes and epilogue, so the outputs are the same to
+//     the bit. Linux gives a process the tile state only when it asks (arch_prctl
+//     ARCH_REQ_XCOMP_PERM), and a faulting kernel would take the server down: the
+//     first call asks, then runs the AMX kernel in a forked child on a small problem
+//     and uses it only if the child exits cleanly with avx512vnni's numbers
+//     (CONVEYOR_NO_AMX=1 skips it). The tests hold it to the reference like every
+//     other path on a CPU that has it; the machines this package was measured on (AMD
+//     EPYC) have none, so it has not been timed.
 //   - avx512vnni (kernel_vnni.inc): vpdpbusd multiplies unsigned by signed bytes, so
 //     activations are stored as code+128 and the epilogue subtracts 128·colsum(w),
 //     computed at packing. A block of up to 6 rows × 64 columns keeps 24 zmm

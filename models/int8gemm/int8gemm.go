@@ -107,8 +107,8 @@ func (w *Weights) Close() {
 	}
 }
 
-// ISA names the instruction set MatMul uses on this CPU: "avx512vnni", "avx2" or
-// "portable".
+// ISA names the instruction set MatMul uses on this CPU: "amx" (AMX tiles for 8 rows
+// or more, AVX512-VNNI below), "avx512vnni", "avx2" or "portable".
 func ISA() string { return C.GoString(C.cv_i8_isa()) }
 
 // SetThreads sets how many threads, the caller's included, share one large MatMul;
@@ -117,7 +117,7 @@ func ISA() string { return C.GoString(C.cv_i8_isa()) }
 func SetThreads(n int) { C.cv_i8_set_threads(C.int(max(min(n, math.MaxInt32), math.MinInt32))) }
 
 // isaNames lists the instruction sets, slowest first.
-var isaNames = []string{"portable", "avx2", "avx512vnni"}
+var isaNames = []string{"portable", "avx2", "avx512vnni", "amx"}
 
 // forceISA makes MatMul use the named instruction set ("" restores the automatic
 // choice) and reports whether this CPU runs it. It is for tests and benchmarks; it

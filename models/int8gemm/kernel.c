@@ -19,7 +19,11 @@
 #endif
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+#endif
+#if defined(__linux__)
+#include <sys/wait.h>
 #endif
 
 #include "kernel.h"
@@ -250,7 +254,7 @@ typedef struct {
 	_Atomic unsigned long long *ranges;
 } cv_call;
 
-enum { CV_PORTABLE = 0, CV_AVX2 = 1, CV_VNNI = 2 };
+enum { CV_PORTABLE = 0, CV_AVX2 = 1, CV_VNNI = 2, CV_AMX = 3 };
 
 static void cv_gemm_portable(const cv_call *c, int m0, int m1, int p0, int p1) {
 	const cv_i8w *w = c->w;
@@ -281,12 +285,26 @@ static void cv_gemm_portable(const cv_call *c, int m0, int m1, int p0, int p1) {
 #include "kernel_avx2.inc"
 #include "kernel_vnni.inc"
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end);
+static void cv_quant(const cv_call *c, int m0, int m1);
+#include "kernel_amx.inc"
+#endif
 
 // cv_gemm runs the call's kernel over rows [m0, m1) and panels [p0, p1); panels
 // below pf_end are this thread's to prefetch ahead.
 static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end) {
 	switch (c->isa) {
 #if defined(__x86_64__)
+#if defined(__linux__)
+	case CV_AMX:
+		if (m1 - m0 >= CV_AMX_MIN_ROWS && c->w->kp % 64 == 0) {
+			cv_gemm_amx(c, m0, m1, p0, p1, pf_end);
+		} else {
+			cv_gemm_vnni(c, m0, m1, p0, p1, pf_end);
+		}
+		return;
+#endif
 	case CV_VNNI:
 		cv_gemm_vnni(c, m0, m1, p0, p1, pf_end);
 		return;
@@ -303,6 +321,7 @@ static void cv_quant(const cv_call *c, int m0, int m1) {
 	const cv_i8w *w = c->w;
 	switch (c->isa) {
 #if defined(__x86_64__)
+	case CV_AMX:
 	case CV_VNNI:
 		cv_quant_avx512(c->x, w->k, w->kp, m0, m1, c->q, c->s, c->off);
 		return;
@@ -321,6 +340,11 @@ static int cv_best_isa(void) {
 #if defined(__x86_64__)
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni")) {
+#if defined(__linux__)
+		if (cv_amx_ok()) {
+			return CV_AMX;
+		}
+#endif
 		return CV_VNNI;
 	}
 	if (__builtin_cpu_supports("avx2")) {
@@ -330,7 +354,7 @@ static int cv_best_isa(void) {
 	return CV_PORTABLE;
 }
 
-static const char *const cv_isa_names[] = {"portable", "avx2", "avx512vnni"};
+static const char *const cv_isa_names[] = {"portable", "avx2", "avx512vnni", "amx"};
 static atomic_int cv_forced = -1;
 
 static int cv_current_isa(void) {
@@ -345,7 +369,7 @@ int cv_i8_force_isa(const char *name) {
 		atomic_store(&cv_forced, -1);
 		return 1;
 	}
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		if (strcmp(name, cv_isa_names[i]) == 0) {
 			if (i > cv_best_isa()) {
 				return 0;
@@ -455,7 +479,7 @@ int cv_i8_linear(const cv_i8w *p, const float *x, int M, float *y) {
 		return EINVAL;
 	}
 	cv_call c = {.w = p, .x = x, .y = y, .m = M, .isa = cv_current_isa()};
-	c.off = c.isa == CV_VNNI ? 0x80 : 0;
+	c.off = c.isa == CV_VNNI || c.isa == CV_AMX ? 0x80 : 0;
 	size_t qbytes = ((size_t)M * p->kp + 63) & ~(size_t)63;
 	char *scratch = cv_scratch_get(qbytes + sizeof(float) * (size_t)M);
 	if (scratch == NULL) {
