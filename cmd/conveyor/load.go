@@ -9,7 +9,9 @@ import (
 	"github.com/conveyor-llm/conveyor/api"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/int8gemm"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -81,9 +83,24 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 
 // logReady logs the "ready" line with what is being served; attrs come first (addr).
 func (m *loadedModel) logReady(log *slog.Logger, o *serveOptions, modelName string, attrs ...any) {
-	log.Info("ready", append(attrs, "model", modelName, "load_seconds", time.Since(m.start).Seconds(),
+	attrs = append(attrs, "model", modelName, "load_seconds", time.Since(m.start).Seconds(),
 		"max_model_len", m.eng.MaxModelLen(), "kv_blocks", m.eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", m.runner.Attention(),
-		"kv_cache_dtype", m.runner.Spec().KVDType.String(), "quantization", m.quantization)...)
+		"kv_cache_dtype", m.runner.Spec().KVDType.String(), "quantization", m.quantization)
+	log.Info("ready", append(attrs, kernelAttrs(m.runner.Attention(), m.quantization)...)...)
+}
+
+// kernelAttrs names the instruction sets Conveyor's own kernels picked on this CPU for
+// a model served on attentionPath with quantization: attention_isa on the paged path,
+// and int8_isa when its int8 products run on Int8Linear.
+func kernelAttrs(attentionPath, quantization string) []any {
+	if attentionPath != models.AttentionPaged {
+		return nil
+	}
+	attrs := []any{"attention_isa", attention.ISA()}
+	if quantization == "int8" {
+		attrs = append(attrs, "int8_isa", int8gemm.ISA())
+	}
+	return attrs
 }
 
 // shutdown lets the engine finish its live requests for up to grace, aborts the rest,
