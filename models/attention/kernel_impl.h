@@ -307,6 +307,54 @@ KFN __attribute__((always_inline)) static inline void N(weighted_rows)(const int
 	}
 }
 
+// weighted_block adds, for rows [0, rows) of w ([rows] with stride ws: each row's
+// weights for this block's keys), the weighted n value rows at vb to acc ([rows][D]),
+// N(rb) rows per value load. REQUIRES: D % VW == 0.
+KFN static void N(weighted_block)(float *acc, const float *w0, int rows, int ws, const float *vb, int n, int D) {
+	for (int r0 = 0; r0 < rows; r0 += N(rb)) {
+		const int R = rows - r0 < N(rb) ? rows - r0 : N(rb);
+		float *o[N(rb)];
+		const float *w[N(rb)];
+		for (int r = 0; r < R; r++) {
+			o[r] = acc + (size_t)(r0 + r) * D;
+			w[r] = w0 + (size_t)(r0 + r) * ws;
+		}
+		switch (R) {
+#if VW == 16
+		case 4:
+			N(weighted_rows)(4, o, w, vb, n, D);
+			break;
+		case 3:
+			N(weighted_rows)(3, o, w, vb, n, D);
+			break;
+#endif
+		case 2:
+			N(weighted_rows)(2, o, w, vb, n, D);
+			break;
+		default:
+			N(weighted_rows)(1, o, w, vb, n, D);
+		}
+	}
+}
+
+// store_rows writes an item's rows: row r (token r / group, query head r % group of
+// kv head kvh) is acc[r] · inv[r].
+KFN static void N(store_rows)(const cv_params *p, float *att, const float *acc, const float *inv, int rows, int row, int kvh) {
+	const int D = p->head_dim, G = p->group;
+	for (int r = 0; r < rows; r++) {
+		float *out = att + (size_t)(row + r / G) * p->att_stride + (size_t)(kvh * G + r % G) * D;
+		const float *o = acc + (size_t)r * D;
+		int d = 0;
+		const N(vf) iv = N(splat)(inv[r]);
+		for (; d + VW <= D; d += VW) {
+			N(store)(out + d, N(load)(o + d) * iv);
+		}
+		for (; d < D; d++) {
+			out[d] = o[d] * inv[r];
+		}
+	}
+}
+
 // decode_scores computes rows [r0, r0+R) against the keys [a, b] of one block (kb: key
 // a's row): four keys at a time, then one by one.
 KFN __attribute__((always_inline)) static inline void N(decode_scores)(const int R, const float *const *q,
@@ -392,39 +440,10 @@ KFN static void N(attend_decode)(const cv_params *p, const char *karena, const c
 		const int bi = t0 / bs;
 		const int t1 = (bi + 1) * bs - 1 < pos ? (bi + 1) * bs - 1 : pos;
 		const float *vb = N(block)(p, varena, table[bi], kvh, t0 - bi * bs, t1 - bi * bs, conv) + (size_t)(t0 - bi * bs) * D;
-		for (int r0 = 0; r0 < G; r0 += N(rb)) {
-			const int R = G - r0 < N(rb) ? G - r0 : N(rb);
-			float *o[N(rb)];
-			const float *w[N(rb)];
-			for (int r = 0; r < R; r++) {
-				o[r] = acc + (size_t)(r0 + r) * D;
-				w[r] = scores + (size_t)(r0 + r) * span + (t0 - lo);
-			}
-			switch (R) {
-#if VW == 16
-			case 4:
-				N(weighted_rows)(4, o, w, vb, t1 - t0 + 1, D);
-				break;
-			case 3:
-				N(weighted_rows)(3, o, w, vb, t1 - t0 + 1, D);
-				break;
-#endif
-			case 2:
-				N(weighted_rows)(2, o, w, vb, t1 - t0 + 1, D);
-				break;
-			default:
-				N(weighted_rows)(1, o, w, vb, t1 - t0 + 1, D);
-			}
-		}
+		N(weighted_block)(acc, scores + (t0 - lo), G, span, vb, t1 - t0 + 1, D);
 		t0 = t1 + 1;
 	}
-	for (int r = 0; r < G; r++) {
-		float *out = att + (size_t)row * p->att_stride + (size_t)(kvh * G + r) * D;
-		const N(vf) iv = N(splat)(inv[r]);
-		for (int d = 0; d < D; d += VW) {
-			N(store)(out + d, N(load)(acc + (size_t)r * D + d) * iv);
-		}
-	}
+	N(store_rows)(p, att, acc, inv, G, row, kvh);
 }
 
 // tile_rows writes R rows' scores (q[r]·k, unscaled) against the KT keys of a
@@ -582,40 +601,10 @@ KFN static void N(attend_rows)(const cv_params *p, const char *karena, const cha
 			t0 = t1 + 1;
 			continue;
 		}
-		for (int r0 = 0; r0 < rows; r0 += N(rb)) {
-			const int R = rows - r0 < N(rb) ? rows - r0 : N(rb);
-			float *o[N(rb)];
-			const float *w[N(rb)];
-			for (int r = 0; r < R; r++) {
-				o[r] = acc + (size_t)(r0 + r) * D;
-				w[r] = scores + (size_t)(r0 + r) * span + (t0 - lo);
-			}
-			switch (R) {
-#if VW == 16
-			case 4:
-				N(weighted_rows)(4, o, w, vb, t1 - t0 + 1, D);
-				break;
-			case 3:
-				N(weighted_rows)(3, o, w, vb, t1 - t0 + 1, D);
-				break;
-#endif
-			case 2:
-				N(weighted_rows)(2, o, w, vb, t1 - t0 + 1, D);
-				break;
-			default:
-				N(weighted_rows)(1, o, w, vb, t1 - t0 + 1, D);
-			}
-		}
+		N(weighted_block)(acc, scores + (t0 - lo), rows, span, vb, t1 - t0 + 1, D);
 		t0 = t1 + 1;
 	}
-	for (int r = 0; r < rows; r++) {
-		const int j = r / G, g = r % G;
-		float *out = att + (size_t)(row + j) * p->att_stride + (size_t)(kvh * G + g) * D;
-		const float *o = acc + (size_t)r * D;
-		for (int d = 0; d < D; d++) {
-			out[d] = o[d] * inv[r];
-		}
-	}
+	N(store_rows)(p, att, acc, inv, rows, row, kvh);
 }
 
 // attend_item computes one work item (see CV_ITEM_*). Query row r = j*group + g is
@@ -709,14 +698,7 @@ KFN static void N(attend_item)(const cv_params *p, const char *karena, const cha
 		}
 		t0 = t1 + 1;
 	}
-	for (int r = 0; r < rows; r++) {
-		const int j = r / G, g = r % G;
-		float *out = att + (size_t)(row + j) * p->att_stride + (size_t)(kvh * G + g) * D;
-		const float *o = acc + (size_t)r * D;
-		for (int d = 0; d < D; d++) {
-			out[d] = o[d] * inv[r];
-		}
-	}
+	N(store_rows)(p, att, acc, inv, rows, row, kvh);
 }
 
 #undef N
