@@ -47,7 +47,7 @@
 // kernel (kernel.c) is compiled for four instruction sets in one build with
 // per-function target attributes, no global -march, and picks one at run time (ISA):
 //
-//   - amx (kernel_amx.inc), where the CPU has AMX-TILE and AMX-INT8 (Xeon Sapphire
+//   - amx (kernel_amx.h), where the CPU has AMX-TILE and AMX-INT8 (Xeon Sapphire
 //     Rapids and later): calls of 8 rows or more (fewer stream the weights, which tiles
 //     do not make faster, and go to avx512vnni) with K a multiple of 64 take TDPBUSD
 //     on tiles of 16 rows × 64 codes against the panel's four B tiles, read from the
@@ -58,16 +58,19 @@
 //     first call asks, then runs the AMX kernel in a forked child on a small problem
 //     and uses it only if the child exits cleanly with avx512vnni's numbers
 //     (CONVEYOR_NO_AMX=1 skips it). The tests hold it to the reference like every
-//     other path on a CPU that has it; the machines this package was measured on (AMD
-//     EPYC) have none, so it has not been timed.
-//   - avx512vnni (kernel_vnni.inc): vpdpbusd multiplies unsigned by signed bytes, so
+//     other path on a CPU that has it, and on every CPU through a model of the tile
+//     instructions in C written from their definitions (TestAMXKernelModel: the same
+//     kernel source, compiled a second time against the model, which also checks each
+//     instruction's tile-shape rules). The machines this package was measured on (AMD
+//     EPYC) have no AMX, so it has not been timed.
+//   - avx512vnni (kernel_vnni.h): vpdpbusd multiplies unsigned by signed bytes, so
 //     activations are stored as code+128 and the epilogue subtracts 128·colsum(w),
 //     computed at packing. A block of up to 6 rows × 64 columns keeps 24 zmm
 //     accumulators over the whole of K. vpdpbusd is written as inline asm because gcc
 //     12 spills a block of 16 or more accumulators to the stack with the intrinsic.
 //     Each panel is read once and reused from cache by every row block; for M > 1 the
 //     kernel also prefetches the next panel into L2 while it works on this one.
-//   - avx2 (kernel_avx2.inc): vpmaddubsw on |w| and the code carrying w's sign, then
+//   - avx2 (kernel_avx2.h): vpmaddubsw on |w| and the code carrying w's sign, then
 //     vpmaddwd by 1; codes within ±127 and |w| <= 128 keep every int16 pair sum below
 //     32767, so it is exact with no correction term. Blocks of 4 rows × 32 columns.
 //   - portable: plain C, any CPU.

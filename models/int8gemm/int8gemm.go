@@ -12,6 +12,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"syscall"
 	"unsafe"
 )
 
@@ -91,6 +92,28 @@ func (w *Weights) MatMul(y, x []float32, M int) error {
 	rc := C.cv_i8_linear(w.p, (*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.int(M), (*C.float)(unsafe.Pointer(unsafe.SliceData(y))))
 	if rc != 0 {
 		return fmt.Errorf("int8gemm: MatMul of %d rows: out of memory", M)
+	}
+	return nil
+}
+
+// matMulAMXModel is MatMul through the AMX kernel run on a C model of the tile
+// instructions, on any CPU: the tests check the kernel's addressing, tile shapes and
+// operand order with it where no AMX unit is. K must be a multiple of 64.
+func (w *Weights) matMulAMXModel(y, x []float32, M int) error {
+	if M < 1 || M > math.MaxInt32 || len(x) != M*w.k || len(y) != M*w.n {
+		return fmt.Errorf("%w: matMulAMXModel needs len(x) = M*K and len(y) = M*N (M %d, K %d, N %d)", ErrShape, M, w.k, w.n)
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.p == nil {
+		return ErrClosed
+	}
+	switch rc := syscall.Errno(C.cv_i8_linear_amx_model(w.p, (*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.int(M), (*C.float)(unsafe.Pointer(unsafe.SliceData(y))))); rc {
+	case 0:
+	case syscall.EFAULT:
+		return fmt.Errorf("int8gemm: AMX model of %d rows: the kernel broke a tile shape rule (the CPU would fault): %w", M, rc)
+	default:
+		return fmt.Errorf("int8gemm: AMX model of %d rows: %w", M, rc)
 	}
 	return nil
 }

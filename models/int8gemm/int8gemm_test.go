@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -463,5 +464,41 @@ func TestISA(t *testing.T) {
 	forceISA("")
 	if ISA() != got {
 		t.Errorf("after restoring, ISA() = %q, want %q", ISA(), got)
+	}
+}
+
+// TestAMXKernelModel runs the AMX kernel on the C model of the tile instructions (on
+// any CPU) and holds it to the reference bit for bit: row counts around the 16-row
+// tile, partial panels, K of one to many 64-byte tiles. A wrong stride, tile shape or
+// operand order in the kernel fails here even where no AMX unit is.
+func TestAMXKernelModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, sh := range []struct{ K, N int }{{64, 1}, {64, 64}, {128, 100}, {896, 200}, {192, 129}} {
+		w, scale := randWeights(r, sh.K, sh.N)
+		wt, err := Pack(w, scale, sh.K, sh.N)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, M := range []int{1, 7, 8, 15, 16, 17, 33} {
+			x := randInput(r, M, sh.K)
+			y := make([]float32, M*sh.N)
+			if err := wt.matMulAMXModel(y, x, M); errors.Is(err, syscall.ENOSYS) {
+				t.Skip("the AMX kernel is not built on this platform")
+			} else if err != nil {
+				t.Fatalf("K %d N %d M %d: %v", sh.K, sh.N, M, err)
+			}
+			checkExact(t, y, reference(w, scale, sh.K, sh.N, x, M), sh.N)
+		}
+		wt.Close()
+	}
+	// K not a multiple of 64 is the VNNI kernel's.
+	w, scale := randWeights(r, 96, 8)
+	wt, err := Pack(w, scale, 96, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wt.Close()
+	if err := wt.matMulAMXModel(make([]float32, 8), randInput(r, 1, 96), 1); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("K = 96: %v, want EINVAL", err)
 	}
 }

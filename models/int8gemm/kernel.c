@@ -1,5 +1,5 @@
 // Int8 linear layers: weight packing, activation quantization, the thread pool and
-// the dispatch to one of three kernels (kernel_vnni.inc, kernel_avx2.inc and the
+// the dispatch to one of three kernels (kernel_vnni.h, kernel_avx2.h and the
 // portable one below). See doc.go for the design and measurements.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -282,13 +282,20 @@ static void cv_gemm_portable(const cv_call *c, int m0, int m1, int p0, int p1) {
 }
 
 #if defined(__x86_64__)
-#include "kernel_avx2.inc"
-#include "kernel_vnni.inc"
+// The kernels' files are named .h though each is included once, here: the go command
+// rebuilds a cgo package when one of its .h files changes, and ignores other suffixes.
+#include "kernel_avx2.h"
+#include "kernel_vnni.h"
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end);
 static void cv_quant(const cv_call *c, int m0, int m1);
-#include "kernel_amx.inc"
+#include "kernel_amx.h"
+#else
+int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y) {
+	(void)p, (void)x, (void)M, (void)y;
+	return ENOSYS;
+}
 #endif
 
 // cv_gemm runs the call's kernel over rows [m0, m1) and panels [p0, p1); panels
@@ -383,7 +390,7 @@ int cv_i8_force_isa(const char *name) {
 
 // ---------------------------------------------------------------- thread pool
 
-#include "kernel_pool.inc"
+#include "kernel_pool.h"
 
 // ---------------------------------------------------------------- entry point
 

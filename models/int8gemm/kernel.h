@@ -50,13 +50,19 @@ int cv_i8_linear(const cv_i8w *p, const float *x, int M, float *y);
 // n < 1 restores the default, the number of online CPUs.
 void cv_i8_set_threads(int n);
 
-// cv_i8_isa names the instruction set cv_i8_linear uses: "avx512vnni", "avx2" or
-// "portable".
+// cv_i8_isa names the instruction set cv_i8_linear uses: "amx", "avx512vnni", "avx2"
+// or "portable".
 const char *cv_i8_isa(void);
 
 // cv_i8_force_isa makes cv_i8_linear use the named instruction set (for tests); NULL
 // or "" restores the automatic choice. It returns 0, changing nothing, when this CPU
 // cannot run the set or the name is unknown, and 1 otherwise.
 int cv_i8_force_isa(const char *name);
+
+// cv_i8_linear_amx_model is cv_i8_linear through the AMX kernel run on a C model of the
+// tile instructions, on the calling thread, on any CPU (for tests). It returns EINVAL
+// when K is not a multiple of 64, EFAULT when the kernel broke a tile shape rule, and
+// ENOSYS where the AMX kernel is not built.
+int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y);
 
 #endif

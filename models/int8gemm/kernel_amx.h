@@ -50,60 +50,145 @@ CV_AMX_FN static void cv_amx_epilogue(int R, const int32_t *acc, const int32_t *
 	}
 }
 
-// cv_gemm_amx computes rows [m0, m1) × panels [p0, p1) with tiles: up to 16 rows at a
-// time in tile 4, a panel's four 16-column B tiles in turn in tile 5, their sums in
-// tiles 0-3. REQUIRES: kp % 64 == 0 (whole 16-group B tiles).
-CV_AMX_FN static void cv_gemm_amx(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end) {
-	const cv_i8w *w = c->w;
-	const int kp = w->kp, k4n = kp / 4;
-	const size_t panel_bytes = (size_t)kp * CV_PANEL;
-	int32_t acc[16 * 64] __attribute__((aligned(64)));
-	for (int mb = m0; mb < m1; mb += 16) {
-		const int R = m1 - mb < 16 ? m1 - mb : 16;
-		cv_tilecfg cfg;
-		memset(&cfg, 0, sizeof cfg);
-		cfg.palette = 1;
-		for (int t = 0; t < 5; t++) {
-			cfg.rows[t] = (uint8_t)R; // tiles 0-3: sums, R rows × 16 int32; tile 4: R rows of codes
-			cfg.colsb[t] = 64;
-		}
-		cfg.rows[5] = 16; // tile 5: 16 k-groups × 16 columns × 4 bytes
-		cfg.colsb[5] = 64;
-		cv_amx_config(&cfg);
-		const uint8_t *a = (const uint8_t *)c->q + (size_t)mb * kp;
-		for (int p = p0; p < p1; p++) {
-			const int8_t *panel = w->data + (size_t)p * panel_bytes;
-			const int n0 = p * CV_PANEL, cols = w->n - n0 < CV_PANEL ? w->n - n0 : CV_PANEL;
-			const int8_t *pf = mb == m0 && p + 1 < pf_end ? panel + panel_bytes : NULL;
-			_tile_zero(0);
-			_tile_zero(1);
-			_tile_zero(2);
-			_tile_zero(3);
-			for (int k4 = 0; k4 < k4n; k4 += 16) {
-				const int8_t *b = panel + (size_t)k4 * 4 * CV_PANEL;
-				if (pf != NULL) {
-					for (int i = 0; i < 16 * 4; i++) { // the next panel's same 4 KB, towards L2
-						_mm_prefetch((const char *)(pf + (size_t)k4 * 4 * CV_PANEL) + 64 * i, _MM_HINT_T1);
-					}
-				}
-				_tile_loadd(4, a + 4 * (size_t)k4, kp);
-				_tile_loadd(5, b, 4 * CV_PANEL);
-				_tile_dpbusd(0, 4, 5);
-				_tile_loadd(5, b + 64, 4 * CV_PANEL);
-				_tile_dpbusd(1, 4, 5);
-				_tile_loadd(5, b + 128, 4 * CV_PANEL);
-				_tile_dpbusd(2, 4, 5);
-				_tile_loadd(5, b + 192, 4 * CV_PANEL);
-				_tile_dpbusd(3, 4, 5);
-			}
-			_tile_stored(0, acc, 64 * 4);
-			_tile_stored(1, acc + 16, 64 * 4);
-			_tile_stored(2, acc + 32, 64 * 4);
-			_tile_stored(3, acc + 48, 64 * 4);
-			cv_amx_epilogue(R, acc, w->comp + n0, w->mult + n0, c->s + mb, c->y + (size_t)mb * w->n + n0, w->n, cols);
-		}
-		_tile_release();
+// The kernel itself (kernel_amx_body.h) is compiled twice: on the tile instructions
+// (cv_gemm_amx), and on a plain C model of them written from the instructions'
+// definitions (cv_gemm_amx_model), which the tests run on any CPU against the reference,
+// so the kernel's addressing, tile shapes and operand order are checked even where no
+// AMX unit is.
+#define CV_AMX_NAME cv_gemm_amx
+#define CV_AMX_ATTR CV_AMX_FN
+#define TL_STATE
+#define TL_CONFIG(cfg) cv_amx_config(cfg)
+#define TL_ZERO(t) _tile_zero(t)
+#define TL_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+#define TL_DPBUSD(d, a, b) _tile_dpbusd(d, a, b)
+#define TL_STORE(t, base, stride) _tile_stored(t, base, stride)
+#define TL_RELEASE() _tile_release()
+#define TL_EPILOGUE cv_amx_epilogue
+#include "kernel_amx_body.h"
+#undef CV_AMX_NAME
+#undef CV_AMX_ATTR
+#undef TL_STATE
+#undef TL_CONFIG
+#undef TL_ZERO
+#undef TL_LOAD
+#undef TL_DPBUSD
+#undef TL_STORE
+#undef TL_RELEASE
+#undef TL_EPILOGUE
+
+// cv_tiles models the eight tile registers and their configured shapes.
+typedef struct {
+	uint8_t rows[8];
+	uint16_t colsb[8];
+	uint8_t data[8][16][64];
+	int bad; // set when an instruction breaks its shape rules (the CPU would fault)
+} cv_tiles;
+
+static void cv_model_config(cv_tiles *t, const cv_tilecfg *cfg) {
+	memset(t, 0, sizeof *t);
+	if (cfg->palette != 1) {
+		t->bad = 1;
 	}
+	for (int i = 0; i < 8; i++) {
+		t->rows[i] = cfg->rows[i];
+		t->colsb[i] = cfg->colsb[i];
+		if (t->rows[i] > 16 || t->colsb[i] > 64) {
+			t->bad = 1;
+		}
+	}
+}
+
+// cv_model_load is TILELOADD: row r of tile i is colsb bytes at base + r*stride, and
+// the bytes past the configured shape are zero.
+static void cv_model_load(cv_tiles *t, int i, const void *base, long stride) {
+	memset(t->data[i], 0, sizeof t->data[i]);
+	for (int r = 0; r < t->rows[i]; r++) {
+		memcpy(t->data[i][r], (const char *)base + r * stride, t->colsb[i]);
+	}
+}
+
+static void cv_model_store(cv_tiles *t, int i, void *base, long stride) {
+	for (int r = 0; r < t->rows[i]; r++) {
+		memcpy((char *)base + r * stride, t->data[i][r], t->colsb[i]);
+	}
+}
+
+// cv_model_dpbusd is TDPBUSD d, a, b: d[m][n] (int32) += sum over k < colsb(a)/4 and
+// i < 4 of unsigned a[m][4k+i] times signed b[k][4n+i], with the instruction's shape
+// rules: rows(d) = rows(a), colsb(d) = colsb(b), colsb(a) = 4 rows(b).
+static void cv_model_dpbusd(cv_tiles *t, int d, int a, int b) {
+	if (t->rows[d] != t->rows[a] || t->colsb[d] != t->colsb[b] || t->colsb[a] != 4 * t->rows[b]) {
+		t->bad = 1;
+		return;
+	}
+	for (int m = 0; m < t->rows[d]; m++) {
+		for (int n = 0; n < t->colsb[d] / 4; n++) {
+			int32_t acc;
+			memcpy(&acc, &t->data[d][m][4 * n], 4);
+			for (int k = 0; k < t->colsb[a] / 4; k++) {
+				for (int i = 0; i < 4; i++) {
+					acc += (int32_t)t->data[a][m][4 * k + i] * (int32_t)(int8_t)t->data[b][k][4 * n + i];
+				}
+			}
+			memcpy(&t->data[d][m][4 * n], &acc, 4);
+		}
+	}
+}
+
+// cv_model_epilogue is cv_amx_epilogue in plain C (the same operations in the same
+// order, so the same floats).
+static void cv_model_epilogue(int R, const int32_t *acc, const int32_t *comp, const float *mult,
+	const float *s, float *y, int ldy, int cols) {
+	for (int r = 0; r < R; r++) {
+		for (int j = 0; j < cols; j++) {
+			y[(size_t)r * ldy + j] = ((float)(acc[(size_t)r * 64 + j] - comp[j]) * mult[j]) * s[r];
+		}
+	}
+}
+
+#define CV_AMX_NAME cv_gemm_amx_model
+#define CV_AMX_ATTR
+#define TL_STATE cv_tiles tl_state_;
+#define TL_CONFIG(cfg) cv_model_config(&tl_state_, cfg)
+#define TL_ZERO(t) memset(tl_state_.data[t], 0, sizeof tl_state_.data[t])
+#define TL_LOAD(t, base, stride) cv_model_load(&tl_state_, t, base, stride)
+#define TL_DPBUSD(d, a, b) cv_model_dpbusd(&tl_state_, d, a, b)
+#define TL_STORE(t, base, stride) cv_model_store(&tl_state_, t, base, stride)
+#define TL_RELEASE() (cv_amx_model_bad |= tl_state_.bad)
+#define TL_EPILOGUE cv_model_epilogue
+static int cv_amx_model_bad;
+#include "kernel_amx_body.h"
+#undef CV_AMX_NAME
+#undef CV_AMX_ATTR
+#undef TL_STATE
+#undef TL_CONFIG
+#undef TL_ZERO
+#undef TL_LOAD
+#undef TL_DPBUSD
+#undef TL_STORE
+#undef TL_RELEASE
+#undef TL_EPILOGUE
+
+// cv_i8_linear_amx_model is MatMul through cv_gemm_amx_model on the calling thread (the
+// activation codes and column sums as the AMX path has them). It returns EINVAL when K
+// is not a multiple of 64 and EFAULT when the kernel broke a tile shape rule.
+int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y) {
+	if (p == NULL || x == NULL || y == NULL || M < 1 || p->kp % 64 != 0) {
+		return EINVAL;
+	}
+	size_t qbytes = ((size_t)M * p->kp + 63) & ~(size_t)63;
+	char *scratch = cv_alloc(qbytes + sizeof(float) * (size_t)M);
+	if (scratch == NULL) {
+		return ENOMEM;
+	}
+	cv_call c = {.w = p, .x = x, .y = y, .m = M, .isa = CV_PORTABLE, .off = 0x80, .q = (int8_t *)scratch,
+		.s = (float *)(scratch + qbytes)};
+	cv_quant(&c, 0, M);
+	cv_amx_model_bad = 0;
+	cv_gemm_amx_model(&c, 0, M, 0, p->np / CV_PANEL, p->np / CV_PANEL);
+	free(scratch);
+	return cv_amx_model_bad ? EFAULT : 0;
 }
 
 // cv_amx_cpu reports whether the CPU has AMX-TILE and AMX-INT8 and the OS enabled their
