@@ -98,8 +98,10 @@ func (w *Weights) MatMul(y, x []float32, M int) error {
 
 // matMulAMXModel is MatMul through the AMX kernel run on a C model of the tile
 // instructions, on any CPU: the tests check the kernel's addressing, tile shapes and
-// operand order with it where no AMX unit is. K must be a multiple of 64.
-func (w *Weights) matMulAMXModel(y, x []float32, M int) error {
+// operand order with it where no AMX unit is. K must be a multiple of 64. The sums
+// become outputs through the hardware kernel's epilogue where the CPU has AVX-512F,
+// unless plainEpilogue asks for the model's C one.
+func (w *Weights) matMulAMXModel(y, x []float32, M int, plainEpilogue bool) error {
 	if M < 1 || M > math.MaxInt32 || len(x) != M*w.k || len(y) != M*w.n {
 		return fmt.Errorf("%w: matMulAMXModel needs len(x) = M*K and len(y) = M*N (M %d, K %d, N %d)", ErrShape, M, w.k, w.n)
 	}
@@ -108,7 +110,7 @@ func (w *Weights) matMulAMXModel(y, x []float32, M int) error {
 	if w.p == nil {
 		return ErrClosed
 	}
-	switch rc := syscall.Errno(C.cv_i8_linear_amx_model(w.p, (*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.int(M), (*C.float)(unsafe.Pointer(unsafe.SliceData(y))))); rc {
+	switch rc := syscall.Errno(C.cv_i8_linear_amx_model(w.p, (*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.int(M), (*C.float)(unsafe.Pointer(unsafe.SliceData(y))), C.int(boolInt(plainEpilogue)))); rc {
 	case 0:
 	case syscall.EFAULT:
 		return fmt.Errorf("int8gemm: AMX model of %d rows: the kernel broke a tile shape rule (the CPU would fault): %w", M, rc)
@@ -152,4 +154,11 @@ func forceISA(name string) bool {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	return C.cv_i8_force_isa(cs) != 0
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

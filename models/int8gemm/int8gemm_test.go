@@ -481,13 +481,16 @@ func TestAMXKernelModel(t *testing.T) {
 		}
 		for _, M := range []int{1, 7, 8, 15, 16, 17, 33} {
 			x := randInput(r, M, sh.K)
-			y := make([]float32, M*sh.N)
-			if err := wt.matMulAMXModel(y, x, M); errors.Is(err, syscall.ENOSYS) {
-				t.Skip("the AMX kernel is not built on this platform")
-			} else if err != nil {
-				t.Fatalf("K %d N %d M %d: %v", sh.K, sh.N, M, err)
+			want := reference(w, scale, sh.K, sh.N, x, M)
+			for _, plain := range []bool{false, true} {
+				y := make([]float32, M*sh.N)
+				if err := wt.matMulAMXModel(y, x, M, plain); errors.Is(err, syscall.ENOSYS) {
+					t.Skip("the AMX kernel is not built on this platform")
+				} else if err != nil {
+					t.Fatalf("K %d N %d M %d: %v", sh.K, sh.N, M, err)
+				}
+				checkExact(t, y, want, sh.N)
 			}
-			checkExact(t, y, reference(w, scale, sh.K, sh.N, x, M), sh.N)
 		}
 		wt.Close()
 	}
@@ -498,7 +501,7 @@ func TestAMXKernelModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wt.Close()
-	if err := wt.matMulAMXModel(make([]float32, 8), randInput(r, 1, 96), 1); !errors.Is(err, syscall.EINVAL) {
+	if err := wt.matMulAMXModel(make([]float32, 8), randInput(r, 1, 96), 1, false); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("K = 96: %v, want EINVAL", err)
 	}
 }

@@ -292,8 +292,8 @@ static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end
 static void cv_quant(const cv_call *c, int m0, int m1);
 #include "kernel_amx.h"
 #else
-int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y) {
-	(void)p, (void)x, (void)M, (void)y;
+int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y, int plain_epilogue) {
+	(void)p, (void)x, (void)M, (void)y, (void)plain_epilogue;
 	return ENOSYS;
 }
 #endif

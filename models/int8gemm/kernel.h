@@ -60,9 +60,10 @@ const char *cv_i8_isa(void);
 int cv_i8_force_isa(const char *name);
 
 // cv_i8_linear_amx_model is cv_i8_linear through the AMX kernel run on a C model of the
-// tile instructions, on the calling thread, on any CPU (for tests). It returns EINVAL
-// when K is not a multiple of 64, EFAULT when the kernel broke a tile shape rule, and
-// ENOSYS where the AMX kernel is not built.
-int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y);
+// tile instructions, on the calling thread, on any CPU (for tests): with the hardware
+// kernel's epilogue where the CPU has AVX-512F, unless plain_epilogue asks for the C
+// one. It returns EINVAL when K is not a multiple of 64, EFAULT when the kernel broke a
+// tile shape rule, and ENOSYS where the AMX kernel is not built.
+int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y, int plain_epilogue);
 
 #endif

@@ -31,8 +31,8 @@ CV_AMX_FN static inline void cv_amx_config(const cv_tilecfg *cfg) {
 }
 
 // cv_amx_epilogue turns R rows × 64 int32 sums (stride 64) into outputs, exactly as
-// the VNNI kernel's epilogue does.
-CV_AMX_FN static void cv_amx_epilogue(int R, const int32_t *acc, const int32_t *comp, const float *mult,
+// the VNNI kernel's epilogue does (AVX-512F only: the model below runs it too).
+__attribute__((target("avx512f"))) static void cv_amx_epilogue(int R, const int32_t *acc, const int32_t *comp, const float *mult,
 	const float *s, float *y, int ldy, int cols) {
 	for (int c = 0; c < 4; c++) {
 		int left = cols - 16 * c;
@@ -147,6 +147,18 @@ static void cv_model_epilogue(int R, const int32_t *acc, const int32_t *comp, co
 	}
 }
 
+// cv_model_epilogue_any is the hardware kernel's epilogue where the CPU runs AVX-512F
+// (so the tests check that one too), else cv_model_epilogue.
+static int cv_model_avx512;
+static void cv_model_epilogue_any(int R, const int32_t *acc, const int32_t *comp, const float *mult,
+	const float *s, float *y, int ldy, int cols) {
+	if (cv_model_avx512) {
+		cv_amx_epilogue(R, acc, comp, mult, s, y, ldy, cols);
+	} else {
+		cv_model_epilogue(R, acc, comp, mult, s, y, ldy, cols);
+	}
+}
+
 #define CV_AMX_NAME cv_gemm_amx_model
 #define CV_AMX_ATTR
 #define TL_STATE cv_tiles tl_state_;
@@ -156,7 +168,7 @@ static void cv_model_epilogue(int R, const int32_t *acc, const int32_t *comp, co
 #define TL_DPBUSD(d, a, b) cv_model_dpbusd(&tl_state_, d, a, b)
 #define TL_STORE(t, base, stride) cv_model_store(&tl_state_, t, base, stride)
 #define TL_RELEASE() (cv_amx_model_bad |= tl_state_.bad)
-#define TL_EPILOGUE cv_model_epilogue
+#define TL_EPILOGUE cv_model_epilogue_any
 static int cv_amx_model_bad;
 #include "kernel_amx_body.h"
 #undef CV_AMX_NAME
@@ -173,7 +185,7 @@ static int cv_amx_model_bad;
 // cv_i8_linear_amx_model is MatMul through cv_gemm_amx_model on the calling thread (the
 // activation codes and column sums as the AMX path has them). It returns EINVAL when K
 // is not a multiple of 64 and EFAULT when the kernel broke a tile shape rule.
-int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y) {
+int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y, int plain_epilogue) {
 	if (p == NULL || x == NULL || y == NULL || M < 1 || p->kp % 64 != 0) {
 		return EINVAL;
 	}
@@ -186,6 +198,7 @@ int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y) {
 		.s = (float *)(scratch + qbytes)};
 	cv_quant(&c, 0, M);
 	cv_amx_model_bad = 0;
+	cv_model_avx512 = !plain_epilogue && __builtin_cpu_supports("avx512f");
 	cv_gemm_amx_model(&c, 0, M, 0, p->np / CV_PANEL, p->np / CV_PANEL);
 	free(scratch);
 	return cv_amx_model_bad ? EFAULT : 0;
