@@ -61,7 +61,8 @@
 //     other path on a CPU that has it, and on every CPU through a model of the tile
 //     instructions in C written from their definitions (TestAMXKernelModel: the same
 //     kernel source, compiled a second time against the model, which also checks each
-//     instruction's tile-shape rules). The machines this package was measured on (AMD
+//     instruction's tile-shape rules; the sums go through the hardware kernel's AVX-512
+//     epilogue where the CPU has AVX-512F). The machines this package was measured on (AMD
 //     EPYC) have no AMX, so it has not been timed.
 //   - avx512vnni (kernel_vnni.h): vpdpbusd multiplies unsigned by signed bytes, so
 //     activations are stored as code+128 and the epilogue subtracts 128·colsum(w),
