@@ -32,7 +32,7 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 			t.Errorf("built %s, the directory says %s", q, got)
 		}
 		// Only int8 segments multiply on Int8Linear's threads alone (int4's MatMulNBits
-		// and float32's MatMul need ONNX Runtime's pool).
+		// and float32's MatMul need ONNX Runtime's pool, spinning as asked).
 		man, err := modeldir.LoadPaged(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -40,8 +40,8 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 		if man.OwnThreads != (q == "int8") {
 			t.Errorf("%s build: own_threads %v", q, man.OwnThreads)
 		}
-		if got := segmentOptions(man, RunnerOptions{IntraOpThreads: 2}).IntraOpThreads; got != map[bool]int{true: 1, false: 2}[man.OwnThreads] {
-			t.Errorf("%s build: segments run with %d ONNX Runtime threads", q, got)
+		if o := segmentOptions(man, RunnerOptions{IntraOpThreads: 2}); o.NoSpin != man.OwnThreads || o.IntraOpThreads != 2 {
+			t.Errorf("%s build: segments open with %d ONNX Runtime threads, no spinning %v", q, o.IntraOpThreads, o.NoSpin)
 		}
 		for _, path := range []string{AttentionPaged, AttentionDense} {
 			m := openTestModel(t, dir, path)

@@ -64,9 +64,9 @@ type PagedManifest struct {
 	// empty means none.
 	Quantization string `json:"quantization,omitempty"`
 	// OwnThreads says every matrix product of the segments runs on Conveyor's own
-	// kernel threads (com.conveyor.Int8Linear, package models/int8gemm): ONNX Runtime
-	// then runs the segments on the calling thread alone, with no pool of its own
-	// spinning beside those threads. False in builds of before it.
+	// kernel threads (com.conveyor.Int8Linear, package models/int8gemm): ONNX Runtime's
+	// pool then has only the small operators between them and must not spin beside
+	// those threads. False in builds of before it.
 	OwnThreads bool `json:"own_threads,omitempty"`
 }
 
