@@ -1,6 +1,6 @@
 // Int8 linear layers: weight packing, activation quantization, the thread pool and
-// the dispatch to one of three kernels (kernel_vnni.h, kernel_avx2.h and the
-// portable one below). See doc.go for the design and measurements.
+// the dispatch to one of four kernels (kernel_amx.h, kernel_vnni.h, kernel_avx2.h and
+// the portable one below). See doc.go for the design and measurements.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -343,22 +343,33 @@ static void cv_quant(const cv_call *c, int m0, int m1) {
 
 // ---------------------------------------------------------------- ISA choice
 
-static int cv_best_isa(void) {
+static int cv_best;
+static pthread_once_t cv_best_once = PTHREAD_ONCE_INIT;
+
+// cv_find_best_isa sets cv_best, once (cv_best_isa).
+static void cv_find_best_isa(void) {
+	cv_best = CV_PORTABLE;
 #if defined(__x86_64__)
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni")) {
 #if defined(__linux__)
-		if (cv_amx_ok()) {
-			return CV_AMX;
-		}
+		cv_best = cv_amx_ok() ? CV_AMX : CV_VNNI;
+#else
+		cv_best = CV_VNNI;
 #endif
-		return CV_VNNI;
+		return;
 	}
 	if (__builtin_cpu_supports("avx2")) {
-		return CV_AVX2;
+		cv_best = CV_AVX2;
 	}
 #endif
-	return CV_PORTABLE;
+}
+
+// cv_best_isa is the best kernel this CPU runs, decided at the first call (every call of
+// cv_i8_linear asks).
+static int cv_best_isa(void) {
+	pthread_once(&cv_best_once, cv_find_best_isa);
+	return cv_best;
 }
 
 static const char *const cv_isa_names[] = {"portable", "avx2", "avx512vnni", "amx"};

@@ -66,16 +66,6 @@ __attribute__((target("avx512f"))) static void cv_amx_epilogue(int R, const int3
 #define TL_RELEASE() _tile_release()
 #define TL_EPILOGUE cv_amx_epilogue
 #include "kernel_amx_body.h"
-#undef CV_AMX_NAME
-#undef CV_AMX_ATTR
-#undef TL_STATE
-#undef TL_CONFIG
-#undef TL_ZERO
-#undef TL_LOAD
-#undef TL_DPBUSD
-#undef TL_STORE
-#undef TL_RELEASE
-#undef TL_EPILOGUE
 
 // cv_tiles models the eight tile registers and their configured shapes.
 typedef struct {
@@ -171,16 +161,6 @@ static void cv_model_epilogue_any(int R, const int32_t *acc, const int32_t *comp
 #define TL_EPILOGUE cv_model_epilogue_any
 static int cv_amx_model_bad;
 #include "kernel_amx_body.h"
-#undef CV_AMX_NAME
-#undef CV_AMX_ATTR
-#undef TL_STATE
-#undef TL_CONFIG
-#undef TL_ZERO
-#undef TL_LOAD
-#undef TL_DPBUSD
-#undef TL_STORE
-#undef TL_RELEASE
-#undef TL_EPILOGUE
 
 // cv_i8_linear_amx_model is MatMul through cv_gemm_amx_model on the calling thread (the
 // activation codes and column sums as the AMX path has them). It returns EINVAL when K
@@ -275,23 +255,16 @@ out:
 	return ok;
 }
 
-static int cv_amx_usable;
-static pthread_once_t cv_amx_once = PTHREAD_ONCE_INIT;
-
-static void cv_amx_init(void) {
+// cv_amx_ok reports whether the AMX kernel may run here: CPU and OS support, the
+// process's permission, and the self-check. It forks: call it once (cv_best_isa does).
+static int cv_amx_ok(void) {
 	if (getenv("CONVEYOR_NO_AMX") != NULL || !cv_amx_cpu() ||
 		!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni")) {
-		return;
+		return 0;
 	}
 	// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: the whole process may then use tiles.
 	if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) {
-		return;
+		return 0;
 	}
-	cv_amx_usable = cv_amx_selftest();
-}
-
-// cv_amx_ok reports whether the AMX kernel may run here (decided once).
-static int cv_amx_ok(void) {
-	pthread_once(&cv_amx_once, cv_amx_init);
-	return cv_amx_usable;
+	return cv_amx_selftest();
 }

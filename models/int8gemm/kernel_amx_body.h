@@ -1,6 +1,7 @@
 // The AMX kernel's body, included by kernel_amx.h with CV_AMX_NAME (the function's
 // name), CV_AMX_ATTR (its attributes) and the TL_* tile operations defined: the
-// instructions themselves, or their model in C. No include guard on purpose.
+// instructions themselves, or their model in C. It undefines them at its end, ready
+// for the next inclusion. No include guard on purpose.
 
 // CV_AMX_NAME computes rows [m0, m1) × panels [p0, p1): up to 16 rows at a time in tile
 // 4, a panel's four 16-column B tiles in turn in tile 5, their sums in tiles 0-3; the
@@ -59,3 +60,14 @@ CV_AMX_ATTR static void CV_AMX_NAME(const cv_call *c, int m0, int m1, int p0, in
 		TL_RELEASE();
 	}
 }
+
+#undef CV_AMX_NAME
+#undef CV_AMX_ATTR
+#undef TL_STATE
+#undef TL_CONFIG
+#undef TL_ZERO
+#undef TL_LOAD
+#undef TL_DPBUSD
+#undef TL_STORE
+#undef TL_RELEASE
+#undef TL_EPILOGUE
