@@ -56,7 +56,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
-	opts = segmentOptions(man, opts)
+	opts = pagedOpenOptions(man, opts)
 	if err := initORT(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func kvDTypeOption(s string) DType {
 	return Float32
 }
 
-// segmentOptions are the options a model opens with. Int8Linear brings its own threads
+// pagedOpenOptions are the options a paged model opens with. Int8Linear brings its own threads
 // (as many as opts ask of ONNX Runtime), so in a build whose products are all Int8Linear
 // (OwnThreads) ONNX Runtime's pool has only the small operators between them to run, and
 // it must not spin: a spinning worker took cores from the kernel's and the attention's
@@ -156,7 +156,7 @@ func kvDTypeOption(s string) DType {
 // steps at past 512 75 -> 63 ms, a 512-token prefill 0.82 -> 0.77 s. (Running the
 // segments on the calling thread alone, with a one-thread pool per session, was as fast
 // but took a served process from 4.2 to 8.3 GB under sixteen 512-token streams.)
-func segmentOptions(man *modeldir.PagedManifest, opts RunnerOptions) RunnerOptions {
+func pagedOpenOptions(man *modeldir.PagedManifest, opts RunnerOptions) RunnerOptions {
 	if man.OwnThreads {
 		opts.NoSpin = true
 	}

@@ -40,7 +40,7 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 		if man.OwnThreads != (q == "int8") {
 			t.Errorf("%s build: own_threads %v", q, man.OwnThreads)
 		}
-		if o := segmentOptions(man, RunnerOptions{IntraOpThreads: 2}); o.NoSpin != man.OwnThreads || o.IntraOpThreads != 2 {
+		if o := pagedOpenOptions(man, RunnerOptions{IntraOpThreads: 2}); o.NoSpin != man.OwnThreads || o.IntraOpThreads != 2 {
 			t.Errorf("%s build: segments open with %d ONNX Runtime threads, no spinning %v", q, o.IntraOpThreads, o.NoSpin)
 		}
 		for _, path := range []string{AttentionPaged, AttentionDense} {

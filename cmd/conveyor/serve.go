@@ -180,7 +180,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "tokens per sequence (prompt + completion) at most; 0 = the model's context")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
-	fs.BoolVar(&o.spin, "spin", true, "let ONNX Runtime's idle workers spin (at the lowest priority) between runs; --spin=false lets them sleep")
+	fs.BoolVar(&o.spin, "spin", true, "let ONNX Runtime's idle workers spin (at the lowest priority) between runs; --spin=false lets them sleep (an int8 model's never spin: its products run on Conveyor's own threads)")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", models.KVCacheAuto, "KV cache element type: float32, float16 (half the memory per token: twice the blocks in the same --kv-cache-memory, half the bytes each step reads; paged attention only) or auto (float16 on the paged path, the graph's own type on the dense path)")
 	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "tool-call format for chat requests with tools: hermes, llama3_json, mistral or generic; default chosen from the chat template")
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 (per-channel) or int4 (block-quantized) linear layers; a built directory is served as it was built")
