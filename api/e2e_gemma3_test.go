@@ -10,7 +10,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/conveyor-llm/conveyor/engine"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -85,7 +85,7 @@ func serveRandomModel(t *testing.T, src, cfg, name string) openai.Client {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := build.BuildRandom(filepath.Join(src, "config.json"), dir, 3); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join(src, "config.json"), dir, 3); err != nil {
 		t.Fatal(err)
 	}
 	e := startE2EModel(t, dir, func(c *Config) { c.ModelName = name }, func(c *engine.Config) { c.KVCacheBytes = 4 << 20 })

@@ -23,7 +23,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -76,7 +76,7 @@ func tinyModel(t *testing.T) string {
 			return
 		}
 		cfg := filepath.Join("..", "models", "testdata", "tiny-llama", "config.json")
-		_, tinyErr = build.BuildRandom(cfg, tinyDir, 7)
+		_, tinyErr = convert.BuildRandom(cfg, tinyDir, 7)
 	})
 	if tinyErr != nil {
 		t.Fatalf("building the tiny test model: %v", tinyErr)

@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 var e2eToolParams = map[string]string{
@@ -63,7 +63,7 @@ func TestE2EToolCalls(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		tinyModel(t) // initialises ONNX Runtime
 		dir := t.TempDir()
-		if _, err := build.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
+		if _, err := convert.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
 			t.Fatal(err)
 		}
 		testToolCalls(t, startE2EModel(t, dir, nil, nil))
@@ -280,7 +280,7 @@ var threeToolDescriptions = map[string]string{
 func TestE2EDefaultModelThreeTools(t *testing.T) {
 	tinyModel(t) // initialises ONNX Runtime
 	dir := t.TempDir()
-	if _, err := build.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
+	if _, err := convert.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
 		t.Fatal(err)
 	}
 	e := startE2EModel(t, dir, nil, nil)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // benchModelConfig is a small random Llama (~5M parameters): big enough that a step
@@ -40,7 +40,7 @@ func benchModel(b *testing.B) *models.Runner {
 			return
 		}
 		benchDir = filepath.Join(filepath.Dir(dir), "bench-model")
-		_, benchErr = build.BuildRandom(cfgPath, benchDir, 7)
+		_, benchErr = convert.BuildRandom(cfgPath, benchDir, 7)
 	})
 	if benchErr != nil {
 		b.Fatal(benchErr)

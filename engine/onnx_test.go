@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -64,7 +64,7 @@ func tinyModelDir(tb testing.TB) string {
 			return
 		}
 		onnxDir = filepath.Join(onnxTmpDir, "tiny-llama")
-		_, onnxErr = build.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), onnxDir, 1)
+		_, onnxErr = convert.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), onnxDir, 1)
 	})
 	if onnxErr != nil {
 		tb.Fatalf("building the tiny test model: %v", onnxErr)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine/structured"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -29,7 +29,7 @@ func defaultModel(t *testing.T) (models.Model, *tokenizer.Tokenizer) {
 	t.Helper()
 	defaultOnce.Do(func() {
 		defaultDir = filepath.Join(onnxTmpDirOrTemp(t), "default")
-		_, defaultErr = build.BuildFromHF(filepath.Join("..", "models", "default"), defaultDir)
+		_, defaultErr = convert.BuildFromHF(filepath.Join("..", "models", "default"), defaultDir)
 	})
 	if defaultErr != nil {
 		t.Fatal(defaultErr)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // windowWatch counts the rows whose block tables had blocks given back (NoBlock), and
@@ -52,7 +52,7 @@ func (m *windowWatch) Forward(b *models.Batch) (*models.Output, error) {
 // window; and every block comes back.
 func TestONNXSlidingWindowGroups(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := build.BuildFromHF(filepath.Join("..", "models", "testdata", "families", "gemma2"), dir); err != nil {
+	if _, err := convert.BuildFromHF(filepath.Join("..", "models", "testdata", "families", "gemma2"), dir); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range attentionPaths {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 )
 
@@ -24,7 +24,7 @@ var benchModels = func() []benchModel {
 		{"50M", tinyConfigCtx(512, 8, 8, 4, 1536, 8192, 4096)},
 	}
 	if os.Getenv("CONVEYOR_BENCH_05B") == "1" {
-		cfg, err := build.LoadConfig(filepath.Join("testdata", "qwen2-0.5b"))
+		cfg, err := convert.LoadConfig(filepath.Join("testdata", "qwen2-0.5b"))
 		if err != nil {
 			panic(err)
 		}
@@ -36,7 +36,7 @@ var benchModels = func() []benchModel {
 		// 512-token window), and the same shape with every layer full: the difference is
 		// what the windows save.
 		for _, full := range []bool{false, true} {
-			cfg, err := build.LoadConfig(filepath.Join("testdata", "gemma3-1b"))
+			cfg, err := convert.LoadConfig(filepath.Join("testdata", "gemma3-1b"))
 			if err != nil {
 				panic(err)
 			}
@@ -55,10 +55,10 @@ var benchModels = func() []benchModel {
 
 type benchModel struct {
 	name string
-	cfg  *build.Config
+	cfg  *convert.Config
 }
 
-func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *build.Config {
+func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *convert.Config {
 	c := tinyConfig(hidden, layers, heads, kvHeads, inter, vocab, true)
 	c.MaxPositionEmbeddings = ctx
 	return c
@@ -67,13 +67,13 @@ func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *build
 // benchModelDir builds (once per config and quantization, cached under os.TempDir()) a
 // random model and returns its directory; it skips the benchmark when the model cannot
 // be built.
-func benchModelDir(b *testing.B, cfg *build.Config, quantize string) string {
+func benchModelDir(b *testing.B, cfg *convert.Config, quantize string) string {
 	b.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	q, err := build.ParseQuantization(quantize)
+	q, err := convert.ParseQuantization(quantize)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func benchModelDir(b *testing.B, cfg *build.Config, quantize string) string {
 	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), raw, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := build.BuildRandomWith(filepath.Join(cfgDir, "config.json"), tmp, 1, build.Options{Quantize: q}); err != nil {
+	if _, err := convert.BuildRandomWith(filepath.Join(cfgDir, "config.json"), tmp, 1, convert.Options{Quantize: q}); err != nil {
 		b.Skipf("cannot build the benchmark model: %v", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
@@ -191,7 +191,7 @@ func benchPrefill(b *testing.B, quantize string, paths []string) {
 	}
 }
 
-func openBenchModel(b *testing.B, cfg *build.Config, o benchOptions) Model {
+func openBenchModel(b *testing.B, cfg *convert.Config, o benchOptions) Model {
 	dir := benchModelDir(b, cfg, o.quantize)
 	r, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Attention: o.attention, KVCacheDType: o.kvDType})
 	if err != nil {

@@ -9,13 +9,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 // The default model's cross-check: models/default/reference_logits.json holds logits computed by the PyTorch Llama
 // the model was trained with (models/train/llama.py, float32 math on the float16 checkpoint). Conveyor's ONNX graph,
-// built from the same checkpoint by build.BuildFromHF, must reproduce them. This is the independent check that the Go
+// built from the same checkpoint by convert.BuildFromHF, must reproduce them. This is the independent check that the Go
 // builder implements Llama (RMSNorm, rotate-half RoPE, grouped-query attention, SwiGLU, tied embeddings) the way
 // Hugging Face does.
 
@@ -65,13 +65,13 @@ func loadReferenceLogits(t *testing.T, dir string) *referenceLogits {
 	return &ref
 }
 
-// buildDefaultModel converts the checkpoint in dir with build.BuildFromHF and opens it
+// buildDefaultModel converts the checkpoint in dir with convert.BuildFromHF and opens it
 // on both attention paths.
 func buildDefaultModel(t *testing.T, dir string) map[string]Model {
 	t.Helper()
 	out := t.TempDir()
-	if _, err := build.BuildFromHF(dir, out); err != nil {
-		t.Fatalf("build.BuildFromHF(%s): %v", dir, err)
+	if _, err := convert.BuildFromHF(dir, out); err != nil {
+		t.Fatalf("convert.BuildFromHF(%s): %v", dir, err)
 	}
 	return map[string]Model{AttentionPaged: openTestModel(t, out, AttentionPaged), AttentionDense: openTestModel(t, out, AttentionDense)}
 }

@@ -61,7 +61,7 @@
 // Both read and write the same block layout, so a cache filled by one path is read by
 // the other (the tests switch paths between steps).
 //
-// Graphs come from the builder, package models/build (architectures, the ONNX writer,
+// Graphs come from the builder, package models/convert (architectures, the ONNX writer,
 // safetensors), which shares no code with the runtime: the model directory is their
 // only contract, described by package models/modeldir.
 //

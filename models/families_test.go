@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // The families' cross-check: every directory under testdata/families is a Hugging Face
@@ -18,7 +18,7 @@ import (
 // them. reference.json holds the logits of a plain-PyTorch implementation of that
 // family (written from the transformers modeling code) at every position of three
 // sequences, and the context Conveyor must serve. Conveyor builds the checkpoint with
-// build.BuildFromHF and must reproduce them on both attention paths: in one batch of
+// convert.BuildFromHF and must reproduce them on both attention paths: in one batch of
 // all three sequences, in prefill chunks of a few tokens over a cached past, and token
 // by token through the KV cache. The sequences are longer than the fixtures' sliding
 // windows, so windows are crossed inside a prefill and while decoding.
@@ -76,7 +76,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			ref := loadFamilyReference(t, refPath)
 			dir := t.TempDir()
-			if _, err := build.BuildFromHF(src, dir); err != nil {
+			if _, err := convert.BuildFromHF(src, dir); err != nil {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			vocab := len(ref.Logits[0][0])
@@ -274,12 +274,12 @@ func TestFamiliesQuantized(t *testing.T) {
 		ref := loadFamilyReference(t, refPath)
 		for _, q := range []string{"int8", "int4"} {
 			t.Run(filepath.Base(src)+"/"+q, func(t *testing.T) {
-				quant, err := build.ParseQuantization(q)
+				quant, err := convert.ParseQuantization(q)
 				if err != nil {
 					t.Fatal(err)
 				}
 				dir := t.TempDir()
-				if _, err := build.BuildFromHFWith(src, dir, build.Options{Quantize: quant}); err != nil {
+				if _, err := convert.BuildFromHFWith(src, dir, convert.Options{Quantize: quant}); err != nil {
 					t.Fatalf("BuildFromHFWith: %v", err)
 				}
 				vocab := len(ref.Logits[0][0])

@@ -4,14 +4,14 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // buildPagedTestModel writes the dense graph and the paged layout for cfg into dir.
-func buildPagedTestModel(tb testing.TB, cfg *build.Config, seed int64, dir string) build.Weights {
+func buildPagedTestModel(tb testing.TB, cfg *convert.Config, seed int64, dir string) convert.Weights {
 	tb.Helper()
 	w := buildTestModel(tb, cfg, seed, dir)
-	if err := build.BuildPaged(cfg, w, dir); err != nil {
+	if err := convert.BuildPaged(cfg, w, dir); err != nil {
 		tb.Fatalf("BuildPaged: %v", err)
 	}
 	return w

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
@@ -20,15 +20,15 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 	ref := loadReferenceLogits(t, defaultModelDir)
 	logprobs := map[string][][]float64{} // variant/path -> per position
 	for _, q := range []string{"none", "int8", "int4"} {
-		quant, err := build.ParseQuantization(q)
+		quant, err := convert.ParseQuantization(q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		if _, err := build.BuildFromHFWith(defaultModelDir, dir, build.Options{Quantize: quant}); err != nil {
+		if _, err := convert.BuildFromHFWith(defaultModelDir, dir, convert.Options{Quantize: quant}); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
-		if got := build.BuiltQuantization(dir); got != q {
+		if got := convert.BuiltQuantization(dir); got != q {
 			t.Errorf("built %s, the directory says %s", q, got)
 		}
 		// Only int8 segments multiply on Int8Linear's threads alone (int4's MatMulNBits
@@ -126,12 +126,12 @@ func argmax64(xs []float64) int {
 // own scale. (With one scale per tensor, a batch-mate with larger activations coarsens
 // every other row's codes.)
 func TestInt8RowsIndependent(t *testing.T) {
-	quant, err := build.ParseQuantization("int8")
+	quant, err := convert.ParseQuantization("int8")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := build.BuildFromHFWith(defaultModelDir, dir, build.Options{Quantize: quant}); err != nil {
+	if _, err := convert.BuildFromHFWith(defaultModelDir, dir, convert.Options{Quantize: quant}); err != nil {
 		t.Fatal(err)
 	}
 	ref := loadReferenceLogits(t, defaultModelDir)

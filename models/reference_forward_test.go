@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // refModel is a plain-Go Llama forward pass in float64 with naive loops, written from
@@ -14,15 +14,15 @@ import (
 // causal softmax attention, SwiGLU MLP, tied or untied lm_head. It recomputes the whole
 // sequence every call and keeps no cache.
 type refModel struct {
-	cfg                          *build.Config
-	w                            build.Weights
+	cfg                          *convert.Config
+	w                            convert.Weights
 	hidden, heads, kvHeads, hdim int
 	eps, theta                   float64
 	inter, vocab                 int
 	embed, lmHead                []float32
 }
 
-func newRefModel(tb testing.TB, cfg *build.Config, w build.Weights) *refModel {
+func newRefModel(tb testing.TB, cfg *convert.Config, w convert.Weights) *refModel {
 	tb.Helper()
 	m := &refModel{
 		cfg: cfg, w: w,

@@ -3,7 +3,7 @@ package models
 import (
 	"testing"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // TestONNXMatchesReference checks the ONNX graphs built from random weights against the
@@ -55,7 +55,7 @@ func TestONNXMatchesReference(t *testing.T) {
 // earlier ones (causality).
 func TestReferenceSanity(t *testing.T) {
 	cfg := tinyConfig(32, 2, 4, 2, 48, 61, false)
-	w := build.RandomWeights(cfg, 5)
+	w := convert.RandomWeights(cfg, 5)
 	ref := newRefModel(t, cfg, w)
 	a := randTokens(3, 8, cfg.VocabSize)
 	b := append([]int32(nil), a...)

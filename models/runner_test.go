@@ -10,14 +10,14 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // logitTolerance is the largest accepted logit difference relative to the logits' scale.
 const logitTolerance = 1e-4
 
 // gqaModel builds a small grouped-query model shared by the runner tests.
-func gqaModel(t *testing.T) (*Runner, *build.Config, build.Weights) {
+func gqaModel(t *testing.T) (*Runner, *convert.Config, convert.Weights) {
 	t.Helper()
 	cfg := tinyConfig(64, 2, 4, 2, 96, 211, false)
 	dir := t.TempDir()

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
@@ -43,8 +43,8 @@ func testORTLib(tb testing.TB) string {
 }
 
 // tinyConfig returns a small Llama config for tests.
-func tinyConfig(hidden, layers, heads, kvHeads, inter, vocab int, tied bool) *build.Config {
-	return &build.Config{
+func tinyConfig(hidden, layers, heads, kvHeads, inter, vocab int, tied bool) *convert.Config {
+	return &convert.Config{
 		Architectures:         []string{"LlamaForCausalLM"},
 		ModelType:             "llama",
 		VocabSize:             vocab,
@@ -62,10 +62,10 @@ func tinyConfig(hidden, layers, heads, kvHeads, inter, vocab int, tied bool) *bu
 }
 
 // buildTestModel writes a random-weight model for cfg into dir and returns its weights.
-func buildTestModel(tb testing.TB, cfg *build.Config, seed int64, dir string) build.Weights {
+func buildTestModel(tb testing.TB, cfg *convert.Config, seed int64, dir string) convert.Weights {
 	tb.Helper()
-	w := build.RandomWeights(cfg, seed)
-	if err := build.BuildLlamaONNX(cfg, w, dir); err != nil {
+	w := convert.RandomWeights(cfg, seed)
+	if err := convert.BuildLlamaONNX(cfg, w, dir); err != nil {
 		tb.Fatalf("BuildLlamaONNX: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
@@ -92,13 +92,13 @@ func openTestRunner(tb testing.TB, dir string) *Runner {
 }
 
 // modelVariant changes the Llama graph's interface the way other exporters do.
-type modelVariant = build.Variant
+type modelVariant = convert.Variant
 
 // buildModelVariant writes the Llama graph for cfg with the interface changes of v.
-func buildModelVariant(tb testing.TB, cfg *build.Config, seed int64, dir string, v modelVariant) build.Weights {
+func buildModelVariant(tb testing.TB, cfg *convert.Config, seed int64, dir string, v modelVariant) convert.Weights {
 	tb.Helper()
-	w := build.RandomWeights(cfg, seed)
-	if err := build.BuildLlamaVariant(cfg, w, dir, v); err != nil {
+	w := convert.RandomWeights(cfg, seed)
+	if err := convert.BuildLlamaVariant(cfg, w, dir, v); err != nil {
 		tb.Fatal(err)
 	}
 	raw, err := json.Marshal(cfg)

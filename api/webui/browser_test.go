@@ -26,7 +26,7 @@ import (
 	"github.com/conveyor-llm/conveyor/api"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -350,7 +350,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 	if dir == "" {
 		name, dir = "tiny", t.TempDir()
 		cfg := filepath.Join(repoRoot(t), "models", "testdata", "tiny-llama", "config.json")
-		if _, err := build.BuildRandom(cfg, dir, 1); err != nil {
+		if _, err := convert.BuildRandom(cfg, dir, 1); err != nil {
 			t.Fatalf("building the tiny model: %v", err)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/bench"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // runBenchCompare starts `conveyor serve` once per scheduling policy on 127.0.0.1 and
@@ -227,7 +227,7 @@ func machineDescription() string {
 // modelDescription is the model directory with its architecture and size from
 // config.json, when it has one.
 func modelDescription(dir string) string {
-	cfg, err := build.LoadConfig(dir)
+	cfg, err := convert.LoadConfig(dir)
 	if err != nil {
 		return dir
 	}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 func init() {
@@ -51,7 +51,7 @@ func runBuildModel(args []string) error {
 	case *hfCheckpoint && !*random:
 		return errors.New("build-model: --hf-checkpoint only goes with --random")
 	}
-	quant, err := build.ParseQuantization(*quantize)
+	quant, err := convert.ParseQuantization(*quantize)
 	if err != nil {
 		return fmt.Errorf("build-model: --quantize: %w", err)
 	}
@@ -60,7 +60,7 @@ func runBuildModel(args []string) error {
 	}
 	start := time.Now()
 	if *hfCheckpoint {
-		files, err := build.WriteRandomCheckpoint(*configPath, *out, *seed)
+		files, err := convert.WriteRandomCheckpoint(*configPath, *out, *seed)
 		if err != nil {
 			return err
 		}
@@ -70,11 +70,11 @@ func runBuildModel(args []string) error {
 		}
 		return nil
 	}
-	var res *build.BuildResult
+	var res *convert.BuildResult
 	if *random {
-		res, err = build.BuildRandomWith(*configPath, *out, *seed, build.Options{Quantize: quant})
+		res, err = convert.BuildRandomWith(*configPath, *out, *seed, convert.Options{Quantize: quant})
 	} else {
-		res, err = build.BuildFromHFWith(*from, *out, build.Options{Quantize: quant})
+		res, err = convert.BuildFromHFWith(*from, *out, convert.Options{Quantize: quant})
 	}
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -85,11 +85,11 @@ func runGenerate(args []string) error {
 // out and a summary line to info. It returns the generated token ids (an eos token
 // included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
-	quant, err := build.ParseQuantization(o.quantize)
+	quant, err := convert.ParseQuantization(o.quantize)
 	if err != nil {
 		return nil, fmt.Errorf("generate: --quantize: %w", err)
 	}
-	dir, built, err := build.PrepareWith(o.modelDir, build.Options{Quantize: quant})
+	dir, built, err := convert.PrepareWith(o.modelDir, convert.Options{Quantize: quant})
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -36,7 +36,7 @@ func tinyModelDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json")
-	if _, err := build.BuildRandom(cfg, dir, 5); err != nil {
+	if _, err := convert.BuildRandom(cfg, dir, 5); err != nil {
 		t.Fatal(err)
 	}
 	return dir

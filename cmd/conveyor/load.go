@@ -10,7 +10,7 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/attention"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
@@ -33,8 +33,8 @@ type loadedModel struct {
 func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedModel, error) {
 	log.Info("loading model", "dir", o.modelDir)
 	start := time.Now()
-	quant, _ := build.ParseQuantization(o.quantize) // validated
-	dir, built, err := build.PrepareWith(o.modelDir, build.Options{Quantize: quant})
+	quant, _ := convert.ParseQuantization(o.quantize) // validated
+	dir, built, err := convert.PrepareWith(o.modelDir, convert.Options{Quantize: quant})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
@@ -72,7 +72,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	}
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	eng.Start(engCtx)
-	quantization := build.BuiltQuantization(dir)
+	quantization := convert.BuiltQuantization(dir)
 	return &loadedModel{
 		dir: dir, runner: runner, eng: eng, stopEngine: stopEngine, quantization: quantization, start: start,
 		backend: api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -47,11 +47,11 @@ func runPerplexity(args []string) error {
 	if *modelDir == "" || *file == "" {
 		return errors.New("perplexity: --model and --file are required")
 	}
-	q, err := build.ParseQuantization(*quantize)
+	q, err := convert.ParseQuantization(*quantize)
 	if err != nil {
 		return fmt.Errorf("perplexity: --quantize: %w", err)
 	}
-	dir, _, err := build.PrepareWith(*modelDir, build.Options{Quantize: q})
+	dir, _, err := convert.PrepareWith(*modelDir, convert.Options{Quantize: q})
 	if err != nil {
 		return fmt.Errorf("perplexity: %w", err)
 	}
@@ -74,7 +74,7 @@ func runPerplexity(args []string) error {
 		return fmt.Errorf("perplexity: %w", err)
 	}
 	fmt.Printf("model %s (attention %s, kv %s, weights %s): %d documents, %d tokens, %d windows of %d\n",
-		*modelDir, m.Attention(), m.Spec().KVDType, build.BuiltQuantization(dir), docs, len(stream), res.Windows, *context)
+		*modelDir, m.Attention(), m.Spec().KVDType, convert.BuiltQuantization(dir), docs, len(stream), res.Windows, *context)
 	fmt.Printf("mean NLL %.4f  perplexity %.3f  (%d predicted tokens, %.1f s)\n", res.NLL, res.Perplexity, res.Tokens, time.Since(start).Seconds())
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
@@ -273,7 +273,7 @@ func (o *serveOptions) validate() error {
 			return fmt.Errorf("%s: --tool-call-parser: %w", o.name(), err)
 		}
 	}
-	if _, err := build.ParseQuantization(o.quantize); err != nil {
+	if _, err := convert.ParseQuantization(o.quantize); err != nil {
 		return fmt.Errorf("%s: --quantize: %w", o.name(), err)
 	}
 	switch {

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // serveFlag is one flag of `conveyor serve` as cmd/conveyor/serve.go defines it.
@@ -114,7 +114,7 @@ func resolveServe(t *testing.T, c *corev1.Container) serveSettings {
 			continue
 		}
 		switch name, ok := byEnv[e.Name]; {
-		case e.Name == models.ORTLibEnv || e.Name == build.CacheDirEnv:
+		case e.Name == models.ORTLibEnv || e.Name == convert.CacheDirEnv:
 		case !ok:
 			t.Errorf("container %s: %s is not the variable of any `conveyor serve` flag", c.Name, e.Name)
 		default:

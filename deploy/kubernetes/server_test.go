@@ -24,7 +24,7 @@ import (
 	"github.com/conveyor-llm/conveyor/api"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/build"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -125,7 +125,7 @@ func (s *testServer) loadTiny(t *testing.T, ecfg engine.Config) *engine.Engine {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := build.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7); err != nil {
 		t.Fatal(err)
 	}
 	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})

@@ -1,5 +1,5 @@
 // Package int8gemm multiplies float32 activations by int8 weights the way the int8
-// linear layers of models/build's graphs do, with kernels written for decode: few
+// linear layers of models/convert's graphs do, with kernels written for decode: few
 // rows (M = 1 to 64) against large weight matrices, where the time goes into reading
 // the weights from memory once (M = 1) or into int8 multiply-adds (M = 16 and up).
 //
@@ -8,7 +8,7 @@
 // Pack copies an int8 weight matrix w [K][N] (row-major: MatMulIntegerToFloat's B, as
 // the builder stores it) and its per-column scales [N]. Weights.MatMul computes
 // y [M][N] from x [M][K], each row on its own, exactly as the builder's graph
-// (linearInt8 in models/build/quantize.go) does, operation for operation in float32:
+// (linearInt8 in models/convert/quantize.go) does, operation for operation in float32:
 //
 //	s    = Max(ReduceMax(Abs(x[m])), 1e-30)           the row's range
 //	q[k] = QuantizeLinear(x[m][k] / s, 1/127, 128) - 128

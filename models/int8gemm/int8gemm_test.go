@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// qscale is QuantizeLinear's y_scale in the graph models/build emits.
+// qscale is QuantizeLinear's y_scale in the graph models/convert emits.
 const qscale = float32(1.0 / 127)
 
 // quantCode is the graph's code for x in a row whose range is s:

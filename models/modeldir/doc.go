@@ -1,5 +1,5 @@
 // Package modeldir describes the files of a model directory that both the graph
-// builder (models/build) and the runtime (models) read: the id lists of config.json
+// builder (models/convert) and the runtime (models) read: the id lists of config.json
 // (an integer, a list or null), generation_config.json with its sampling defaults, and
 // paged/paged.json, the manifest of the paged-attention layout (PagedManifest: segment
 // files, embedding table, each layer's attention.Params). Of Conveyor's packages it

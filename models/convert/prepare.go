@@ -1,0 +1,140 @@
+package convert
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// CacheDirEnv names the environment variable that overrides where Prepare keeps the
+// ONNX graphs it builds (default: the user's cache directory, then conveyor/models).
+const CacheDirEnv = "CONVEYOR_CACHE_DIR"
+
+// ErrNotCheckpoint means a directory Prepare was given holds neither a built model
+// (model.onnx) nor a Hugging Face checkpoint (config.json and *.safetensors).
+var ErrNotCheckpoint = errors.New("convert: neither a model nor a checkpoint directory")
+
+// Prepare returns a directory OpenRunner can load for dir. A directory with a
+// model.onnx is returned as it is. A Hugging Face checkpoint (config.json and
+// *.safetensors, no model.onnx) is built with BuildFromHF once into a cache directory
+// keyed by the checkpoint's files (names, sizes, modification times and config.json's
+// content), and later calls reuse it; built reports whether this call built it. Any
+// other directory is an error wrapping ErrNotCheckpoint.
+func Prepare(dir string) (out string, built bool, err error) {
+	return PrepareWith(dir, Options{})
+}
+
+// PrepareWith is Prepare with build options. A directory that is already built is
+// served as it is, so quantizing it is an error unless it was built that way.
+func PrepareWith(dir string, o Options) (out string, built bool, err error) {
+	if st, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil && !st.IsDir() {
+		if o.Quantize.Bits != 0 {
+			if got := BuiltQuantization(dir); got != o.Quantize.String() {
+				return "", false, fmt.Errorf("%w: %s is a built model directory (quantization %s); --quantize %s applies to Hugging Face checkpoints (or rebuild it with `conveyor build-model --quantize %s`)",
+					ErrNotCheckpoint, dir, got, o.Quantize, o.Quantize)
+			}
+		}
+		return dir, false, nil
+	}
+	key, err := checkpointKey(dir, o)
+	if err != nil {
+		return "", false, err
+	}
+	root, err := cacheRoot()
+	if err != nil {
+		return "", false, err
+	}
+	abs, _ := filepath.Abs(dir)
+	out = filepath.Join(root, filepath.Base(abs)+"-"+key)
+	if st, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil && !st.IsDir() {
+		return out, false, nil
+	}
+	// Build next to the final place and rename, so that an interrupted build leaves no
+	// directory that looks complete.
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", false, fmt.Errorf("models: %w", err)
+	}
+	tmp, err := os.MkdirTemp(root, ".build-")
+	if err != nil {
+		return "", false, fmt.Errorf("models: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if _, err := BuildFromHFWith(dir, tmp, o); err != nil {
+		return "", false, err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		if st, statErr := os.Stat(filepath.Join(out, "model.onnx")); statErr == nil && !st.IsDir() {
+			return out, false, nil // built meanwhile by another process
+		}
+		return "", false, fmt.Errorf("models: %w", err)
+	}
+	return out, true, nil
+}
+
+// builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
+// paged/ was written; 4: int8 segments through Int8Linear, weights packed; 5: the
+// manifest's own_threads) is built anew rather than served as it was.
+const builtLayout = 5
+
+// checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
+// name, size and modification time of every other file the build reads.
+func checkpointKey(dir string, o Options) (string, error) {
+	cfg, err := os.Open(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return "", fmt.Errorf("%w: %s has neither model.onnx nor config.json", ErrNotCheckpoint, dir)
+	}
+	defer cfg.Close()
+	h := sha256.New()
+	fmt.Fprintf(h, "layout %d\x00", builtLayout)
+	if o.Quantize.Bits != 0 {
+		fmt.Fprintf(h, "quantize %s/%d/%d\x00", o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel)
+	}
+	if _, err := io.Copy(h, cfg); err != nil {
+		return "", fmt.Errorf("models: %w", err)
+	}
+	weights, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if len(weights) == 0 {
+		return "", fmt.Errorf("%w: %s has neither model.onnx nor *.safetensors weights", ErrNotCheckpoint, dir)
+	}
+	files := append(weights, filepath.Join(dir, "model.safetensors.index.json"))
+	for _, name := range modelDirSideFiles {
+		files = append(files, filepath.Join(dir, name))
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			continue // optional file absent
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", filepath.Base(f), st.Size(), st.ModTime().UnixNano())
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// BuiltQuantization returns how the model directory dir stores its linear weights, as
+// its paged layout records it: "none", "int8" or "int4".
+func BuiltQuantization(dir string) string {
+	man, err := modeldir.LoadPaged(dir)
+	if err != nil || man.Quantization == "" {
+		return "none"
+	}
+	return man.Quantization
+}
+
+// cacheRoot is $CONVEYOR_CACHE_DIR, else the user's cache directory + conveyor/models.
+func cacheRoot() (string, error) {
+	if d := os.Getenv(CacheDirEnv); d != "" {
+		return d, nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("%w: no cache directory for built models (set %s): %w", ErrNotCheckpoint, CacheDirEnv, err)
+	}
+	return filepath.Join(d, "conveyor", "models"), nil
+}
