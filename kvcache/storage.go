@@ -25,6 +25,12 @@ type StorageConfig struct {
 	// every group must have the same number of layers, and a block holds that many layers
 	// (the block of a group stores its layers, in order). nil: one group of every layer.
 	LayerGroups []int
+
+	// TokenMajor lays every block out [blockSizeTokens][kvHead][headDim] instead of
+	// [kvHead][blockSizeTokens][headDim]: the layout of ONNX Runtime's PagedAttention
+	// cache, [num_blocks, block_size, kv_heads, head_dim], which the step graph reads and
+	// writes in place. Gather and Scatter take the head-major layout only.
+	TokenMajor bool
 }
 
 // slots returns the layers a block holds and each layer's place among them.
@@ -95,7 +101,8 @@ func (c StorageConfig) Validate() error {
 
 // Storage holds the K and V arenas of every layer. Each arena is laid out
 // [block][kvHead][blockSizeTokens][headDim], so one (block, kv head) pair is one contiguous
-// run of blockSizeTokens*headDim values and a whole block is one contiguous run per layer.
+// run of blockSizeTokens*headDim values and a whole block is one contiguous run per layer
+// (or, with StorageConfig.TokenMajor, [block][blockSizeTokens][kvHead][headDim]).
 // With layer groups (StorageConfig.LayerGroups) a block belongs to one group at a time and
 // holds its layers: the layers in the same place of every group share one arena.
 // Gather and Scatter may use several goroutines internally, but a Storage must not be used
@@ -315,6 +322,9 @@ func (s *Storage) GatherGroups(tables [][][]BlockID, pastLens []int, maxPast int
 
 // checkGroups validates that tables has one set of row tables per group, all as many.
 func (s *Storage) checkGroups(tables [][][]BlockID) error {
+	if s.cfg.TokenMajor {
+		return fmt.Errorf("%w: a token-major storage is read and written in place by the step graph, not gathered or scattered", ErrInvalid)
+	}
 	if len(tables) != s.ngrp {
 		return fmt.Errorf("%w: %d groups of tables for a storage of %d groups", ErrInvalid, len(tables), s.ngrp)
 	}

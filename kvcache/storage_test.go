@@ -464,3 +464,21 @@ func TestStorageClose(t *testing.T) {
 		t.Fatalf("Gather after Close: %v", err)
 	}
 }
+
+func TestTokenMajorStorageRefusesGatherAndScatter(t *testing.T) {
+	s, err := NewStorage(StorageConfig{NumBlocks: 4, BlockSizeTokens: 4, Layers: 1, KVHeads: 2, HeadDim: 2, DType: Float32, TokenMajor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	buf := [][]byte{make([]byte, 2*4*2*4)}
+	if err := s.Gather([][]BlockID{{0}}, []int{4}, 4, buf, buf); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Gather on a token-major storage: %v, want ErrInvalid", err)
+	}
+	if err := s.Scatter([][]BlockID{{0}}, []int{0}, []int{4}, 4, 0, buf, buf); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Scatter on a token-major storage: %v, want ErrInvalid", err)
+	}
+	if err := s.CopyBlock(0, 1); err != nil {
+		t.Fatalf("CopyBlock: %v", err)
+	}
+}
