@@ -102,6 +102,21 @@ func readJSONFile(path string, v any) error {
 	return nil
 }
 
+// writeJSONFile writes v, indented, as dir/sub/name, creating dir/sub.
+func writeJSONFile(dir, sub, name string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("modeldir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+		return fmt.Errorf("modeldir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, sub, name), append(raw, '\n'), 0o644); err != nil {
+		return fmt.Errorf("modeldir: %w", err)
+	}
+	return nil
+}
+
 // truncate shortens b for inclusion in an error message.
 func truncate(b []byte) string {
 	const max = 40

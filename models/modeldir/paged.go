@@ -1,11 +1,9 @@
 package modeldir
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/conveyor-llm/conveyor/models/attention"
@@ -142,15 +140,5 @@ func WritePaged(dir string, m *PagedManifest) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	raw, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Errorf("modeldir: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, PagedDir), 0o755); err != nil {
-		return fmt.Errorf("modeldir: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, PagedDir, PagedManifestFile), append(raw, '\n'), 0o644); err != nil {
-		return fmt.Errorf("modeldir: %w", err)
-	}
-	return nil
+	return writeJSONFile(dir, PagedDir, PagedManifestFile, m)
 }

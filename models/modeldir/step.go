@@ -1,0 +1,135 @@
+package modeldir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+)
+
+// StepDir is the subdirectory of a model directory that holds its step graph: the whole
+// model as one ONNX graph that one run per step serves, described by StepManifest
+// (step/step.json).
+const StepDir = "step"
+
+// StepManifestFile is the step manifest's file name inside StepDir.
+const StepManifestFile = "step.json"
+
+// StepFormat is the step manifest format this package reads and writes.
+const StepFormat = 1
+
+// Names of the step graph's inputs and outputs. The graph runs over the step's new
+// tokens packed row after row (T tokens of B rows, no padding):
+//
+//	StepInputIDs     [T]            int64  the new tokens
+//	StepCumLens      [B+1]          int32  row b's tokens are StepInputIDs[cu[b]:cu[b+1]]
+//	StepPastLens     [B]            int32  tokens row b already has in the cache
+//	StepBlockTable   [B, blocks]    int32  row b's position p is in block table[b][p/block_size]
+//	StepLogitRows    [R]            int64  the tokens (indices into T) whose logits are wanted
+//	StepKeyCache(i)  [num_blocks, block_size, kv_heads, head_dim]  layer i's keys (and StepValueCache)
+//	->
+//	StepLogits          [R, vocab]  float32
+//	StepKeyCacheOut(i)  the same tensor as StepKeyCache(i), written in place (and StepValueCacheOut)
+//
+// Each layer's attention is one PagedAttention node (ONNX Runtime's com.microsoft contract,
+// or Conveyor's own implementation of it in domain com.conveyor on CPUs) that stores the new
+// keys and values in their blocks and attends over the rows' pasts in place.
+const (
+	StepInputIDs   = "input_ids"
+	StepCumLens    = "cumulative_sequence_length"
+	StepPastLens   = "past_seqlens"
+	StepBlockTable = "block_table"
+	StepLogitRows  = "logit_rows"
+	StepLogits     = "logits"
+)
+
+// StepKeyCache and the others name layer i's cache inputs and outputs.
+func StepKeyCache(i int) string      { return fmt.Sprintf("key_cache.%d", i) }
+func StepValueCache(i int) string    { return fmt.Sprintf("value_cache.%d", i) }
+func StepKeyCacheOut(i int) string   { return fmt.Sprintf("key_cache_out.%d", i) }
+func StepValueCacheOut(i int) string { return fmt.Sprintf("value_cache_out.%d", i) }
+
+// The PagedAttention domains a step graph may use.
+const (
+	// StepDomainMicrosoft is ONNX Runtime's contrib PagedAttention (CUDA, float16/bfloat16).
+	StepDomainMicrosoft = "com.microsoft"
+	// StepDomainConveyor is Conveyor's own implementation of the same contract (CPU, float32).
+	StepDomainConveyor = "com.conveyor"
+)
+
+// ErrNoStep means a model directory has no step graph.
+var ErrNoStep = errors.New("modeldir: the model has no step graph")
+
+// StepManifest describes a model's step graph.
+type StepManifest struct {
+	Format int `json:"format"`
+	// Graph is the ONNX file inside StepDir (its weights may sit beside it in Graph+".data").
+	Graph string `json:"graph"`
+	// DType is the graph's float type, of its weights, activations and KV cache:
+	// "float32", "float16" or "bfloat16".
+	DType string `json:"dtype"`
+	// AttentionDomain is the domain of the graph's PagedAttention nodes.
+	AttentionDomain string `json:"attention_domain"`
+	NumLayers       int    `json:"num_layers"`
+	NumHeads        int    `json:"num_heads"`
+	NumKVHeads      int    `json:"num_kv_heads"`
+	HeadDim         int    `json:"head_dim"`
+	HiddenSize      int    `json:"hidden_size"`
+	VocabSize       int    `json:"vocab_size"`
+	MaxPositions    int    `json:"max_positions"`
+	// Windows is each layer's sliding window in tokens (0: full attention); the graph
+	// applies them itself, over a cache that keeps every layer's whole past.
+	Windows []int `json:"windows,omitempty"`
+	// Quantization names how the linear weights are stored ("none", "int8", "int4").
+	Quantization string `json:"quantization,omitempty"`
+	// OwnOps says the graph uses Conveyor's own operators (com.conveyor), which only a
+	// Conveyor session registers.
+	OwnOps bool `json:"own_ops,omitempty"`
+}
+
+// Validate checks the manifest's consistency (not the files it names).
+func (m *StepManifest) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadFile, fmt.Sprintf("step manifest: "+format, args...))
+	}
+	switch {
+	case m.Format != StepFormat:
+		return bad("format %d, this build reads %d", m.Format, StepFormat)
+	case m.Graph == "":
+		return bad("no graph")
+	case m.DType != "float32" && m.DType != "float16" && m.DType != "bfloat16":
+		return bad("dtype %q: want float32, float16 or bfloat16", m.DType)
+	case m.AttentionDomain != StepDomainMicrosoft && m.AttentionDomain != StepDomainConveyor:
+		return bad("attention_domain %q: want %s or %s", m.AttentionDomain, StepDomainMicrosoft, StepDomainConveyor)
+	case m.NumLayers <= 0 || m.NumHeads <= 0 || m.NumKVHeads <= 0 || m.HeadDim <= 0:
+		return bad("num_layers %d, num_heads %d, num_kv_heads %d and head_dim %d must be positive", m.NumLayers, m.NumHeads, m.NumKVHeads, m.HeadDim)
+	case m.HiddenSize <= 0 || m.VocabSize <= 0 || m.MaxPositions <= 0:
+		return bad("hidden_size %d, vocab_size %d and max_positions %d must be positive", m.HiddenSize, m.VocabSize, m.MaxPositions)
+	case m.Windows != nil && len(m.Windows) != m.NumLayers:
+		return bad("%d windows for %d layers", len(m.Windows), m.NumLayers)
+	}
+	return nil
+}
+
+// LoadStep reads dir/step/step.json. A directory without one is ErrNoStep.
+func LoadStep(dir string) (*StepManifest, error) {
+	var m StepManifest
+	if err := readJSONFile(filepath.Join(dir, StepDir, StepManifestFile), &m); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w (%s has no %s/%s)", ErrNoStep, dir, StepDir, StepManifestFile)
+		}
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// WriteStep writes m as dir/step/step.json.
+func WriteStep(dir string, m *StepManifest) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	return writeJSONFile(dir, StepDir, StepManifestFile, m)
+}
