@@ -28,7 +28,7 @@ type BuildResult struct {
 // plus model.safetensors or sharded *.safetensors with model.safetensors.index.json)
 // into a Conveyor model directory: outDir/model.onnx (+ model.onnx.data for models
 // over ~2 GB) for the dense Optimum interface, outDir/paged/ for the paged attention
-// path (BuildPaged), config.json, and generation_config.json, tokenizer.json and
+// path (BuildPaged), outDir/step/ for the one-graph step (BuildStep), config.json, and generation_config.json, tokenizer.json and
 // tokenizer_config.json when hfDir has them.
 func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
 	return BuildFromHFWith(hfDir, outDir, Options{})
@@ -38,6 +38,10 @@ func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
 type Options struct {
 	// Quantize stores the linear layers' weights quantized (see Quantization).
 	Quantize Quantization
+	// StepDType is the float type of the step graph (step/): Float32 (the default) runs
+	// on CPUs with Conveyor's own PagedAttention, Float16 and BFloat16 on NVIDIA GPUs
+	// with ONNX Runtime's.
+	StepDType DType
 }
 
 // BuildFromHFWith is BuildFromHF with options.
@@ -138,6 +142,10 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 		return nil, err
 	}
 	files = append(files, filepath.Join(outDir, modeldir.PagedDir))
+	if err := buildStep(cfg, w, outDir, o.Quantize, o.StepDType, opts); err != nil {
+		return nil, err
+	}
+	files = append(files, filepath.Join(outDir, modeldir.StepDir))
 	res := &BuildResult{Params: cfg.NumParams(), Files: files}
 	copies := [][2]string{{configPath, filepath.Join(outDir, "config.json")}}
 	for _, name := range modelDirSideFiles {

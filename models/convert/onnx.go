@@ -22,9 +22,11 @@ const (
 	onnxFloat   int32 = 1
 	onnxUint8   int32 = 2
 	onnxInt8    int32 = 3
+	onnxInt32   int32 = 6
 	onnxInt64   int32 = 7
 	onnxBool    int32 = 9
 	onnxFloat16 int32 = 10
+	onnxBF16    int32 = 16
 )
 
 // ONNX AttributeProto.AttributeType values.
@@ -110,6 +112,9 @@ type onnxTensor struct {
 	F32      []float32
 	Gen      func(dst []float32)
 	Raw      []byte
+	// Half, when onnxFloat16 or onnxBF16, stores the float32 values of F32 or Gen in that
+	// 16-bit type (DataType is then Half), converted as they are written.
+	Half int32
 
 	// Set by the writer when the data lives in the external data file.
 	external       bool
@@ -118,11 +123,15 @@ type onnxTensor struct {
 
 // dataBytes returns the size of t's data in bytes.
 func (t *onnxTensor) dataBytes() int64 {
+	elem := int64(4)
+	if t.Half != 0 {
+		elem = 2
+	}
 	switch {
 	case t.F32 != nil:
-		return 4 * int64(len(t.F32))
+		return elem * int64(len(t.F32))
 	case t.Gen != nil:
-		n := int64(4)
+		n := elem
 		for _, d := range t.Dims {
 			n *= d
 		}
@@ -131,23 +140,55 @@ func (t *onnxTensor) dataBytes() int64 {
 	return int64(len(t.Raw))
 }
 
+// values returns t's float32 values: F32, or Gen's output in scratch.
+func (t *onnxTensor) values(scratch *[]float32) []float32 {
+	if t.F32 != nil {
+		return t.F32
+	}
+	n := 1
+	for _, d := range t.Dims {
+		n *= int(d)
+	}
+	if cap(*scratch) < n {
+		*scratch = make([]float32, n)
+	}
+	vs := (*scratch)[:n]
+	t.Gen(vs)
+	return vs
+}
+
 // writeData writes t's data as little-endian bytes; scratch is the buffer generated
 // tensors are computed in (grown as needed, kept for the next one).
 func (t *onnxTensor) writeData(w io.Writer, scratch *[]float32) error {
-	switch {
-	case t.F32 != nil:
-		return writeFloat32s(w, t.F32)
-	case t.Gen != nil:
-		n := int(t.dataBytes() / 4)
-		if cap(*scratch) < n {
-			*scratch = make([]float32, n)
-		}
-		vs := (*scratch)[:n]
-		t.Gen(vs)
-		return writeFloat32s(w, vs)
+	if t.F32 == nil && t.Gen == nil {
+		_, err := w.Write(t.Raw)
+		return err
 	}
-	_, err := w.Write(t.Raw)
-	return err
+	vs := t.values(scratch)
+	if t.Half != 0 {
+		return writeHalfs(w, vs, t.Half)
+	}
+	return writeFloat32s(w, vs)
+}
+
+// writeHalfs writes vs as little-endian float16 or bfloat16 (typ).
+func writeHalfs(w io.Writer, vs []float32, typ int32) error {
+	conv := float32ToHalf
+	if typ == onnxBF16 {
+		conv = float32ToBF16
+	}
+	var buf [4096]byte
+	for len(vs) > 0 {
+		n := min(len(vs), len(buf)/2)
+		for i, v := range vs[:n] {
+			binary.LittleEndian.PutUint16(buf[2*i:], conv(v))
+		}
+		if _, err := w.Write(buf[:2*n]); err != nil {
+			return err
+		}
+		vs = vs[n:]
+	}
+	return nil
 }
 
 // onnxDim is one dimension of a ValueInfo shape: a fixed size or a symbolic name.

@@ -1,0 +1,228 @@
+package convert
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/conveyor-llm/conveyor/models/modeldir"
+)
+
+// The step graph: the whole model as one ONNX graph, run once per engine step over the
+// new tokens of every row packed together (prefill chunks and decode rows mixed). Each
+// layer's attention is one PagedAttention node that writes the new keys and values into
+// the layer's block cache and attends over every row's past in place; the LM head runs
+// over the rows' selected tokens only. The inputs and outputs are modeldir's Step* names.
+//
+// A float32 graph uses Conveyor's own PagedAttention (domain com.conveyor, the CPU); a
+// float16 or bfloat16 graph uses ONNX Runtime's contrib operator (com.microsoft, CUDA).
+// Both take the same inputs and attributes, so the graphs differ only in that domain and
+// in their float type.
+
+// stepGraphFile is the step graph's file name inside modeldir.StepDir.
+const stepGraphFile = "step.onnx"
+
+// pagedAttentionOp is the operator type of both PagedAttention implementations.
+const pagedAttentionOp = "PagedAttention"
+
+// BuildStep writes outDir/step/: the step graph of cfg with weights w, its float type
+// dtype, and its manifest.
+func BuildStep(cfg *Config, w Weights, outDir string, dtype DType) error {
+	return buildStep(cfg, w, outDir, Quantization{}, dtype, writeOptions{})
+}
+
+func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DType, opts writeOptions) error {
+	m, err := planModel(cfg, w, q)
+	if err != nil {
+		return err
+	}
+	domain := modeldir.StepDomainConveyor
+	if dtype != Float32 {
+		domain = modeldir.StepDomainMicrosoft
+		if q.Bits == 8 {
+			return fmt.Errorf("%w: int8 weights run on the CPU only (Conveyor's Int8Linear); a %v step graph for the GPU takes float or int4 weights", ErrBadConfig, dtype)
+		}
+	}
+	model := stepGraph(m, dtype, domain)
+	dir := filepath.Join(outDir, modeldir.StepDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("convert: %w", err)
+	}
+	if _, err := writeONNXModel(model, dir, stepGraphFile, opts); err != nil {
+		return err
+	}
+	d := m.llamaDims
+	man := &modeldir.StepManifest{
+		Format:          modeldir.StepFormat,
+		Graph:           stepGraphFile,
+		DType:           dtype.String(),
+		AttentionDomain: domain,
+		NumLayers:       d.layers,
+		NumHeads:        d.heads,
+		NumKVHeads:      d.kvHeads,
+		HeadDim:         d.headDim,
+		HiddenSize:      d.hidden,
+		VocabSize:       d.vocab,
+		MaxPositions:    m.contextLength(),
+		Windows:         append([]int(nil), m.arch.window...),
+		Quantization:    q.String(),
+		OwnOps:          domain == modeldir.StepDomainConveyor,
+	}
+	return modeldir.WriteStep(outDir, man)
+}
+
+// stepGraph builds the step graph of m in float type dtype with PagedAttention nodes of
+// domain.
+func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
+	d := m.llamaDims
+	b := newGraphBuilder("step")
+	b.ownOps = domain == modeldir.StepDomainConveyor
+	tokens, rows, batch := symDim("tokens"), symDim("logit_rows"), symDim("batch")
+	ids := b.input(modeldir.StepInputIDs, onnxInt64, tokens)
+	cu := b.input(modeldir.StepCumLens, onnxInt32, symDim("batch_plus_1"))
+	past := b.input(modeldir.StepPastLens, onnxInt32, batch)
+	table := b.input(modeldir.StepBlockTable, onnxInt32, batch, symDim("max_blocks"))
+	sel := b.input(modeldir.StepLogitRows, onnxInt64, rows)
+	cacheDims := []onnxDim{symDim("num_blocks"), symDim("block_size"), fixDim(d.kvHeads), fixDim(d.headDim)}
+
+	embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
+	x := scaleEmbeddings(b, m, b.op("Gather", []string{embed, ids}, attrI("axis", 0)))
+	tables := map[string][2]string{} // cos and sin caches, one pair per distinct rotary
+	var cacheOuts []string
+	for i := 0; i < d.layers; i++ {
+		b.prefix = fmt.Sprintf("l%d_", i)
+		qkv := attentionInput(b, m, i, x)
+		parts := b.opN("Split", 3, []string{qkv, b.ints(int64(d.heads*d.headDim), int64(d.kvHeads*d.headDim), int64(d.kvHeads*d.headDim))}, attrI("axis", -1))
+		kc := b.input(modeldir.StepKeyCache(i), onnxFloat, cacheDims...)
+		vc := b.input(modeldir.StepValueCache(i), onnxFloat, cacheDims...)
+		ins := []string{parts[0], parts[1], parts[2], kc, vc, cu, past, table}
+		attrs := []onnxAttr{attrI("num_heads", int64(d.heads)), attrI("kv_num_heads", int64(d.kvHeads)),
+			attrF("scale", 1)} // the attention scale is folded into the query projection
+		if rot := m.arch.rotary[i]; rot.dims > 0 {
+			key := fmt.Sprint(rot.dims, rot.factor, rot.invFreq)
+			t, ok := tables[key]
+			if !ok {
+				t = rotaryCaches(b, rot, m.contextLength(), len(tables))
+				tables[key] = t
+			}
+			ins = append(ins, t[0], t[1])
+			attrs = append(attrs, attrI("do_rotary", 1))
+		}
+		if c := m.arch.attnSoftcap; c > 0 {
+			attrs = append(attrs, attrF("softcap", c))
+		}
+		if win := m.arch.window[i]; win > 0 {
+			// The window counts the query's own position; local_window_size counts the
+			// keys before it.
+			attrs = append(attrs, attrI("local_window_size", int64(win-1)))
+		}
+		att := b.fresh("attention")
+		kOut, vOut := modeldir.StepKeyCacheOut(i), modeldir.StepValueCacheOut(i)
+		b.g.Nodes = append(b.g.Nodes, &onnxNode{
+			Name: fmt.Sprintf("%s%s_%d", b.prefix, pagedAttentionOp, len(b.g.Nodes)), OpType: pagedAttentionOp, Domain: domain,
+			Inputs: ins, Outputs: []string{att, kOut, vOut}, Attrs: attrs,
+		})
+		cacheOuts = append(cacheOuts, kOut, vOut)
+		x = attentionOutputAndMLP(b, m, i, x, att)
+	}
+	b.prefix = "final_"
+	x = b.op("Gather", []string{x, sel}, attrI("axis", 0)) // only the tokens whose logits are wanted
+	x = finalNorm(b, m, x)
+	var logits string
+	if tiedHead(m.cfg, m.w) {
+		logits = tiedHeadLogits(b, m, x, embed)
+	} else {
+		logits = untiedHead(b, m, x)
+	}
+	logits = softcapped(b, logits, m.arch.finalSoftcap)
+	if dtype != Float32 {
+		toHalf(b.g, dtype)
+		logits = b.op("Cast", []string{logits}, attrI("to", int64(onnxFloat)))
+	}
+	b.opTo(modeldir.StepLogits, "Identity", []string{logits})
+	b.output(modeldir.StepLogits, onnxFloat, rows, fixDim(d.vocab))
+	elem := halfType(dtype)
+	for _, name := range cacheOuts {
+		b.output(name, elem, cacheDims...)
+	}
+	opsets := b.opsets()
+	opsets = append(opsets, onnxOpsetID{Domain: domain, Version: 1})
+	return &onnxModel{
+		IRVersion:    onnxIRVersion,
+		Opsets:       dedupOpsets(opsets),
+		ProducerName: "conveyor",
+		DocString:    "a decoder as one step graph over packed rows with paged attention, for Conveyor",
+		Graph:        b.g,
+	}
+}
+
+// rotaryCaches adds the cos and sin caches [positions, dims/2] of rot, each value times
+// the attention factor; k numbers the model's distinct rotaries.
+func rotaryCaches(b *graphBuilder, rot *rotaryPlan, positions, k int) [2]string {
+	half := rot.dims / 2
+	dims := []int64{int64(positions), int64(half)}
+	fill := func(dst []float32, f func(float64) float64) {
+		for p := 0; p < positions; p++ {
+			for j, inv := range rot.invFreq {
+				// The angle in float32, as the reference models compute it.
+				angle := float32(p) * inv
+				dst[p*half+j] = float32(f(float64(angle))) * rot.factor
+			}
+		}
+	}
+	name := fmt.Sprintf("rope%d", k)
+	cos := b.weightGen(name+".cos_cache", dims, func(dst []float32) { fill(dst, math.Cos) })
+	sin := b.weightGen(name+".sin_cache", dims, func(dst []float32) { fill(dst, math.Sin) })
+	return [2]string{cos, sin}
+}
+
+// halfType is the ONNX element type of dtype.
+func halfType(dtype DType) int32 {
+	switch dtype {
+	case Float16:
+		return onnxFloat16
+	case BFloat16:
+		return onnxBF16
+	}
+	return onnxFloat
+}
+
+// toHalf turns the float32 graph g into one of dtype: every float initializer is stored
+// in it, every float input is of it, and every Cast to float casts to it.
+func toHalf(g *onnxGraph, dtype DType) {
+	elem := halfType(dtype)
+	for _, t := range g.Initializers {
+		if t.DataType == onnxFloat {
+			t.DataType, t.Half = elem, elem
+		}
+	}
+	for i := range g.Inputs {
+		if g.Inputs[i].ElemType == onnxFloat {
+			g.Inputs[i].ElemType = elem
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.OpType != "Cast" {
+			continue
+		}
+		for i, a := range n.Attrs {
+			if a.Name == "to" && a.I == int64(onnxFloat) {
+				n.Attrs[i].I = int64(elem)
+			}
+		}
+	}
+}
+
+// dedupOpsets drops repeated domains, keeping the first of each.
+func dedupOpsets(ids []onnxOpsetID) []onnxOpsetID {
+	seen := map[string]bool{}
+	out := ids[:0]
+	for _, id := range ids {
+		if !seen[id.Domain] {
+			seen[id.Domain] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
