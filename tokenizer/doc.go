@@ -58,11 +58,12 @@
 //
 // tokenizer.json of a large model is tens of megabytes (Gemma 3: 33 MB, 262,144 tokens,
 // 514,906 merges). Its vocab and merges are read by a small JSON reader of this package
-// (fastload.go) straight into the vocabulary map (with its size known) and the merge table,
-// the merges' vocabulary lookups spread over the available cores; the rest of the file,
-// small, is read with encoding/json. Whatever that reader does not read exactly as
-// encoding/json would (escapes aside, which it decodes, or hands to encoding/json), and
-// every error, goes through the plain encoding/json reader, which gives the error messages.
+// (fastload.go, with the scanner of jsonscan.go) straight into the vocabulary map (with its
+// size known) and the merge table, the merges' vocabulary lookups spread over the available
+// cores; the rest of the file, small, is read with encoding/json. Whatever that reader does
+// not read exactly as encoding/json would (escapes aside, which it decodes, or hands to
+// encoding/json), and every error, goes through the plain encoding/json reader, which gives
+// the error messages.
 // Gemma 3's tokenizer loads in about 0.4 s on two cores.
 //
 // # Decoding
