@@ -3,11 +3,12 @@
 //
 // # The face
 //
-// The HTTP layer sees four calls: Submit(ctx, req) returns a channel of Events (or fails
-// fast with ErrInvalidRequest, ErrPromptTooLong, ErrOverloaded or ErrClosed, before any
-// response header is written); Abort(id) ends a request; Stats() is a cheap snapshot for
-// metrics; Shutdown(ctx) drains. Events carry token ids, a UTF-8-safe text delta,
-// logprobs, the finish reason, usage and timings — no wire format.
+// The HTTP layer sees three calls (api.Engine): Submit(ctx, req) returns a channel of
+// Events (or fails fast with ErrInvalidRequest, ErrPromptTooLong, ErrOverloaded or
+// ErrClosed, before any response header is written); Abort(id) ends a request; Stats() is a
+// cheap snapshot for metrics. Whoever started the engine calls Shutdown(ctx), which drains.
+// Events carry token ids, a UTF-8-safe text delta, logprobs, the finish reason, usage and
+// timings — no wire format.
 //
 // # One owner
 //
@@ -16,8 +17,9 @@
 // and Abort only append to a mutex-guarded inbox and poke a one-slot wake channel, so they
 // never wait for a step; Submit checks the request against the request rules (rules.go:
 // one table, the only place a limit on a request is written; a broken rule is a
-// *ParamError naming the parameter) and the queue bound there and then, which is what lets the API answer 429 before sending headers. A request whose
-// context is done is aborted through context.AfterFunc (no goroutine until it fires).
+// *ParamError naming the parameter) and the queue bound there and then, which is what
+// lets the API answer 429 before sending headers. A request whose context is done is
+// aborted through context.AfterFunc (no goroutine until it fires).
 // When nothing is running the loop blocks on the wake channel: no polling.
 //
 // # The step loop

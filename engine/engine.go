@@ -14,7 +14,8 @@ import (
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
-// Model runs one forward pass for a batch of sequences; *models.Runner implements it.
+// Model runs one forward pass for a batch of sequences; the runners of package models
+// implement it.
 type Model interface {
 	// Spec describes the model's shape, context and eos ids.
 	Spec() models.Spec
