@@ -31,6 +31,11 @@ type StorageConfig struct {
 	// cache, [num_blocks, block_size, kv_heads, head_dim], which the step graph reads and
 	// writes in place. Gather and Scatter take the head-major layout only.
 	TokenMajor bool
+
+	// NoArenas allocates nothing: the blocks live on a device (a GPU) that the model owns,
+	// and the storage only describes them. LayerK and LayerV return nil, and CopyBlock,
+	// Gather and Scatter fail.
+	NoArenas bool
 }
 
 // slots returns the layers a block holds and each layer's place among them.
@@ -155,6 +160,10 @@ func NewStorage(cfg StorageConfig) (*Storage, error) {
 	s.par = cfg.Parallelism
 	if s.par == 0 {
 		s.par = runtime.GOMAXPROCS(0)
+	}
+	if cfg.NoArenas {
+		s.release = &arenaRelease{f: func() {}}
+		return s, nil
 	}
 	s.k = make([][]byte, slots)
 	s.v = make([][]byte, slots)

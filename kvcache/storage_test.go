@@ -482,3 +482,17 @@ func TestTokenMajorStorageRefusesGatherAndScatter(t *testing.T) {
 		t.Fatalf("CopyBlock: %v", err)
 	}
 }
+
+func TestNoArenasStorageDescribesOnly(t *testing.T) {
+	s, err := NewStorage(StorageConfig{NumBlocks: 1 << 20, BlockSizeTokens: 16, Layers: 24, KVHeads: 8, HeadDim: 128, DType: Float16, NoArenas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.LayerK(0) != nil || s.LayerV(23) != nil {
+		t.Fatal("a storage without arenas handed out an arena")
+	}
+	if err := s.CopyBlock(0, 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("CopyBlock without arenas: %v, want ErrInvalid", err)
+	}
+}
