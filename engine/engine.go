@@ -46,6 +46,7 @@ type Engine struct {
 	// Owned by the engine goroutine.
 	pool    *kvcache.Pool
 	storage *kvcache.Storage
+	copier  models.BlockCopier // copies blocks on the model's device; nil: in storage
 	sched   *scheduler.Scheduler
 	batch   models.Batch // its Cache is storage
 	// groupBuf backs the batch rows' GroupBlocks (layer groups 1, 2, ...).
@@ -146,9 +147,18 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	storage, err := kvcache.NewStorage(layout.Storage(kvcache.StorageConfig{
 		NumBlocks: numBlocks, BlockSizeTokens: cfg.BlockSizeTokens, Layers: spec.NumLayers,
 		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt, Parallelism: cfg.StorageParallelism,
+		TokenMajor: spec.KVTokenMajor, NoArenas: spec.KVOnDevice,
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	var copier models.BlockCopier // nil: blocks are copied in the host storage
+	if spec.KVOnDevice {
+		var ok bool
+		if copier, ok = model.(models.BlockCopier); !ok {
+			storage.Close()
+			return nil, fmt.Errorf("%w: the model keeps its KV cache on its device but cannot copy blocks there", ErrInvalidConfig)
+		}
 	}
 	scfg := cfg.schedulerConfig(maxLen)
 	sched, err := scheduler.New(scfg, pool, nil)
@@ -172,6 +182,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		maxSeqsReq:  cfg.MaxNumSeqs,
 		pool:        pool,
 		storage:     storage,
+		copier:      copier,
 		sched:       sched,
 		nextSeq:     1,
 		live:        make(map[*request]struct{}),

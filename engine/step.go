@@ -24,13 +24,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	e.results = e.results[:len(items)]
 	clear(e.results)
 
-	var err error
-	for _, c := range plan.Copies {
-		if err = e.storage.CopyBlock(c.Src, c.Dst); err != nil {
-			err = fmt.Errorf("copy KV block %d to %d: %w", c.Src, c.Dst, err)
-			break
-		}
-	}
+	err := e.copyBlocks(plan.Copies)
 
 	e.batch.Seqs = e.batch.Seqs[:0]
 	e.groupBuf = e.groupBuf[:0]
@@ -277,4 +271,24 @@ func (e *Engine) groupTables(seq kvcache.SeqID) [][]kvcache.BlockID {
 	start := len(e.groupBuf)
 	e.groupBuf = e.pool.AppendGroupTables(e.groupBuf, seq, 1)
 	return e.groupBuf[start:len(e.groupBuf):len(e.groupBuf)]
+}
+
+// copyBlocks applies the plan's block copies (copy-on-write of a shared partial block),
+// in the host storage or, for a cache on the model's device, there.
+func (e *Engine) copyBlocks(ops []kvcache.CopyOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	if e.copier != nil {
+		if err := e.copier.CopyBlocks(ops); err != nil {
+			return fmt.Errorf("copy KV blocks on the device: %w", err)
+		}
+		return nil
+	}
+	for _, c := range ops {
+		if err := e.storage.CopyBlock(c.Src, c.Dst); err != nil {
+			return fmt.Errorf("copy KV block %d to %d: %w", c.Src, c.Dst, err)
+		}
+	}
+	return nil
 }

@@ -81,6 +81,20 @@ type Spec struct {
 	// layers give back the KV blocks their window has passed; nil treats every layer as
 	// full.
 	LayerWindows []int
+	// KVTokenMajor says the model reads and writes the cache token-major
+	// (kvcache.StorageConfig.TokenMajor: the step graph's PagedAttention layout).
+	KVTokenMajor bool
+	// KVOnDevice says the cache lives on the model's device (a GPU): the batch's storage
+	// then only describes it (kvcache.StorageConfig.NoArenas), and the model copies blocks
+	// itself (BlockCopier).
+	KVOnDevice bool
+}
+
+// BlockCopier is implemented by a model whose KV cache lives on its device
+// (Spec.KVOnDevice): it copies whole blocks there, in order, as
+// kvcache.Storage.ApplyCopies does on the host.
+type BlockCopier interface {
+	CopyBlocks(ops []kvcache.CopyOp) error
 }
 
 // KVBytesPerToken returns the bytes one token's keys and values take over all layers.
