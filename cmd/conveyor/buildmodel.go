@@ -26,9 +26,10 @@ func runBuildModel(args []string) error {
 	out := fs.String("out", "", "output model directory")
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
 	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; Conveyor's int8 kernel) or int4 (blocks of 32 along the input axis; MatMulNBits)")
+	dtype := fs.String("dtype", "float32", "float type of the step graph (step/, served with --attention graph): float32 runs on CPUs, float16 or bfloat16 on NVIDIA GPUs (--device cuda)")
 	hfCheckpoint := fs.Bool("hf-checkpoint", false, "with --random: write a Hugging Face checkpoint (config.json, model.safetensors in the config's torch_dtype) instead of a model directory")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR [--quantize int8|int4]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR [--quantize int8|int4] [--dtype float32|float16|bfloat16]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -55,6 +56,10 @@ func runBuildModel(args []string) error {
 	if err != nil {
 		return fmt.Errorf("build-model: --quantize: %w", err)
 	}
+	stepType, err := convert.ParseDType(*dtype)
+	if err != nil {
+		return fmt.Errorf("build-model: --dtype: %w", err)
+	}
 	if *hfCheckpoint && quant.Bits != 0 {
 		return errors.New("build-model: --quantize applies to model directories, not --hf-checkpoint")
 	}
@@ -72,9 +77,9 @@ func runBuildModel(args []string) error {
 	}
 	var res *convert.BuildResult
 	if *random {
-		res, err = convert.BuildRandomWith(*configPath, *out, *seed, convert.Options{Quantize: quant})
+		res, err = convert.BuildRandomWith(*configPath, *out, *seed, convert.Options{Quantize: quant, StepDType: stepType})
 	} else {
-		res, err = convert.BuildFromHFWith(*from, *out, convert.Options{Quantize: quant})
+		res, err = convert.BuildFromHFWith(*from, *out, convert.Options{Quantize: quant, StepDType: stepType})
 	}
 	if err != nil {
 		return err

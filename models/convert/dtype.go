@@ -1,5 +1,7 @@
 package convert
 
+import "fmt"
+
 // DType is the element type weights are stored in.
 type DType int
 
@@ -19,4 +21,14 @@ func (d DType) String() string {
 		return "bfloat16"
 	}
 	return "float32"
+}
+
+// ParseDType reads "float32", "float16" or "bfloat16".
+func ParseDType(s string) (DType, error) {
+	for _, d := range []DType{Float32, Float16, BFloat16} {
+		if s == d.String() {
+			return d, nil
+		}
+	}
+	return Float32, fmt.Errorf("%w: dtype %q: want float32, float16 or bfloat16", ErrBadConfig, s)
 }

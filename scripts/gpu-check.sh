@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with an NVIDIA GPU, the CUDA 13 and cuDNN 9 libraries and
+# ONNX Runtime's CUDA provider (`make ort-gpu`), in about eight minutes:
+#   1. the model families' PyTorch fixtures through the float16 step graph on the GPU;
+#   2. the Qwen2.5-0.5B shape (random weights, float16) served with --device cuda, and
+#      `conveyor bench` at 1, 16 and 64 streams, 128 -> 128 tokens, closed loop;
+#   3. `conveyor bench compare` (continuous vs static vs sequential) on the GPU;
+#   4. a short report: the GPU, every figure, and where the logs are.
+#
+# Usage: scripts/gpu-check.sh [OUT_DIR]        (default gpu-check/)
+#
+# It uses bin/conveyor and bin/models.test when they exist (built elsewhere with `make build`
+# and `go test -c -o bin/models.test ./models/`), and builds them when Go is at hand. ONNX
+# Runtime is found as serve finds it (CONVEYOR_ORT_LIB, default .ort/libonnxruntime.so.1;
+# CONVEYOR_ORT_CUDA_PROVIDER, default .ort/gpu/libonnxruntime_providers_cuda.so); a library
+# shipped compressed as FILE.xz beside that path is unpacked first. The CUDA and cuDNN
+# libraries come from LD_LIBRARY_PATH, or from the nvidia-*-cu13 Python wheels when python3
+# has them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${1:-gpu-check}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d)
+port=${GPU_CHECK_PORT:-8123}
+server=""
+cleanup() {
+	[ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$out/check.log"; }
+
+# --- the libraries -------------------------------------------------------------------
+export CONVEYOR_ORT_LIB=${CONVEYOR_ORT_LIB:-$root/.ort/libonnxruntime.so.1}
+export CONVEYOR_ORT_CUDA_PROVIDER=${CONVEYOR_ORT_CUDA_PROVIDER:-$root/.ort/gpu/libonnxruntime_providers_cuda.so}
+unpack() { # FILE: unpack FILE.xz when FILE is missing
+	[ -f "$1" ] || [ ! -f "$1.xz" ] || {
+		log "unpacking $1.xz"
+		if command -v xz >/dev/null; then xz -dk "$1.xz"; else python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1.xz" "$1"; fi
+	}
+}
+for f in "$CONVEYOR_ORT_LIB" "$CONVEYOR_ORT_CUDA_PROVIDER" "$(dirname "$CONVEYOR_ORT_CUDA_PROVIDER")/libonnxruntime_providers_shared.so"; do
+	unpack "$f"
+done
+cuda_dirs=$(python3 - <<'EOF' 2>/dev/null || true
+import glob, os, site
+dirs = []
+for sp in site.getsitepackages():
+    dirs += glob.glob(os.path.join(sp, "nvidia", "*", "lib"))
+print(":".join(sorted(set(dirs))))
+EOF
+)
+export LD_LIBRARY_PATH="$(dirname "$CONVEYOR_ORT_LIB"):$(dirname "$CONVEYOR_ORT_CUDA_PROVIDER")${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# --- the binaries --------------------------------------------------------------------
+if command -v go >/dev/null; then
+	log "building bin/conveyor and bin/models.test"
+	go build -o bin/conveyor ./cmd/conveyor
+	go test -c -o bin/models.test ./models/
+fi
+[ -x bin/conveyor ] || { echo "gpu-check: bin/conveyor is missing: run \`make build\` (or carry it here)"; exit 1; }
+bin=$root/bin/conveyor
+
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+[ -n "$gpu" ] || { echo "gpu-check: no NVIDIA GPU answers nvidia-smi"; exit 1; }
+log "GPU: $gpu"
+
+# --- 1. the families' fixtures on the GPU ---------------------------------------------
+fixtures="not run (bin/models.test missing)"
+if [ -x bin/models.test ]; then
+	log "family fixtures through the float16 step graph on the GPU"
+	if (cd models && CONVEYOR_TEST_DEVICE=cuda ../bin/models.test -test.run 'TestStepGraphFamiliesOnGPU' -test.v -test.count=1) >"$out/fixtures.log" 2>&1; then
+		fixtures="passed"
+	else
+		fixtures="FAILED (see fixtures.log)"
+	fi
+	log "fixtures: $fixtures"
+	grep -E '^(=== RUN|--- |\s+families|ok|FAIL|PASS)' "$out/fixtures.log" | tail -n 40 >>"$out/check.log" || true
+fi
+
+# --- 2. the 0.5B shape, served on the GPU, at 1, 16 and 64 streams --------------------
+model=$work/qwen2-0.5b
+log "building the Qwen2.5-0.5B shape (random weights) with a float16 step graph"
+"$bin" build-model --random --config models/testdata/qwen2-0.5b/config.json --out "$model" --dtype float16 >"$out/build.log" 2>&1
+log "serving it with --device cuda on port $port"
+"$bin" serve --model "$model" --served-model-name q05 --device cuda --host 127.0.0.1 --port "$port" \
+	--kv-cache-memory 8GiB --max-num-seqs 64 >"$out/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 120); do
+	curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+	kill -0 "$server" 2>/dev/null || { log "the server exited:"; tail -n 20 "$out/serve.log" | tee -a "$out/check.log"; exit 1; }
+	sleep 1
+done
+grep -m1 ready "$out/serve.log" | tee -a "$out/check.log" || true
+for c in 1 16 64; do
+	n=$((c * 3 > 24 ? c * 3 : 24))
+	log "bench: $c streams, $n requests of 128 -> 128 tokens"
+	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len 128 \
+		--num-requests $((n / 4)) --max-concurrency "$c" --request-rate inf --max-token-id 8000 --no-progress --json >/dev/null 2>&1 || true # warm-up
+	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len 128 \
+		--num-requests "$n" --max-concurrency "$c" --request-rate inf --max-token-id 8000 --no-progress --json >"$out/bench_$c.json"
+done
+kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
+server=""
+
+# --- 3. continuous vs static vs sequential on the GPU ----------------------------------
+log "bench compare: continuous, static and sequential on the GPU"
+compare="passed"
+"$bin" bench compare --model "$model" --device cuda --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
+	--num-requests 64 --rates 8,32,inf --max-num-seqs 64 --max-batch-size 16 --kv-cache-memory 4GiB \
+	--max-token-id 8000 --server-log "$out/compare-servers.log" >"$out/compare.log" 2>&1 || compare="FAILED (see compare.log)"
+log "bench compare: $compare"
+
+# --- 4. the report ---------------------------------------------------------------------
+python3 - "$out" "$gpu" "$fixtures" "$compare" >"$out/report.md" <<'EOF'
+import json, os, sys
+out, gpu, fixtures, compare = sys.argv[1:5]
+print("# Conveyor GPU check\n")
+print(f"- GPU: {gpu}")
+print(f"- family fixtures (float16 step graph): {fixtures}")
+print(f"- bench compare: {compare} (report: compare/report.md)\n")
+print("Qwen2.5-0.5B shape, random weights, float16, 128 -> 128 tokens, closed loop:\n")
+print("| streams | tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | completed | failed |")
+print("|---|---|---|---|---|---|---|")
+for c in (1, 16, 64):
+    p = os.path.join(out, f"bench_{c}.json")
+    try:
+        r = json.load(open(p))
+    except Exception as e:
+        print(f"| {c} | - | - | - | - | - | {e} |")
+        continue
+    print(f"| {c} | {r['output_throughput']:.0f} | {r['ttft']['p50_ms']:.1f} | {r['itl']['p50_ms']:.2f} | "
+          f"{r['itl']['p99_ms']:.2f} | {r['completed']} | {r['failed']} |")
+EOF
+cat "$out/report.md" | tee -a "$out/check.log"
