@@ -9,8 +9,10 @@
 // sequences of JSON characters (well-formed UTF-8 or escapes) with minLength/maxLength
 // unrolled; integers follow their bounds digit by digit; enum and const are literals;
 // anyOf and type lists are alternatives. Whitespace between tokens is limited to two
-// bytes, and once the value is complete only end of sequence (or that much whitespace)
-// is allowed, so a constrained reply ends by itself. A keyword the compiler does not
+// bytes (CompileWrapped's tool calls take pretty-printed JSON instead: a newline and
+// bounded indentation where a pretty-printer breaks lines, no more), and once the value
+// is complete only end of sequence (or that much whitespace) is allowed, so a
+// constrained reply ends by itself. A keyword the compiler does not
 // implement is an ErrUnsupported naming it under strict, ignored otherwise.
 //
 // A Constraint binds a Grammar to a Vocabulary (every token's bytes, in a trie). It

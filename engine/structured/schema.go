@@ -68,9 +68,12 @@ type compiler struct {
 	root    *jv
 	strict  bool
 	compact bool // no whitespace between JSON tokens
-	// indented allows, between JSON tokens, nothing, one space, or a newline and up to
-	// maxIndent bytes of indentation (llama.cpp's JSON layout): pretty-printed JSON, as
-	// models write tool calls, stays inside the grammar, and no place can be padded.
+	// indented takes JSON laid out compact or pretty-printed, as models write tool
+	// calls, and nothing else: where a pretty-printer breaks lines (after an opening
+	// bracket or a comma, before a closing bracket) nothing, one space, or a newline and
+	// up to maxIndent spaces or tabs (one kind); after a colon nothing or one space;
+	// before a colon or a comma nothing. Every place is bounded, and so few bytes are
+	// free that a hot model cannot spend its max_tokens on layout.
 	indented bool
 	err      error
 	pending  []pendingRule
@@ -111,20 +114,41 @@ func (c *compiler) bad(format string, args ...any) frag {
 	return c.b.empty()
 }
 
-// maxIndent bounds the indentation after a newline in the indented layout.
+// maxIndent bounds the indentation after a newline in the indented layout (llama.cpp's
+// JSON grammars allow as much).
 const maxIndent = 20
 
-// ws matches the whitespace allowed between two JSON tokens.
+// ws matches the whitespace allowed where a pretty-printer breaks lines: after '{', '['
+// and ',', and before '}' and ']' (and around the whole value).
 func (c *compiler) ws() frag {
 	if c.compact {
 		return c.b.empty()
 	}
 	if c.indented {
 		b := c.b
-		indent := b.repeat(func() frag { return b.class(' ', ' ', '\t', '\t') }, 0, maxIndent)
-		return b.opt(b.alt(b.lit(" "), b.seq(b.lit("\n"), indent)))
+		spaces := b.repeat(func() frag { return b.lit(" ") }, 0, maxIndent)
+		tabs := b.repeat(func() frag { return b.lit("\t") }, 1, maxIndent)
+		return b.opt(b.alt(b.lit(" "), b.seq(b.lit("\n"), b.alt(spaces, tabs))))
 	}
 	return c.b.repeat(func() frag { return c.b.class(' ', ' ', '\n', '\n', '\t', '\t', '\r', '\r') }, 0, maxWhitespace)
+}
+
+// wsBefore matches the whitespace allowed before ':' and ',': none in the indented
+// layout, where no pretty-printer puts any.
+func (c *compiler) wsBefore() frag {
+	if c.indented {
+		return c.b.empty()
+	}
+	return c.ws()
+}
+
+// wsColon matches the whitespace allowed after ':': one space at most in the indented
+// layout.
+func (c *compiler) wsColon() frag {
+	if c.indented {
+		return c.b.opt(c.b.lit(" "))
+	}
+	return c.ws()
 }
 
 // annotation keywords never constrain the value.
@@ -404,8 +428,8 @@ func (c *compiler) object(s *jv, path string) frag {
 		// One copy of the member, entered directly when it is the first one written
 		// and after a comma otherwise.
 		start := b.node()
-		m := b.seq(b.lit(string(key)), c.ws(), b.lit(":"), c.ws(), c.value(kv.v, path+"/properties/"+kv.k))
-		comma := b.seq(c.ws(), b.lit(","), c.ws())
+		m := b.seq(b.lit(string(key)), c.wsBefore(), b.lit(":"), c.wsColon(), c.value(kv.v, path+"/properties/"+kv.k))
+		comma := b.seq(c.wsBefore(), b.lit(","), c.ws())
 		nextNone, nextSome := b.node(), b.node()
 		b.eps(none, start)
 		b.eps(some, comma.in)
@@ -455,7 +479,7 @@ func (c *compiler) array(s *jv, path string) frag {
 	if hi < 0 {
 		restHi = -1
 	}
-	rest := b.repeat(func() frag { return b.seq(c.ws(), b.lit(","), c.ws(), item()) }, restLo, restHi)
+	rest := b.repeat(func() frag { return b.seq(c.wsBefore(), b.lit(","), c.ws(), item()) }, restLo, restHi)
 	body := b.seq(first, rest, c.ws())
 	if lo == 0 {
 		body = b.opt(body)
@@ -647,16 +671,16 @@ func (c *compiler) anyValue() frag {
 func (c *compiler) anyObject() frag {
 	b := c.b
 	member := func() frag {
-		return b.seq(c.str(0, -1), c.ws(), b.lit(":"), c.ws(), c.anyValue())
+		return b.seq(c.str(0, -1), c.wsBefore(), b.lit(":"), c.wsColon(), c.anyValue())
 	}
-	more := b.star(func() frag { return b.seq(c.ws(), b.lit(","), c.ws(), member()) })
+	more := b.star(func() frag { return b.seq(c.wsBefore(), b.lit(","), c.ws(), member()) })
 	return b.seq(b.lit("{"), c.ws(), b.opt(b.seq(member(), more, c.ws())), b.lit("}"))
 }
 
 // anyArray matches any JSON array.
 func (c *compiler) anyArray() frag {
 	b := c.b
-	more := b.star(func() frag { return b.seq(c.ws(), b.lit(","), c.ws(), c.anyValue()) })
+	more := b.star(func() frag { return b.seq(c.wsBefore(), b.lit(","), c.ws(), c.anyValue()) })
 	return b.seq(b.lit("["), c.ws(), b.opt(b.seq(c.anyValue(), more, c.ws())), b.lit("]"))
 }
 

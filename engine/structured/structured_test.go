@@ -425,8 +425,10 @@ func TestCompileWrapped(t *testing.T) {
 	}
 }
 
-// TestWrappedLayout: a call grammar takes calls compact or pretty-printed (a space, or a
-// newline and indentation, between JSON tokens), as models write them, but no padding.
+// TestWrappedLayout: a call grammar takes calls compact or pretty-printed, as models write
+// them, and no other layout: a newline and one kind of indentation where a pretty-printer
+// breaks lines, one space after a colon, nothing before a colon or a comma, so that a hot
+// model cannot spend its tokens on layout.
 func TestWrappedLayout(t *testing.T) {
 	schema := `{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object",
 		"properties":{"x":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["x"]}},
@@ -437,9 +439,10 @@ func TestWrappedLayout(t *testing.T) {
 	}
 	for _, ok := range []string{
 		`{"name":"f","arguments":{"x":1}}`,
-		`{"name": "f", "arguments": {"x": 1}}`,
+		`{"name": "f", "arguments": {"x": 1, "tags": ["a", "b"]}}`,
 		"{\n  \"name\": \"f\",\n  \"arguments\": {\n    \"x\": 1,\n    \"tags\": [\n      \"a\"\n    ]\n  }\n}",
-		"{\n\t\"name\": \"f\",\n\t\"arguments\": {\"x\": 1}\n}\n{ \"name\" : \"f\" , \"arguments\" : { \"x\" : 2 } }",
+		"{\n\t\"name\": \"f\",\n\t\"arguments\": {\"x\": 1}\n}\n{ \"name\": \"f\", \"arguments\": { \"x\": 2 } }",
+		"{\n" + strings.Repeat(" ", maxIndent) + `"name":"f","arguments":{"x":1}}`,
 	} {
 		if !acceptsBytes(g, ok) {
 			t.Errorf("refused %q", ok)
@@ -449,6 +452,13 @@ func TestWrappedLayout(t *testing.T) {
 		`{  "name":"f","arguments":{"x":1}}`,           // two spaces
 		"{\n\n\"name\":\"f\",\"arguments\":{\"x\":1}}", // a blank line
 		"{\n" + strings.Repeat(" ", maxIndent+1) + `"name":"f","arguments":{"x":1}}`,
+		"{\n" + strings.Repeat("\t", maxIndent+1) + `"name":"f","arguments":{"x":1}}`,
+		"{\n \t\"name\":\"f\",\"arguments\":{\"x\":1}}",      // spaces and tabs mixed
+		`{"name" :"f","arguments":{"x":1}}`,                  // before a colon
+		`{"name":"f" ,"arguments":{"x":1}}`,                  // before a comma
+		`{"name":  "f","arguments":{"x":1}}`,                 // two spaces after a colon
+		"{\"name\":\n\"f\",\"arguments\":{\"x\":1}}",         // a newline after a colon
+		`{"name":"f","arguments":{"x":1,"tags":["a" ,"b"]}}`, // before a comma in an array
 		`{"name":"g","arguments":{"x":1}}`,
 	} {
 		if acceptsBytes(g, bad) {

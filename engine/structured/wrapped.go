@@ -6,8 +6,9 @@ import "fmt"
 // prefix + value + suffix and separated by sep (max < 0: no limit): the shape of tool
 // calls in a model's own format, e.g. `<tool_call>\n` + {"name": ..., "arguments": ...}
 // + `\n</tool_call>`. Inside the value the rules of CompileSchema hold, laid out compact
-// or pretty-printed (between JSON tokens: nothing, one space, or a newline and up to 20
-// bytes of indentation, as models write calls); the literals are matched byte for byte.
+// or pretty-printed as models write calls, and no looser: where a pretty-printer breaks
+// lines, nothing, one space, or a newline and up to 20 spaces or tabs; after a colon one
+// space at most; before a colon or a comma nothing. The literals are matched byte for byte.
 func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max int, strict bool) (*Grammar, error) {
 	if min < 1 || (max >= 0 && max < min) {
 		return nil, fmt.Errorf("%w: between %d and %d values", ErrBadSchema, min, max)
