@@ -1,0 +1,39 @@
+// Package ort owns Conveyor's use of ONNX Runtime: the shared library, the process's one
+// environment and its shared intra-op thread pool, Conveyor's own operators,
+// execution providers and their devices, device memory, and sessions that run with
+// pre-allocated outputs. Every direct call of ONNX Runtime's C API goes through this
+// package (capi.c), by member name through the vendored third_party/onnxruntime header,
+// never by a position in the function table.
+//
+// # The process
+//
+// Init loads the library (ResolveLib: --ort-lib, $CONVEYOR_ORT_LIB or .ort/) and creates
+// the environment with one intra-op pool that sessions share (PoolOptions). It also
+// initialises github.com/yalue/onnxruntime_go on the same library and environment: the
+// runners in models open their sessions through it, and take this package's session
+// option helpers (UseSharedPool, RegisterOps) for them.
+//
+// # Devices, sessions and tensors
+//
+// A Device is the host (CPU) or a device of an execution provider. OpenCUDA attaches
+// ONNX Runtime's CUDA provider the way its plugin interface works (the provider library
+// registered once per process with RegisterExecutionProviderLibrary, its OrtEpDevice
+// picked from GetEpDevices, and SessionOptionsAppendExecutionProvider_V2 on each
+// session); what is missing for it (the provider, a CUDA or cuDNN library, a GPU) is one
+// line wrapping ErrNoDevice.
+//
+// NewSession opens a session of this package's own on a device. Its Run is ONNX
+// Runtime's plain Run with every output pre-allocated by the caller; an output may be
+// the very Value given as an input, which is how a KV cache on the device is updated in
+// place. A Value wraps host memory the caller owns (NewHostTensor, no copy) or memory ONNX
+// Runtime allocates on a device (NewDeviceTensor); CopyTensors moves data between them.
+//
+//	if err := ort.Init(""); err != nil { ... }
+//	dev, err := ort.OpenCUDA("", 0) // or ort.CPU()
+//	sess, err := ort.NewSession("step.onnx", ort.SessionConfig{Device: dev, OwnOps: true})
+//	cache, err := ort.NewDeviceTensor(dev, ort.Float16, []int64{blocks, 16, kvHeads, headDim})
+//	ids, err := ort.NewHostTensor(ort.Int64, []int64{1, n}, unsafe.Pointer(&idsBuf[0]), 8*n)
+//	logits, err := ort.NewHostTensor(ort.Float32, []int64{1, vocab}, unsafe.Pointer(&out[0]), 4*vocab)
+//	err = sess.Run([]string{"input_ids", "key_cache"}, []*ort.Value{ids, cache},
+//		[]string{"logits", "key_cache_out"}, []*ort.Value{logits, cache})
+package ort
