@@ -1,0 +1,214 @@
+// One work item's attention for one instruction set; kernel.c includes this file once
+// per set with VW (lanes of a float vector), SFX (a name suffix) and KFN (the function
+// attributes that select the set) defined. No include guard on purpose.
+
+#define CV_PA_CAT2(a, b) a##b
+#define CV_PA_CAT(a, b) CV_PA_CAT2(a, b)
+#define N(name) CV_PA_CAT(name, SFX)
+
+typedef float N(vf) __attribute__((vector_size(VW * 4)));
+typedef float N(vfu) __attribute__((vector_size(VW * 4), aligned(4)));
+typedef int32_t N(vi) __attribute__((vector_size(VW * 4)));
+
+KFN static inline N(vf) N(load)(const float *p) { return *(const N(vfu) *)p; }
+KFN static inline void N(store)(float *p, N(vf) v) { *(N(vfu) *)p = v; }
+KFN static inline N(vf) N(splat)(float x) { return (N(vf)){0} + x; }
+
+// hsum adds the lanes of v pairwise.
+KFN static inline float N(hsum)(N(vf) v) {
+	float t[VW];
+	memcpy(t, &v, sizeof t);
+	for (int w = VW / 2; w >= 1; w /= 2) {
+		for (int i = 0; i < w; i++) {
+			t[i] += t[i + w];
+		}
+	}
+	return t[0];
+}
+
+KFN static inline N(vf) N(select)(N(vi) mask, N(vf) a, N(vf) b) {
+	return (N(vf))(((N(vi))a & mask) | ((N(vi))b & ~mask));
+}
+
+// vexp is e^x in every lane: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-6
+// Taylor-like minimax polynomial (Cephes' expf coefficients, relative error ~1e-7),
+// times 2^n built in the exponent bits. Lanes below -87.3 give 0, above 88.3 saturate.
+KFN static inline N(vf) N(vexp)(N(vf) x) {
+	const N(vi) under = x < N(splat)(-87.3f);
+	x = N(select)(x > N(splat)(88.3f), N(splat)(88.3f), x);
+	x = N(select)(under, N(splat)(0.0f), x);
+	const N(vf) fx = x * N(splat)(1.44269504088896341f) + N(splat)(0.5f);
+	N(vi) n = __builtin_convertvector(fx, N(vi));
+	n = n + (N(vi))(__builtin_convertvector(n, N(vf)) > fx); // truncation -> floor (a true lane is -1)
+	const N(vf) nf = __builtin_convertvector(n, N(vf));
+	const N(vf) r = x - nf * N(splat)(0.693359375f) - nf * N(splat)(-2.12194440e-4f);
+	N(vf) y = N(splat)(1.9875691500e-4f);
+	y = y * r + N(splat)(1.3981999507e-3f);
+	y = y * r + N(splat)(8.3334519073e-3f);
+	y = y * r + N(splat)(4.1665795894e-2f);
+	y = y * r + N(splat)(1.6666665459e-1f);
+	y = y * r + N(splat)(5.0000001201e-1f);
+	y = y * r * r + r + N(splat)(1.0f);
+	return N(select)(under, N(splat)(0.0f), y * (N(vf))((n + 127) << 23));
+}
+
+// dot returns a·b over n floats.
+KFN static inline float N(dot)(const float *a, const float *b, int n) {
+	N(vf) s0 = {0}, s1 = {0};
+	int d = 0;
+	for (; d + 2 * VW <= n; d += 2 * VW) {
+		s0 += N(load)(a + d) * N(load)(b + d);
+		s1 += N(load)(a + d + VW) * N(load)(b + d + VW);
+	}
+	for (; d + VW <= n; d += VW) {
+		s0 += N(load)(a + d) * N(load)(b + d);
+	}
+	float s = N(hsum)(s0 + s1);
+	for (; d < n; d++) {
+		s += a[d] * b[d];
+	}
+	return s;
+}
+
+// axpy adds w·v to acc over n floats.
+KFN static inline void N(axpy)(float *acc, float w, const float *v, int n) {
+	const N(vf) wv = N(splat)(w);
+	int d = 0;
+	for (; d + VW <= n; d += VW) {
+		N(store)(acc + d, N(load)(acc + d) + wv * N(load)(v + d));
+	}
+	for (; d < n; d++) {
+		acc[d] += w * v[d];
+	}
+}
+
+// softcap replaces each of s[0..n) by cap·tanh(s/cap), tanh(y) = 1 - 2/(e^2y + 1).
+KFN static inline void N(softcap)(float *s, int n, float cap) {
+	const float k = 2.0f / cap;
+	int i = 0;
+	for (; i + VW <= n; i += VW) {
+		const N(vf) e = N(vexp)(N(load)(s + i) * N(splat)(k));
+		N(store)(s + i, N(splat)(cap) - N(splat)(2.0f * cap) / (e + N(splat)(1.0f)));
+	}
+	for (; i < n; i++) {
+		s[i] = cap * tanhf(s[i] / cap);
+	}
+}
+
+// exp_sum replaces each of s[0..n) by e^(s-m) and returns their sum.
+KFN static inline float N(exp_sum)(float *s, int n, float m) {
+	N(vf) acc = {0};
+	int i = 0;
+	for (; i + VW <= n; i += VW) {
+		const N(vf) e = N(vexp)(N(load)(s + i) - N(splat)(m));
+		N(store)(s + i, e);
+		acc += e;
+	}
+	float sum = N(hsum)(acc);
+	for (; i < n; i++) {
+		s[i] = expf(s[i] - m);
+		sum += s[i];
+	}
+	return sum;
+}
+
+// cv_pa_attend_SFX computes item it: every query row (token × the KV head's query
+// heads) against the keys it sees, walked once in tiles along the row's blocks, with an
+// online softmax (a running maximum, denominator and weighted sum per query row).
+KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
+	const cv_pa_geom *g = &x->g;
+	const int D = (int)g->head_dim, H = (int)x->a.num_heads, G = H / (int)x->a.kv_num_heads;
+	const int64_t kvw = x->a.kv_num_heads * g->head_dim, qs = cv_pa_q_stride(x), bs = g->block_size;
+	const int b = it->row, kvh = it->kv_head, nt = it->j1 - it->j0, rows = nt * G;
+	const int64_t t0 = (int64_t)x->cu_seqlens[b] + it->j0, p0 = (int64_t)x->past_seqlens[b] + it->j0;
+	const float scale = x->a.scale != 0 ? x->a.scale : 1.0f / sqrtf((float)D), cap = x->a.softcap;
+	const int half = (int)g->rotary_half;
+
+	float *buf = cv_pa_alloc((size_t)rows * D * 2 + 2 * (size_t)rows + CV_PA_TILE);
+	if (buf == NULL) {
+		return -1;
+	}
+	float *q = buf, *acc = q + (size_t)rows * D, *m = acc + (size_t)rows * D, *l = m + rows, *s = l + rows;
+	for (int j = 0; j < nt; j++) {
+		for (int gh = 0; gh < G; gh++) {
+			const int r = j * G + gh;
+			float *qr = q + (size_t)r * D;
+			memcpy(qr, x->query + (t0 + j) * qs + (int64_t)(kvh * G + gh) * D, (size_t)D * sizeof(float));
+			if (x->a.do_rotary) {
+				cv_pa_rotate(qr, x->cos_cache + (p0 + j) * half, x->sin_cache + (p0 + j) * half, half,
+					(int)x->a.rotary_interleaved);
+			}
+			for (int d = 0; d < D; d++) {
+				qr[d] *= scale;
+			}
+			m[r] = -INFINITY;
+			l[r] = 0;
+		}
+	}
+	memset(acc, 0, (size_t)rows * D * sizeof(float));
+
+	const int32_t *bt = x->block_table + (int64_t)b * g->max_blocks;
+	const int64_t last = p0 + nt - 1;
+	for (int64_t pos = cv_pa_first_key(x, p0); pos <= last;) {
+		// A tile: consecutive positions within one block, at most CV_PA_TILE of them.
+		int64_t end = (pos / bs + 1) * bs;
+		end = end < pos + CV_PA_TILE ? end : pos + CV_PA_TILE;
+		end = end < last + 1 ? end : last + 1;
+		const int64_t slot = (int64_t)bt[pos / bs] * bs + pos % bs;
+		const float *kt = x->key_cache + slot * kvw + (int64_t)kvh * D;
+		const float *vt = x->value_cache + slot * kvw + (int64_t)kvh * D;
+		for (int j = 0; j < nt; j++) {
+			const int64_t p = p0 + j, first = cv_pa_first_key(x, p);
+			const int64_t lo = pos > first ? pos : first, hi = end < p + 1 ? end : p + 1;
+			if (lo >= hi) {
+				continue;
+			}
+			const int n = (int)(hi - lo);
+			const float *k = kt + (lo - pos) * kvw, *v = vt + (lo - pos) * kvw;
+			for (int r = j * G; r < (j + 1) * G; r++) {
+				const float *qr = q + (size_t)r * D;
+				float *ar = acc + (size_t)r * D;
+				float mx = -INFINITY;
+				for (int i = 0; i < n; i++) {
+					s[i] = N(dot)(qr, k + i * kvw, D);
+				}
+				if (cap > 0) {
+					N(softcap)(s, n, cap);
+				}
+				for (int i = 0; i < n; i++) {
+					mx = s[i] > mx ? s[i] : mx;
+				}
+				if (mx > m[r]) {
+					const float c = expf(m[r] - mx);
+					l[r] *= c;
+					for (int d = 0; d < D; d++) {
+						ar[d] *= c;
+					}
+					m[r] = mx;
+				}
+				l[r] += N(exp_sum)(s, n, m[r]);
+				for (int i = 0; i < n; i++) {
+					N(axpy)(ar, s[i], v + i * kvw, D);
+				}
+			}
+		}
+		pos = end;
+	}
+
+	for (int j = 0; j < nt; j++) {
+		for (int gh = 0; gh < G; gh++) {
+			const int r = j * G + gh;
+			const float inv = 1.0f / l[r];
+			float *o = x->output + (t0 + j) * H * D + (int64_t)(kvh * G + gh) * D;
+			for (int d = 0; d < D; d++) {
+				o[d] = acc[(size_t)r * D + d] * inv;
+			}
+		}
+	}
+	free(buf);
+	return 0;
+}
+
+#undef N
+#undef CV_PA_CAT
+#undef CV_PA_CAT2
