@@ -203,6 +203,9 @@ static OrtCustomOp i8op = {
 	.ReleaseAliasMap = i8op_release_map,
 };
 
+// cv_i8op_custom_op returns Int8Linear's OrtCustomOp.
+const void *cv_i8op_custom_op(void) { return &i8op; }
+
 static OrtCustomOpDomain *i8op_domain;
 
 // cv_i8op_register adds the com.conveyor domain with Int8Linear to the session options.

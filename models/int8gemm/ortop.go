@@ -41,3 +41,8 @@ func RegisterOp(api, sessionOptions unsafe.Pointer) error {
 	}
 	return nil
 }
+
+// CustomOp returns the operator's OrtCustomOp, for a com.conveyor domain that holds
+// Conveyor's other operators too (ONNX Runtime refuses a session with two domains of one
+// name; see pagedattn.RegisterOp).
+func CustomOp() unsafe.Pointer { return unsafe.Pointer(C.cv_i8op_custom_op()) }

@@ -6,5 +6,6 @@
 #define CV_INT8_OP "Int8Linear"
 
 char *cv_i8op_register(const void *api, void *session_options);
+const void *cv_i8op_custom_op(void);
 
 #endif
