@@ -149,6 +149,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // The shared intra-op pool. Every session of the process whose thread count matches
@@ -191,9 +192,11 @@ func sessionOptionsPtr(so *ort.SessionOptions) unsafe.Pointer {
 }
 
 // registerOps adds Conveyor's own ONNX Runtime operators (int8gemm's Int8Linear, which
-// the paged segments of int8 builds use) to so.
+// the paged segments of int8 builds use, and pagedattn's PagedAttention, the CPU's
+// stand-in for com.microsoft.PagedAttention in one-graph steps) to so.
 func registerOps(so *ort.SessionOptions) error {
-	return int8gemm.RegisterOp(C.conveyorOrtApi(), sessionOptionsPtr(so))
+	// One com.conveyor domain holds both: ONNX Runtime refuses two domains of one name.
+	return pagedattn.RegisterOp(C.conveyorOrtApi(), sessionOptionsPtr(so), int8gemm.CustomOp())
 }
 
 // useSharedPool makes a session opened with so run on the shared pool.
