@@ -13,6 +13,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
+	cvort "github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // PagedRunner runs a model through its paged layout (modeldir.PagedManifest): one ONNX
@@ -57,7 +58,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
 	opts = pagedOpenOptions(man, opts)
-	if err := initORT(opts.ORTLib, opts.pool()); err != nil {
+	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	meta, err := readModelMeta(dir)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
+	cvort "github.com/conveyor-llm/conveyor/models/ort"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -252,7 +253,7 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := initORT(opts.ORTLib, opts.pool()); err != nil {
+	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	modelPath := filepath.Join(dir, "model.onnx")
@@ -305,22 +306,8 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 }
 
 // pool returns the shared pool's settings these options ask for.
-func (o RunnerOptions) pool() poolOptions {
-	return poolOptions{threads: o.IntraOpThreads, spin: !o.NoSpin}
-}
-
-// sharesPool reports whether a session of threads intra-op threads that wants its
-// workers to spin (or not) runs on the shared pool: when the sizes match and the pool
-// spins as asked. One that must not spin gets a pool of its own (which never spins);
-// spinning cannot be had once the process's pool was made without it.
-func sharesPool(threads int, spin bool) (bool, error) {
-	switch {
-	case threads != sharedPool.threads:
-		return false, nil
-	case spin && !sharedPool.spin:
-		return false, fmt.Errorf("%w: this process's ONNX Runtime pool was created without spinning; open the runner with NoSpin", ErrORT)
-	}
-	return spin == sharedPool.spin, nil
+func (o RunnerOptions) pool() cvort.PoolOptions {
+	return cvort.PoolOptions{Threads: o.IntraOpThreads, Spin: !o.NoSpin}
 }
 
 // newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
@@ -347,17 +334,17 @@ func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}
 	}
-	if err := registerOps(so); err != nil {
+	if err := cvort.RegisterOps(so); err != nil {
 		so.Destroy()
 		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 	}
-	share, err := sharesPool(threads, !opts.NoSpin)
+	share, err := cvort.SharesPool(threads, !opts.NoSpin)
 	if err != nil {
 		so.Destroy()
 		return nil, err
 	}
 	if share {
-		if err := useSharedPool(so); err != nil {
+		if err := cvort.UseSharedPool(so); err != nil {
 			so.Destroy()
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}

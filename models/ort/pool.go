@@ -14,6 +14,7 @@ import (
 	onnx "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // PoolOptions size the process's shared intra-op pool. Every session whose thread count
@@ -72,7 +73,9 @@ func UseSharedPool(so *onnx.SessionOptions) error {
 }
 
 // RegisterOps adds Conveyor's own ONNX Runtime operators to so (onnxruntime_go's
-// options): int8gemm's Int8Linear, which the paged segments of int8 builds use.
+// options): int8gemm's Int8Linear, which the paged segments of int8 builds use, and
+// pagedattn's PagedAttention, the CPU's stand-in for com.microsoft.PagedAttention in
+// one-graph steps.
 func RegisterOps(so *onnx.SessionOptions) error {
 	p := sessionOptionsPtr(so)
 	if p == nil {
@@ -89,7 +92,8 @@ func registerOps(so unsafe.Pointer) error {
 	if api == nil {
 		return needInit("registering operators")
 	}
-	return int8gemm.RegisterOp(api, so)
+	// One com.conveyor domain holds them all: ONNX Runtime refuses two domains of one name.
+	return pagedattn.RegisterOp(api, so, int8gemm.CustomOp())
 }
 
 // sessionOptionsPtr returns the C OrtSessionOptions pointer of so: onnxruntime_go's
