@@ -131,7 +131,21 @@ type RunnerOptions struct {
 	// model's own (float32 on the paged path; the graph's type on the dense path, where
 	// it cannot be changed), or KVCacheAuto.
 	KVCacheDType string
+	// Device is where the model runs: DeviceCPU, DeviceCUDA, or DeviceAuto ("" too): the
+	// GPU when one is usable, else the CPU.
+	Device string
+	// CUDAProvider is ONNX Runtime's CUDA provider library for DeviceCUDA and DeviceAuto;
+	// "" = $CONVEYOR_ORT_CUDA_PROVIDER or ort.DefaultCUDAProvider (where `make ort-gpu`
+	// puts it).
+	CUDAProvider string
 }
+
+// The devices a model can run on (RunnerOptions.Device).
+const (
+	DeviceCPU  = "cpu"
+	DeviceCUDA = "cuda"
+	DeviceAuto = "auto"
+)
 
 // KVCacheAuto is the KVCacheDType that serving defaults to: float16 on the paged path
 // (half the bytes every decode step reads, twice the tokens in the same memory; the
@@ -152,6 +166,9 @@ func (o RunnerOptions) Validate() error {
 	}
 	if o.Attention != "" && o.Attention != AttentionPaged && o.Attention != AttentionDense {
 		return fmt.Errorf("%w: attention %q: want %s or %s", ErrModelDir, o.Attention, AttentionPaged, AttentionDense)
+	}
+	if o.Device != "" && o.Device != DeviceCPU && o.Device != DeviceCUDA && o.Device != DeviceAuto {
+		return fmt.Errorf("%w: device %q: want %s, %s or %s", ErrModelDir, o.Device, DeviceCPU, DeviceCUDA, DeviceAuto)
 	}
 	return nil
 }
