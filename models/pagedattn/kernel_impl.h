@@ -53,7 +53,7 @@ KFN static inline N(vf) N(vexp)(N(vf) x) {
 }
 
 // dot returns a·b over n floats.
-KFN static inline float N(dot)(const float *a, const float *b, int n) {
+KFN static inline float N(dot)(const float *restrict a, const float *restrict b, int n) {
 	N(vf) s0 = {0}, s1 = {0};
 	int d = 0;
 	for (; d + 2 * VW <= n; d += 2 * VW) {
@@ -70,15 +70,49 @@ KFN static inline float N(dot)(const float *a, const float *b, int n) {
 	return s;
 }
 
-// axpy adds w·v to acc over n floats.
-KFN static inline void N(axpy)(float *acc, float w, const float *v, int n) {
-	const N(vf) wv = N(splat)(w);
+// weigh adds w[0]·v_0 + ... + w[n-1]·v_(n-1) to acc over D floats, v_i = v + i·stride:
+// a run of acc stays in registers while the n rows of v stream past it.
+KFN static inline void N(weigh)(float *restrict acc, const float *restrict w, const float *restrict v, int64_t stride,
+	int n, int D) {
 	int d = 0;
-	for (; d + VW <= n; d += VW) {
-		N(store)(acc + d, N(load)(acc + d) + wv * N(load)(v + d));
+	for (; d + 4 * VW <= D; d += 4 * VW) {
+		N(vf) a0 = N(load)(acc + d), a1 = N(load)(acc + d + VW), a2 = N(load)(acc + d + 2 * VW), a3 = N(load)(acc + d + 3 * VW);
+		for (int i = 0; i < n; i++) {
+			const float *vi = v + i * stride + d;
+			const N(vf) wi = N(splat)(w[i]);
+			a0 += wi * N(load)(vi);
+			a1 += wi * N(load)(vi + VW);
+			a2 += wi * N(load)(vi + 2 * VW);
+			a3 += wi * N(load)(vi + 3 * VW);
+		}
+		N(store)(acc + d, a0);
+		N(store)(acc + d + VW, a1);
+		N(store)(acc + d + 2 * VW, a2);
+		N(store)(acc + d + 3 * VW, a3);
 	}
-	for (; d < n; d++) {
-		acc[d] += w * v[d];
+	for (; d + VW <= D; d += VW) {
+		N(vf) a0 = N(load)(acc + d);
+		for (int i = 0; i < n; i++) {
+			a0 += N(splat)(w[i]) * N(load)(v + i * stride + d);
+		}
+		N(store)(acc + d, a0);
+	}
+	for (; d < D; d++) {
+		float a = acc[d];
+		for (int i = 0; i < n; i++) {
+			a += w[i] * v[i * stride + d];
+		}
+		acc[d] = a;
+	}
+}
+
+// prefetch asks for n rows of D floats, stride apart, in L2.
+KFN static inline void N(prefetch)(const float *p, int64_t stride, int n, int D) {
+	for (int i = 0; i < n; i++) {
+		const char *row = (const char *)(p + i * stride);
+		for (int64_t b = 0; b < (int64_t)D * 4; b += 64) {
+			__builtin_prefetch(row + b, 0, 2);
+		}
 	}
 }
 
@@ -157,6 +191,15 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 		const int64_t slot = (int64_t)bt[pos / bs] * bs + pos % bs;
 		const float *kt = x->key_cache + slot * kvw + (int64_t)kvh * D;
 		const float *vt = x->value_cache + slot * kvw + (int64_t)kvh * D;
+		if (end <= last) {
+			// The next tile starts a block somewhere else: fetch it while this one is scored.
+			const int64_t next = (int64_t)bt[end / bs] * bs + end % bs;
+			int64_t n = bs - end % bs;
+			n = n < CV_PA_TILE ? n : CV_PA_TILE;
+			n = n < last + 1 - end ? n : last + 1 - end;
+			N(prefetch)(x->key_cache + next * kvw + (int64_t)kvh * D, kvw, (int)n, D);
+			N(prefetch)(x->value_cache + next * kvw + (int64_t)kvh * D, kvw, (int)n, D);
+		}
 		for (int j = 0; j < nt; j++) {
 			const int64_t p = p0 + j, first = cv_pa_first_key(x, p);
 			const int64_t lo = pos > first ? pos : first, hi = end < p + 1 ? end : p + 1;
@@ -187,9 +230,7 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 					m[r] = mx;
 				}
 				l[r] += N(exp_sum)(s, n, m[r]);
-				for (int i = 0; i < n; i++) {
-					N(axpy)(ar, s[i], v + i * kvw, D);
-				}
+				N(weigh)(ar, s, v, kvw, n, D);
 			}
 		}
 		pos = end;
