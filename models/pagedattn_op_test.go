@@ -91,14 +91,10 @@ func (c pagedAttentionCase) clone() pagedAttentionCase {
 	return c
 }
 
-// pagedAttentionOp is a session of a one-node graph of the com.conveyor PagedAttention
-// operator with c's attributes and inputs (key and value, cos and sin absent where c
-// has none), every dimension symbolic.
-func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.DynamicAdvancedSession {
-	t.Helper()
-	if err := InitORT(testORTLib(t)); err != nil {
-		t.Fatal(err)
-	}
+// pagedAttentionNode is a one-node graph of the com.conveyor PagedAttention operator
+// with c's attributes and inputs (key and value, cos and sin absent where c has none),
+// every dimension symbolic.
+func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 	f32, i32 := convert.OpFloat32, convert.OpInt32
 	name := func(present bool, n string) string {
 		if present {
@@ -106,7 +102,7 @@ func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.DynamicAdvancedSe
 		}
 		return ""
 	}
-	node := convert.OpNode{
+	return convert.OpNode{
 		Domain: pagedattn.Domain,
 		OpType: pagedattn.OpName,
 		Inputs: []convert.OpValue{
@@ -133,6 +129,15 @@ func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.DynamicAdvancedSe
 		},
 		Floats: map[string]float32{"scale": c.a.Scale, "softcap": c.a.Softcap},
 	}
+}
+
+// openOpSession opens a session of node's one-node graph with the runner's session
+// options (Conveyor's operators registered, the shared pool).
+func openOpSession(t *testing.T, node convert.OpNode) (*ort.DynamicAdvancedSession, error) {
+	t.Helper()
+	if err := InitORT(testORTLib(t)); err != nil {
+		t.Fatal(err)
+	}
 	model, err := convert.OpModel(node)
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +157,19 @@ func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.DynamicAdvancedSe
 	}
 	defer so.Destroy()
 	s, err := ort.NewDynamicAdvancedSessionWithONNXData(model, ins, outs, so)
+	if err == nil {
+		t.Cleanup(func() { _ = s.Destroy() })
+	}
+	return s, err
+}
+
+// pagedAttentionOp is a session of pagedAttentionNode(c).
+func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.DynamicAdvancedSession {
+	t.Helper()
+	s, err := openOpSession(t, pagedAttentionNode(c))
 	if err != nil {
 		t.Fatalf("session of the one-node PagedAttention graph: %v", err)
 	}
-	t.Cleanup(func() { _ = s.Destroy() })
 	return s
 }
 
@@ -304,6 +318,29 @@ func TestPagedAttentionOpRefusesBadInput(t *testing.T) {
 			}
 			if !slices.Equal(c.t.KeyCache, before.t.KeyCache) || !slices.Equal(c.t.ValueCache, before.t.ValueCache) {
 				t.Fatal("a refused run changed the caches")
+			}
+		})
+	}
+}
+
+// TestPagedAttentionOpRefusesUnsupportedAttributes: com.microsoft.PagedAttention
+// attributes whose other values the kernel does not implement fail the session's
+// creation, as do missing head counts.
+func TestPagedAttentionOpRefusesUnsupportedAttributes(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		edit       func(n *convert.OpNode)
+	}{
+		{"not causal", "is_causal = 0 is not supported", func(n *convert.OpNode) { n.Ints["is_causal"] = 0 }},
+		{"smooth softmax", "smooth_softmax = 1 is not supported", func(n *convert.OpNode) { n.Ints["smooth_softmax"] = 1 }},
+		{"no kv_num_heads", "kv_num_heads is required", func(n *convert.OpNode) { delete(n.Ints, "kv_num_heads") }},
+		{"heads not a multiple", "multiple of kv_num_heads", func(n *convert.OpNode) { n.Ints["num_heads"] = 13 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := pagedAttentionNode(pagedAttentionOpCases[0].c())
+			tc.edit(&node)
+			if _, err := openOpSession(t, node); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
 			}
 		})
 	}

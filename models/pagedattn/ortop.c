@@ -66,6 +66,24 @@ static OrtStatusPtr ORT_API_CALL paop_create(const OrtCustomOp *op, const OrtApi
 	}
 	paop_float(api, info, "scale", &a.scale);
 	paop_float(api, info, "softcap", &a.softcap);
+	// com.microsoft.PagedAttention attributes whose other values this kernel does not
+	// implement: refused, never ignored.
+	static const struct {
+		const char *name;
+		int64_t only;
+	} fixed[] = {{"is_causal", 1}, {"smooth_softmax", 0}, {"rotary_offset", 0}};
+	for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+		int64_t v = 0;
+		if ((st = paop_int(api, info, fixed[i].name, 0, fixed[i].only, &v)) != NULL) {
+			return st;
+		}
+		if (v != fixed[i].only) {
+			char msg[128];
+			snprintf(msg, sizeof msg, "PagedAttention: %s = %lld is not supported (only %lld)", fixed[i].name, (long long)v,
+				(long long)fixed[i].only);
+			return paop_fail(api, ORT_NOT_IMPLEMENTED, msg);
+		}
+	}
 	char err[CV_PA_ERR_LEN];
 	if (cv_pa_check_attrs(&a, err) != 0) {
 		return paop_fail(api, ORT_INVALID_ARGUMENT, err);
