@@ -20,7 +20,6 @@ import (
 
 	"github.com/conveyor-llm/conveyor/bench"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
 // runBenchCompare starts `conveyor serve` once per scheduling policy on 127.0.0.1 and
@@ -39,6 +38,8 @@ func runBenchCompare(args []string) error {
 	delay := fs.Duration("max-batch-delay", 100*time.Millisecond, "static policy: longest wait for a full batch (TorchServe maxBatchDelay)")
 	maxSeqs := fs.Int("max-num-seqs", 64, "continuous policy: sequences per step at most")
 	attention := fs.String("attention", "", "attention path of every server: paged or dense (default: the server's, paged when the model has it)")
+	var device, cudaProvider string
+	deviceFlags(fs, &device, &cudaProvider)
 	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
 	notes := fs.String("notes", "", "Markdown file whose text the report ends with (under \"Notes\")")
 	workload := workloadFlags(fs)
@@ -92,6 +93,13 @@ func runBenchCompare(args []string) error {
 	default:
 		return fmt.Errorf("--attention %q: want paged or dense", *attention)
 	}
+	if err := checkDevice(device); err != nil {
+		return err
+	}
+	serverFlags = append(serverFlags, "--device", device)
+	if cudaProvider != "" {
+		serverFlags = append(serverFlags, "--cuda-provider", cudaProvider)
+	}
 	var logw io.Writer = io.Discard
 	if *logDir != "" {
 		f, err := os.OpenFile(*logDir, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -115,7 +123,7 @@ func runBenchCompare(args []string) error {
 	}
 	meta := bench.ReportMeta{
 		Command: "conveyor bench compare " + strings.Join(args, " "),
-		Machine: machineDescription(),
+		Machine: machineDescription(device),
 		Model:   modelDescription(*model),
 		Server:  serverFlags,
 		Load:    fmt.Sprintf("%s; Poisson arrivals (gamma burstiness %g); streaming, ignore_eos", wc, *burst),
@@ -206,8 +214,8 @@ func freePort() (int, error) {
 }
 
 // machineDescription names the cores, the CPU model (from /proc/cpuinfo where there is
-// one) and the ONNX Runtime build the servers run on.
-func machineDescription() string {
+// one), the ONNX Runtime build the servers run on and the device they were asked for.
+func machineDescription(device string) string {
 	cpu := runtime.GOOS + "/" + runtime.GOARCH
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
@@ -221,16 +229,5 @@ func machineDescription() string {
 	if models.InitORT("") == nil {
 		ortVersion = models.ORTVersion()
 	}
-	return fmt.Sprintf("%d cores (%s), ONNX Runtime %s CPU", runtime.NumCPU(), cpu, ortVersion)
-}
-
-// modelDescription is the model directory with its architecture and size from
-// config.json, when it has one.
-func modelDescription(dir string) string {
-	cfg, err := convert.LoadConfig(dir)
-	if err != nil {
-		return dir
-	}
-	return fmt.Sprintf("%s (%s, %.1fM parameters, %d layers, hidden %d, vocabulary %d)",
-		dir, cfg.ModelType, float64(cfg.NumParams())/1e6, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize)
+	return fmt.Sprintf("%d cores (%s), ONNX Runtime %s, --device %s", runtime.NumCPU(), cpu, ortVersion, device)
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/convert"
-	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 func init() {
@@ -26,15 +24,17 @@ func init() {
 
 // generateOptions are the flags of `conveyor generate`.
 type generateOptions struct {
-	modelDir    string
-	prompt      string
-	maxTokens   int
-	temperature float64
-	seed        uint64
-	ortLib      string
-	threads     int
-	attention   string
-	quantize    string
+	modelDir     string
+	prompt       string
+	maxTokens    int
+	temperature  float64
+	seed         uint64
+	ortLib       string
+	device       string
+	cudaProvider string
+	threads      int
+	attention    string
+	quantize     string
 }
 
 func runGenerate(args []string) error {
@@ -46,6 +46,7 @@ func runGenerate(args []string) error {
 	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
 	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
+	deviceFlags(fs, &o.device, &o.cudaProvider)
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.attention, "attention", "", "attention path: paged or dense (default paged when the model has it)")
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
@@ -72,6 +73,8 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("generate: --threads %d must be >= 0", o.threads)
 	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
 		return fmt.Errorf("generate: --attention %q: want paged or dense", o.attention)
+	case checkDevice(o.device) != nil:
+		return fmt.Errorf("generate: %w", checkDevice(o.device))
 	case !promptSet:
 		return errors.New(`generate: --prompt is required (--prompt "" starts from nothing)`)
 	}
@@ -85,25 +88,18 @@ func runGenerate(args []string) error {
 // out and a summary line to info. It returns the generated token ids (an eos token
 // included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
-	quant, err := convert.ParseQuantization(o.quantize)
-	if err != nil {
-		return nil, fmt.Errorf("generate: --quantize: %w", err)
-	}
-	dir, built, err := convert.PrepareWith(o.modelDir, convert.Options{Quantize: quant})
-	if err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
-	}
-	if built {
-		fmt.Fprintf(info, "built the ONNX graph of %s in %s\n", o.modelDir, dir)
-	}
-	tok, err := tokenizer.Load(dir)
+	l, err := load(o.modelDir, loadOptions{
+		quantize: o.quantize,
+		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention,
+			Device: o.device, CUDAProvider: o.cudaProvider},
+		built: func(dir string, _ time.Duration) {
+			fmt.Fprintf(info, "built the ONNX graph of %s in %s\n", o.modelDir, dir)
+		},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	r, err := models.Open(dir, models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention})
-	if err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
-	}
+	r, tok := l.model, l.tok
 	defer r.Close()
 	spec := r.Spec()
 

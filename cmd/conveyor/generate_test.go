@@ -115,6 +115,7 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"--model", dir, "--temperature", "-1"}, "--temperature"},
 		{[]string{"--model", dir, "--threads", "-2"}, "--threads"},
 		{[]string{"--model", dir, "--prompt", "x", "--attention", "flash"}, "--attention"},
+		{[]string{"--model", dir, "--prompt", "x", "--device", "gpu"}, `--device "gpu": want cpu, cuda or auto`},
 		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", filepath.Join(t.TempDir(), "missing.so")}, "make ort"},
 		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "neither model.onnx nor config.json"},
 	} {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
@@ -12,8 +14,103 @@ import (
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	cvort "github.com/conveyor-llm/conveyor/models/ort"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
+
+// loadOptions say how load opens a model: how a Hugging Face checkpoint is built and how
+// the runner opens the model.
+type loadOptions struct {
+	// quantize builds a Hugging Face checkpoint with int8 or int4 weights ("" = float);
+	// a model directory is opened as it was built.
+	quantize string
+	runner   models.RunnerOptions
+	// built, when set, is told that load built the checkpoint's graph into dir.
+	built func(dir string, took time.Duration)
+}
+
+// loaded is a model load opened: the directory, its tokenizer and its runner.
+type loaded struct {
+	dir          string // the model directory opened: the one given, or the graph built from a checkpoint
+	quantization string // the directory's weights as built: none, int8 or int4
+	tok          *tokenizer.Tokenizer
+	model        models.Model
+	runner       models.RunnerOptions
+}
+
+// load opens the model at dir for a command: its tokenizer and its runner (the caller
+// closes it). A model directory is opened as it is. A Hugging Face checkpoint
+// (config.json and *.safetensors without model.onnx) is the one thing load builds: its
+// ONNX graph is built once into the cache (convert.PrepareWith) and reused after, and
+// o.built is told; `conveyor build-model` builds explicitly. This file is the only one
+// of the commands but build-model that knows the builder.
+func load(dir string, o loadOptions) (*loaded, error) {
+	quant, err := convert.ParseQuantization(o.quantize)
+	if err != nil {
+		return nil, fmt.Errorf("--quantize: %w", err)
+	}
+	start := time.Now()
+	dir, built, err := convert.PrepareWith(dir, convert.Options{Quantize: quant})
+	if err != nil {
+		return nil, err
+	}
+	if built && o.built != nil {
+		o.built(dir, time.Since(start))
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := models.Open(dir, o.runner)
+	if err != nil {
+		return nil, err
+	}
+	return &loaded{dir: dir, quantization: convert.BuiltQuantization(dir), tok: tok, model: m, runner: o.runner}, nil
+}
+
+// reopen opens the loaded model's directory again, with the same options.
+func (l *loaded) reopen() (models.Model, error) { return models.Open(l.dir, l.runner) }
+
+// checkQuantize checks a --quantize value.
+func checkQuantize(s string) error {
+	_, err := convert.ParseQuantization(s)
+	return err
+}
+
+// modelDescription is the model directory with its architecture and size from
+// config.json, when it has one.
+func modelDescription(dir string) string {
+	cfg, err := convert.LoadConfig(dir)
+	if err != nil {
+		return dir
+	}
+	return fmt.Sprintf("%s (%s, %.1fM parameters, %d layers, hidden %d, vocabulary %d)",
+		dir, cfg.ModelType, float64(cfg.NumParams())/1e6, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize)
+}
+
+// deviceFlags defines --device and --cuda-provider on fs.
+func deviceFlags(fs *flag.FlagSet, device, cudaProvider *string) {
+	fs.StringVar(device, "device", models.DeviceAuto, "where the model runs: cpu, cuda (ONNX Runtime's CUDA provider from `make ort-gpu`, with the CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH) or auto (the GPU when one is usable, else the CPU)")
+	fs.StringVar(cudaProvider, "cuda-provider", "", "ONNX Runtime's CUDA provider library (default $"+cvort.CUDAProviderEnv+" or "+cvort.DefaultCUDAProvider+")")
+}
+
+// checkDevice checks a --device value (the rule is RunnerOptions.Validate's).
+func checkDevice(device string) error {
+	if (models.RunnerOptions{Device: device}).Validate() != nil {
+		return fmt.Errorf("--device %q: want %s, %s or %s", device, models.DeviceCPU, models.DeviceCUDA, models.DeviceAuto)
+	}
+	return nil
+}
+
+// runsOn names the device m runs on, for the ready line. A runner that can run elsewhere
+// than the host says where with a Device() string method: this is the hook for the GPU
+// runner. The runners without one run on the CPU whatever --device asked.
+func runsOn(m models.Model) string {
+	if d, ok := m.(interface{ Device() string }); ok {
+		return d.Device()
+	}
+	return models.DeviceCPU
+}
 
 // loadedModel is a model loaded from the flags with its engine running: what `conveyor
 // serve` and `conveyor run-batch` put behind an api.Server with SetBackend.
@@ -27,33 +124,31 @@ type loadedModel struct {
 	start        time.Time // when loading began
 }
 
-// loadModel builds the model directory when it is a Hugging Face checkpoint, loads the
-// tokenizer and the ONNX graph, and starts an engine configured by ecfg. Errors name
-// the command (o.name()). The caller ends it with shutdown.
+// loadModel loads the model of the flags (load: a Hugging Face checkpoint is built
+// first) and starts an engine configured by ecfg. Errors name the command (o.name()).
+// The caller ends it with shutdown.
 func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedModel, error) {
 	log.Info("loading model", "dir", o.modelDir)
 	start := time.Now()
-	quant, _ := convert.ParseQuantization(o.quantize) // validated
-	dir, built, err := convert.PrepareWith(o.modelDir, convert.Options{Quantize: quant})
+	l, err := load(o.modelDir, loadOptions{
+		quantize: o.quantize,
+		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention,
+			KVCacheDType: o.kvCacheDType, Device: o.device, CUDAProvider: o.cudaProvider},
+		built: func(dir string, took time.Duration) {
+			log.Info("built the checkpoint's ONNX graph", "dir", dir, "seconds", took.Seconds())
+		},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
-	if built {
-		log.Info("built the checkpoint's ONNX graph", "dir", dir, "seconds", time.Since(start).Seconds())
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.name(), err)
-	}
-	ropts := models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention, KVCacheDType: o.kvCacheDType}
-	runner, err := models.Open(dir, ropts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.name(), err)
+	runner, tok, dir := l.model, l.tok, l.dir
+	if got := runsOn(runner); o.device == models.DeviceCUDA && !strings.HasPrefix(got, models.DeviceCUDA) {
+		log.Warn("the model runs on the CPU: --device cuda asked for the GPU, and this model's runner has no GPU path", "device", got)
 	}
 	// After several failed forward passes in a row the engine reopens the model from its
 	// directory (engine.Config.ReopenModel).
 	ecfg.ReopenModel = func() (engine.Model, error) {
-		m, err := models.Open(dir, ropts)
+		m, err := l.reopen()
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +167,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	}
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	eng.Start(engCtx)
-	quantization := convert.BuiltQuantization(dir)
+	quantization := l.quantization
 	return &loadedModel{
 		dir: dir, runner: runner, eng: eng, stopEngine: stopEngine, quantization: quantization, start: start,
 		backend: api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
@@ -84,7 +179,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 // logReady logs the "ready" line with what is being served; attrs come first (addr).
 func (m *loadedModel) logReady(log *slog.Logger, o *serveOptions, modelName string, attrs ...any) {
 	attrs = append(attrs, "model", modelName, "load_seconds", time.Since(m.start).Seconds(),
-		"max_model_len", m.eng.MaxModelLen(), "kv_blocks", m.eng.NumKVBlocks(), "scheduler", o.scheduler, "attention", m.runner.Attention(),
+		"max_model_len", m.eng.MaxModelLen(), "kv_blocks", m.eng.NumKVBlocks(), "scheduler", o.scheduler, "device", runsOn(m.runner), "attention", m.runner.Attention(),
 		"kv_cache_dtype", m.runner.Spec().KVDType.String(), "quantization", m.quantization)
 	log.Info("ready", append(attrs, kernelAttrs(m.runner.Attention(), m.quantization)...)...)
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/attention"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 )
 
@@ -25,5 +29,71 @@ func TestKernelAttrs(t *testing.T) {
 		if got := kernelAttrs(tc.path, tc.quant); !slices.Equal(got, tc.want) {
 			t.Errorf("%s %s: %v, want %v", tc.path, tc.quant, got, tc.want)
 		}
+	}
+}
+
+// TestLoad: a model directory opens as it is; a Hugging Face checkpoint is built once
+// into the cache (and load says so), then opened from there.
+func TestLoad(t *testing.T) {
+	ropts := models.RunnerOptions{ORTLib: testORTLib(t), IntraOpThreads: 1, Device: models.DeviceCPU}
+	dir := tinyModelDir(t)
+	l, err := load(dir, loadOptions{runner: ropts, built: func(string, time.Duration) { t.Error("a model directory was built") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.dir != dir || l.tok == nil || l.model.Spec().VocabSize == 0 || runsOn(l.model) != models.DeviceCPU {
+		t.Errorf("loaded %+v", l)
+	}
+	again, err := l.reopen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+	l.model.Close()
+
+	t.Setenv(convert.CacheDirEnv, t.TempDir())
+	ckpt := t.TempDir()
+	if _, err := convert.WriteRandomCheckpoint(filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json"), ckpt, 3); err != nil {
+		t.Fatal(err)
+	}
+	var builtDir string
+	l, err = load(ckpt, loadOptions{quantize: "int8", runner: ropts, built: func(d string, _ time.Duration) { builtDir = d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.model.Close()
+	if builtDir == "" || l.dir != builtDir || l.quantization != "int8" {
+		t.Errorf("checkpoint: built into %q, opened %q, weights %q; want the built int8 directory opened", builtDir, l.dir, l.quantization)
+	}
+
+	if _, err := load(dir, loadOptions{quantize: "int3", runner: ropts}); err == nil || !strings.HasPrefix(err.Error(), "--quantize") {
+		t.Errorf("--quantize int3: %v", err)
+	}
+	if _, err := load(dir, loadOptions{runner: models.RunnerOptions{Device: "gpu"}}); err == nil {
+		t.Error("device gpu loaded")
+	}
+}
+
+// gpuModel stands for a runner that reports its device.
+type gpuModel struct{ models.Model }
+
+func (gpuModel) Device() string { return "cuda:0 (NVIDIA)" }
+
+// TestRunsOn: the ready line names what a runner reports, else the CPU.
+func TestRunsOn(t *testing.T) {
+	if got := runsOn(gpuModel{}); got != "cuda:0 (NVIDIA)" {
+		t.Errorf("runsOn(a runner on the GPU) = %q", got)
+	}
+	var m models.Model = (*models.Runner)(nil)
+	if got := runsOn(m); got != models.DeviceCPU {
+		t.Errorf("runsOn(Runner) = %q", got)
+	}
+	for _, d := range []string{"", "cpu", "cuda", "auto"} {
+		if err := checkDevice(d); err != nil {
+			t.Errorf("checkDevice(%q): %v", d, err)
+		}
+	}
+	if err := checkDevice("gpu"); err == nil || strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), `--device "gpu"`) {
+		t.Errorf("checkDevice(gpu): %v", err)
 	}
 }

@@ -108,6 +108,7 @@ func TestSubcommandFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"generate", "--max-tokens", "ten"}, `conveyor: generate: invalid value "ten" for flag -max-tokens`},
 		{[]string{"generate", "--model", "m", "Once upon a time"}, `conveyor: generate: unexpected argument "Once upon a time"`},
 		{[]string{"generate", "--model", "m"}, "conveyor: generate: --prompt is required"},
+		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "gpu"}, `conveyor: generate: --device "gpu": want cpu, cuda or auto`},
 		{[]string{"build-model", "--checkpoint", "x"}, "conveyor: build-model: flag provided but not defined: -checkpoint\n"},
 		{[]string{"build-model", "--out", "x", "extra"}, `conveyor: build-model: unexpected argument "extra"`},
 	} {

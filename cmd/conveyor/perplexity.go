@@ -10,7 +10,6 @@ import (
 
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -34,6 +33,8 @@ func runPerplexity(args []string) error {
 	quantize := fs.String("quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
 	ortLib := fs.String("ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	threads := fs.Int("threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
+	var device, cudaProvider string
+	deviceFlags(fs, &device, &cudaProvider)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor perplexity --model DIR --file TEXT [flags]\n\nflags:")
 		fs.PrintDefaults()
@@ -47,22 +48,18 @@ func runPerplexity(args []string) error {
 	if *modelDir == "" || *file == "" {
 		return errors.New("perplexity: --model and --file are required")
 	}
-	q, err := convert.ParseQuantization(*quantize)
-	if err != nil {
-		return fmt.Errorf("perplexity: --quantize: %w", err)
+	if err := checkDevice(device); err != nil {
+		return fmt.Errorf("perplexity: %w", err)
 	}
-	dir, _, err := convert.PrepareWith(*modelDir, convert.Options{Quantize: q})
+	l, err := load(*modelDir, loadOptions{
+		quantize: *quantize,
+		runner: models.RunnerOptions{ORTLib: *ortLib, IntraOpThreads: *threads, Attention: *attention, KVCacheDType: *kvDType,
+			Device: device, CUDAProvider: cudaProvider},
+	})
 	if err != nil {
 		return fmt.Errorf("perplexity: %w", err)
 	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		return fmt.Errorf("perplexity: %w", err)
-	}
-	m, err := models.Open(dir, models.RunnerOptions{ORTLib: *ortLib, IntraOpThreads: *threads, Attention: *attention, KVCacheDType: *kvDType})
-	if err != nil {
-		return fmt.Errorf("perplexity: %w", err)
-	}
+	m, tok := l.model, l.tok
 	defer m.Close()
 	stream, docs, err := encodeDocuments(tok, *file)
 	if err != nil {
@@ -74,7 +71,7 @@ func runPerplexity(args []string) error {
 		return fmt.Errorf("perplexity: %w", err)
 	}
 	fmt.Printf("model %s (attention %s, kv %s, weights %s): %d documents, %d tokens, %d windows of %d\n",
-		*modelDir, m.Attention(), m.Spec().KVDType, convert.BuiltQuantization(dir), docs, len(stream), res.Windows, *context)
+		*modelDir, m.Attention(), m.Spec().KVDType, l.quantization, docs, len(stream), res.Windows, *context)
 	fmt.Printf("mean NLL %.4f  perplexity %.3f  (%d predicted tokens, %.1f s)\n", res.NLL, res.Perplexity, res.Tokens, time.Since(start).Seconds())
 	return nil
 }

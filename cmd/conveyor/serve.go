@@ -19,7 +19,6 @@ import (
 	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
@@ -56,6 +55,8 @@ type serveOptions struct {
 	maxModelLen     int
 	apiKey          string
 	ortLib          string
+	device          string
+	cudaProvider    string
 	threads         int
 	spin            bool
 	noWebUI         bool
@@ -179,6 +180,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.maxQueue, "max-queue", ec.MaxQueue, "requests waiting at most; more get HTTP 429")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "tokens per sequence (prompt + completion) at most; 0 = the model's context")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
+	deviceFlags(fs, &o.device, &o.cudaProvider)
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.BoolVar(&o.spin, "spin", true, "let ONNX Runtime's idle workers spin (at the lowest priority) between runs; --spin=false lets them sleep (an int8 model's never spin: its products run on Conveyor's own threads)")
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", models.KVCacheAuto, "KV cache element type: float32, float16 (half the memory per token: twice the blocks in the same --kv-cache-memory, half the bytes each step reads; paged attention only) or auto (float16 on the paged path, the graph's own type on the dense path)")
@@ -273,8 +275,11 @@ func (o *serveOptions) validate() error {
 			return fmt.Errorf("%s: --tool-call-parser: %w", o.name(), err)
 		}
 	}
-	if _, err := convert.ParseQuantization(o.quantize); err != nil {
+	if err := checkQuantize(o.quantize); err != nil {
 		return fmt.Errorf("%s: --quantize: %w", o.name(), err)
+	}
+	if err := checkDevice(o.device); err != nil {
+		return fmt.Errorf("%s: %w", o.name(), err)
 	}
 	switch {
 	case o.maxModelLen < 0:

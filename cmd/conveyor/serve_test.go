@@ -21,7 +21,8 @@ func TestServeFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.host != "127.0.0.1" || o.port != 8000 || o.scheduler != "continuous" || int64(o.kvCacheBytes) != 1<<30 || o.modelName() != "default" {
+	if o.host != "127.0.0.1" || o.port != 8000 || o.scheduler != "continuous" || int64(o.kvCacheBytes) != 1<<30 || o.modelName() != "default" ||
+		o.device != "auto" || o.cudaProvider != "" {
 		t.Fatalf("defaults: %+v", o)
 	}
 	e := env(map[string]string{
@@ -31,13 +32,15 @@ func TestServeFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 		"CONVEYOR_SERVED_MODEL_NAME": "from-env",
 		"CONVEYOR_NO_WEBUI":          "true",
 		"CONVEYOR_PORT":              "9000",
+		"CONVEYOR_DEVICE":            "cuda",
+		"CONVEYOR_CUDA_PROVIDER":     "/p/libonnxruntime_providers_cuda.so",
 	})
 	o, err = parseServeFlags([]string{"--port", "9100", "--model", "/m/tiny"}, e, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.maxNumSeqs != 64 || int64(o.kvCacheBytes) != 512<<20 || o.maxBatchDelay != 20*time.Millisecond ||
-		o.modelName() != "from-env" || !o.noWebUI || o.port != 9100 {
+		o.modelName() != "from-env" || !o.noWebUI || o.port != 9100 || o.device != "cuda" || o.cudaProvider != "/p/libonnxruntime_providers_cuda.so" {
 		t.Fatalf("env/flags: %+v", o)
 	}
 	ec, err := o.engineConfig(nil)
@@ -61,6 +64,8 @@ func TestServeFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"--generation-config", "model"}, nil, "generation-config"},
 		{[]string{"--attention", "flash"}, nil, "--attention"},
 		{[]string{"--kv-cache-dtype", "int3"}, nil, "--kv-cache-dtype"},
+		{[]string{"--device", "gpu"}, nil, `--device "gpu": want cpu, cuda or auto`},
+		{nil, map[string]string{"CONVEYOR_DEVICE": "tpu"}, `--device "tpu"`},
 		{[]string{"--target-step-time", "soon"}, nil, "--target-step-time"},
 		{[]string{"--target-step-time", "-5ms"}, nil, "--target-step-time"},
 		{[]string{"--nope"}, nil, "nope"},
@@ -128,8 +133,8 @@ func TestServeLoadsServesAndDrains(t *testing.T) {
 	defer cancel()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	var stdout bytes.Buffer
-	go func() { done <- serve(ctx, o, &stdout, io.Discard, ready) }()
+	var stdout, stderr bytes.Buffer
+	go func() { done <- serve(ctx, o, &stdout, &stderr, ready) }()
 	var addr string
 	select {
 	case addr = <-ready:
@@ -157,6 +162,9 @@ func TestServeLoadsServesAndDrains(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "msg=ready") || !strings.Contains(stderr.String(), " device=cpu ") {
+		t.Errorf("the ready line does not name the device the model runs on:\n%s", stderr.String())
 	}
 	http.DefaultClient.CloseIdleConnections()
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {
