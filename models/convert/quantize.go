@@ -273,17 +273,24 @@ func quantizeColumns(in int, ps []projection) channelWeight {
 
 // linearInt8 appends x @ W^T with W quantized per output channel and each row of x
 // quantized on the fly to int8 with its own scale s = max|x_row| (codes round(127 x/s),
-// stored offset by 128 as uint8), then multiplied in integers by
-// com.microsoft.MatMulIntegerToFloat and rescaled:
+// stored offset by 128 as uint8, as are the weights' codes), then multiplied in integers
+// by com.microsoft.MatMulIntegerToFloat and rescaled:
 //
-//	y = (xq - 128) @ codes * (1/127) * scales[col] * s_row
+//	y = (xq - 128) @ (wq - 128) * (1/127) * scales[col] * s_row
 //
 // Per-row scales keep one sequence's activations from setting another's precision, so
 // a row's logits are the same whatever shares its batch.
 func linearInt8(b *graphBuilder, x, name string, in, out int64, ps []projection) string {
 	cw := quantizeColumns(int(in), ps)
+	// The codes are stored offset by 128 as uint8, with zero point 128: ONNX Runtime then
+	// multiplies uint8 by uint8 in 32-bit sums on every CPU. With int8 weights its AVX2
+	// kernel (CPUs without VNNI) adds pairs of uint8 x int8 products in saturating 16-bit
+	// sums, which overflow at these ranges (255 x 127 x 2 > 32767).
+	for i, c := range cw.codes {
+		cw.codes[i] = c ^ 0x80
+	}
 	codes := name + "_q8"
-	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: codes, Dims: []int64{in, out}, DataType: onnxInt8, Raw: cw.codes})
+	b.g.Initializers = append(b.g.Initializers, &onnxTensor{Name: codes, Dims: []int64{in, out}, DataType: onnxUint8, Raw: cw.codes})
 	scales := b.weight(name+"_scales", []int64{out}, cw.scales)
 	zero := b.constUint8(128)
 	amax := b.op("ReduceMax", []string{b.op("Abs", []string{x})}, attrIntList("axes", -1), attrI("keepdims", 1))
@@ -292,7 +299,7 @@ func linearInt8(b *graphBuilder, x, name string, in, out int64, ps []projection)
 	y := b.fresh("MatMulIntegerToFloat")
 	b.g.Nodes = append(b.g.Nodes, &onnxNode{
 		Name: fmt.Sprintf("%sMatMulIntegerToFloat_%d", b.prefix, len(b.g.Nodes)), OpType: "MatMulIntegerToFloat", Domain: msDomain,
-		Inputs: []string{xq, codes, b.constFloat32(nil, 1.0/127), scales, zero}, Outputs: []string{y},
+		Inputs: []string{xq, codes, b.constFloat32(nil, 1.0/127), scales, zero, zero}, Outputs: []string{y},
 	})
 	b.usesMS = true
 	return b.op("Mul", []string{y, s})
