@@ -18,7 +18,7 @@ import (
 // them. reference.json holds the logits of a plain-PyTorch implementation of that
 // family (written from the transformers modeling code) at every position of three
 // sequences, and the context Conveyor must serve. Conveyor builds the checkpoint with
-// convert.BuildFromHF and must reproduce them on both attention paths: in one batch of
+// convert.BuildFromHF and must reproduce them on every attention path (paged, dense and the step graph): in one batch of
 // all three sequences, in prefill chunks of a few tokens over a cached past, and token
 // by token through the KV cache. The sequences are longer than the fixtures' sliding
 // windows, so windows are crossed inside a prefill and while decoding.
@@ -80,7 +80,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			vocab := len(ref.Logits[0][0])
-			for _, path := range []string{AttentionPaged, AttentionDense} {
+			for _, path := range []string{AttentionPaged, AttentionDense, AttentionGraph} {
 				m := openTestModel(t, dir, path)
 				if got := m.Spec().MaxPositions; got != ref.Context {
 					t.Errorf("%s: context %d, want %d", path, got, ref.Context)
@@ -187,7 +187,7 @@ func checkServingLayout(t *testing.T, m Model, ref *familyReference, check func(
 		t.Fatal(err)
 	}
 	st, err := kvcache.NewStorage(lay.Storage(kvcache.StorageConfig{NumBlocks: 256, BlockSizeTokens: bs, Layers: spec.NumLayers,
-		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType.cacheDType(), Parallelism: 1}))
+		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType.cacheDType(), Parallelism: 1, TokenMajor: spec.KVTokenMajor}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/conveyor-llm/conveyor/models/modeldir"
+	cvort "github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // The attention paths a model can run with (RunnerOptions.Attention).
@@ -17,40 +18,102 @@ const (
 	AttentionDense = "dense"
 )
 
-// Model is a loaded model, on either attention path.
+// Model is a loaded model, on any attention path.
 type Model interface {
 	// Spec describes the model's shape, context and eos ids.
 	Spec() Spec
 	// Forward runs one forward pass over the batch, reading each row's past from the
 	// batch's cache and writing the new keys and values into it.
 	Forward(b *Batch) (*Output, error)
-	// Attention returns AttentionPaged or AttentionDense.
+	// Attention returns AttentionPaged, AttentionDense or AttentionGraph.
 	Attention() string
+	// Device names the device the model runs on: "cpu", or the GPU's name.
+	Device() string
 	Close() error
 }
 
-// Open loads the model in dir on the attention path opts.Attention asks for: "paged",
-// "dense", or "" for paged when the directory has a paged layout and dense otherwise.
-// Asking for paged on a model without a paged layout is an error that says so.
+// Open loads the model in dir on the device opts.Device asks for and the attention path
+// opts.Attention asks for.
+//
+//   - cpu: "paged", "dense", "graph", or "" for paged when the directory has a paged
+//     layout and dense otherwise. Asking for a path the directory lacks is an error
+//     that says so.
+//   - cuda: the step graph on the GPU ("graph" or ""): the directory's step graph must be
+//     float16 or bfloat16 (`conveyor build-model --dtype float16`), and ONNX Runtime's
+//     CUDA provider and a GPU must load; each failure is one line that names what is
+//     missing.
+//   - auto (or ""): cuda when the directory has a GPU step graph, the path allows it and
+//     the provider and a GPU load; the CPU otherwise.
 func Open(dir string, opts RunnerOptions) (Model, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	switch opts.Device {
+	case DeviceCUDA:
+		if opts.Attention != "" && opts.Attention != AttentionGraph {
+			return nil, fmt.Errorf("%w: --attention %s runs on the CPU; the GPU runs the step graph (--attention graph)", ErrModelDir, opts.Attention)
+		}
+		man, err := modeldir.LoadStep(dir)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w; build it with `conveyor build-model --dtype float16`", ErrModelDir, err)
+		}
+		if man.AttentionDomain != modeldir.StepDomainMicrosoft {
+			return nil, fmt.Errorf("%w: %s's step graph is %s for the CPU: rebuild it with `conveyor build-model --dtype float16` (or bfloat16) for the GPU",
+				ErrModelDir, dir, man.DType)
+		}
+		if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+			return nil, err
+		}
+		dev, err := cvort.OpenCUDA(opts.CUDAProvider, 0)
+		if err != nil {
+			return nil, err
+		}
+		return OpenStep(dir, opts, dev)
+	case DeviceAuto, "":
+		if opts.Attention == "" || opts.Attention == AttentionGraph {
+			if man, err := modeldir.LoadStep(dir); err == nil && man.AttentionDomain == modeldir.StepDomainMicrosoft {
+				if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+					return nil, err
+				}
+				if dev, err := cvort.OpenCUDA(opts.CUDAProvider, 0); err == nil {
+					return OpenStep(dir, opts, dev)
+				}
+			}
+		}
+	}
+	return openCPU(dir, opts)
+}
+
+// openCPU is Open on the CPU.
+func openCPU(dir string, opts RunnerOptions) (Model, error) {
 	switch opts.Attention {
 	case AttentionDense:
 		return OpenRunner(dir, opts)
+	case AttentionGraph:
+		r, err := OpenStep(dir, opts, cvort.CPU())
+		if errors.Is(err, modeldir.ErrNoStep) {
+			return nil, fmt.Errorf("%w; build it with `conveyor build-model`", err)
+		}
+		return r, err
 	case AttentionPaged:
 		r, err := OpenPaged(dir, opts)
 		if errors.Is(err, modeldir.ErrNoPaged) {
 			return nil, fmt.Errorf("%w; build it with `conveyor build-model`, or serve it with --attention dense", err)
 		}
 		return r, err
-	case "":
-		r, err := OpenPaged(dir, opts)
-		if errors.Is(err, modeldir.ErrNoPaged) {
-			return OpenRunner(dir, opts)
-		}
-		return r, err
 	}
-	return nil, fmt.Errorf("%w: attention %q: want %s or %s", ErrModelDir, opts.Attention, AttentionPaged, AttentionDense)
+	r, err := OpenPaged(dir, opts)
+	if errors.Is(err, modeldir.ErrNoPaged) {
+		return OpenRunner(dir, opts)
+	}
+	return r, err
 }
+
+// Device returns "cpu".
+func (r *Runner) Device() string { return DeviceCPU }
+
+// Device returns "cpu".
+func (r *PagedRunner) Device() string { return DeviceCPU }
 
 // Attention returns "dense".
 func (r *Runner) Attention() string { return AttentionDense }

@@ -125,7 +125,7 @@ type RunnerOptions struct {
 	// of their own, which never spins; asking to spin when it does not is an error.
 	NoSpin bool
 	// Attention selects the attention path for Open: AttentionPaged, AttentionDense,
-	// or "" for paged when the model has a paged layout.
+	// AttentionGraph, or "" for the device's default (see Open).
 	Attention string
 	// KVCacheDType is the KV cache's element type: "float32", "float16", "" for the
 	// model's own (float32 on the paged path; the graph's type on the dense path, where
@@ -164,8 +164,8 @@ func (o RunnerOptions) Validate() error {
 	if o.KVCacheDType != "" && o.KVCacheDType != KVCacheAuto && o.KVCacheDType != Float32.String() && o.KVCacheDType != Float16.String() {
 		return fmt.Errorf("%w: KV cache dtype %q: want float32, float16 or auto", ErrModelDir, o.KVCacheDType)
 	}
-	if o.Attention != "" && o.Attention != AttentionPaged && o.Attention != AttentionDense {
-		return fmt.Errorf("%w: attention %q: want %s or %s", ErrModelDir, o.Attention, AttentionPaged, AttentionDense)
+	if o.Attention != "" && o.Attention != AttentionPaged && o.Attention != AttentionDense && o.Attention != AttentionGraph {
+		return fmt.Errorf("%w: attention %q: want %s, %s or %s", ErrModelDir, o.Attention, AttentionPaged, AttentionDense, AttentionGraph)
 	}
 	if o.Device != "" && o.Device != DeviceCPU && o.Device != DeviceCUDA && o.Device != DeviceAuto {
 		return fmt.Errorf("%w: device %q: want %s, %s or %s", ErrModelDir, o.Device, DeviceCPU, DeviceCUDA, DeviceAuto)

@@ -31,7 +31,7 @@ func newTestCache(spec Spec, numSeqs, numBlocks, blockSize int, seed uint64) *te
 		tables: make([][]kvcache.BlockID, numSeqs), lens: make([]int, numSeqs)}
 	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: numBlocks, BlockSizeTokens: blockSize,
 		Layers: spec.NumLayers, KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType.cacheDType(),
-		Parallelism: 1})
+		Parallelism: 1, TokenMajor: spec.KVTokenMajor})
 	if err != nil {
 		panic(err)
 	}

@@ -113,9 +113,8 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 			attrs = append(attrs, attrF("softcap", c))
 		}
 		if win := m.arch.window[i]; win > 0 {
-			// The window counts the query's own position; local_window_size counts the
-			// keys before it.
-			attrs = append(attrs, attrI("local_window_size", int64(win-1)))
+			// Both count the keys a query sees, its own position included.
+			attrs = append(attrs, attrI("local_window_size", int64(win)))
 		}
 		att := b.fresh("attention")
 		kOut, vOut := modeldir.StepKeyCacheOut(i), modeldir.StepValueCacheOut(i)

@@ -1,0 +1,359 @@
+package models
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
+	cvort "github.com/conveyor-llm/conveyor/models/ort"
+)
+
+// AttentionGraph runs the model's step graph (StepRunner): the whole model as one ONNX
+// graph, one run per step, with PagedAttention reading and writing the KV blocks in place.
+const AttentionGraph = "graph"
+
+// StepRunner runs a model's step graph (modeldir.StepManifest): one ONNX Runtime run per
+// Forward over the step's new tokens packed row after row, every layer's PagedAttention
+// reading the rows' pasts from their blocks and writing the new keys and values into
+// them, and the LM head over the tokens whose logits are wanted only. On a CPU the cache
+// is the batch's storage itself (token-major arenas wrapped as tensors, no copy); on a
+// GPU it is one device tensor per layer and kind, allocated at the first Forward with the
+// storage's shape, and the storage holds no arenas (Spec.KVOnDevice).
+type StepRunner struct {
+	mu   sync.Mutex
+	spec Spec
+	man  *modeldir.StepManifest
+	dev  *cvort.Device
+	sess *cvort.Session
+	elem cvort.ElemType
+
+	inNames, outNames []string
+
+	// The cache the session's cache inputs and outputs are bound to.
+	bound      *kvcache.Storage // the storage kv belongs to
+	boundShape [4]int64         // its [num_blocks, block_size, kv_heads, head_dim]
+	kv         []*cvort.Value   // key_cache.0, value_cache.0, key_cache.1, ...
+	scratch    *kvcache.Storage // the cache of a Forward without one
+
+	// Per-step buffers, reused.
+	ids          []int64
+	cu, past     []int32
+	table        []int32 // [rows][width]
+	width        int64
+	rows         []int64
+	logits       []float32
+	out          [][]float32
+	scratchBatch Batch
+	ins, outs    []*cvort.Value
+}
+
+// OpenStep loads dir's step graph onto dev (CPU when nil). A directory without one is an
+// error wrapping ErrModelDir and modeldir.ErrNoStep.
+func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	man, err := modeldir.LoadStep(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
+	}
+	if dev == nil {
+		dev = cvort.CPU()
+	}
+	if dev.IsCPU() && man.AttentionDomain != modeldir.StepDomainConveyor {
+		return nil, fmt.Errorf("%w: %s's step graph is %s with ONNX Runtime's PagedAttention, which runs on NVIDIA GPUs only: "+
+			"serve it with --device cuda, or rebuild it with `conveyor build-model --dtype float32` for the CPU", ErrModelDir, dir, man.DType)
+	}
+	if !dev.IsCPU() && man.AttentionDomain != modeldir.StepDomainMicrosoft {
+		return nil, fmt.Errorf("%w: %s's step graph is float32 for the CPU: rebuild it with `conveyor build-model --dtype float16` "+
+			"(or bfloat16) to serve it on %s", ErrModelDir, dir, dev.Name())
+	}
+	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+		return nil, err
+	}
+	meta, err := readModelMeta(dir)
+	if err != nil {
+		return nil, err
+	}
+	kvType, elem := Float32, cvort.Float32
+	switch man.DType {
+	case "float16":
+		kvType, elem = Float16, cvort.Float16
+	case "bfloat16":
+		// The host side only sizes a device cache: bfloat16 takes float16's two bytes.
+		kvType, elem = Float16, cvort.BFloat16
+	}
+	r := &StepRunner{
+		man:  man,
+		dev:  dev,
+		elem: elem,
+		spec: Spec{
+			NumLayers:    man.NumLayers,
+			NumKVHeads:   man.NumKVHeads,
+			HeadDim:      man.HeadDim,
+			VocabSize:    man.VocabSize,
+			MaxPositions: man.MaxPositions,
+			KVDType:      kvType,
+			BOSTokenID:   meta.bos,
+			EOSTokenIDs:  meta.eos,
+			// The graph applies the sliding windows itself, over a cache that keeps every
+			// layer's whole past: one layer group.
+			KVTokenMajor: true,
+			KVOnDevice:   !dev.IsCPU(),
+		},
+	}
+	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepBlockTable, modeldir.StepLogitRows}
+	r.outNames = []string{modeldir.StepLogits}
+	for l := range man.NumLayers {
+		r.inNames = append(r.inNames, modeldir.StepKeyCache(l), modeldir.StepValueCache(l))
+		r.outNames = append(r.outNames, modeldir.StepKeyCacheOut(l), modeldir.StepValueCacheOut(l))
+	}
+	path := filepath.Join(dir, modeldir.StepDir, man.Graph)
+	r.sess, err = cvort.NewSession(path, cvort.SessionConfig{Device: dev, Threads: opts.IntraOpThreads, OwnOps: man.OwnOps})
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, path, oneLine(err.Error()))
+	}
+	return r, nil
+}
+
+// Spec describes the model.
+func (r *StepRunner) Spec() Spec { return r.spec }
+
+// Attention returns AttentionGraph.
+func (r *StepRunner) Attention() string { return AttentionGraph }
+
+// Device names the device the graph runs on ("cpu", "cuda:0 (...)").
+func (r *StepRunner) Device() string { return r.dev.Name() }
+
+// Close releases the session and the cache tensors.
+func (r *StepRunner) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unbind()
+	if r.scratch != nil {
+		r.scratch.Close()
+		r.scratch = nil
+	}
+	if r.sess == nil {
+		return nil
+	}
+	err := r.sess.Close()
+	r.sess = nil
+	return err
+}
+
+// Forward runs one step over the batch.
+func (r *StepRunner) Forward(b *Batch) (*Output, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sess == nil {
+		return nil, fmt.Errorf("%w: runner is closed", ErrRun)
+	}
+	if b == nil || len(b.Seqs) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrBatch)
+	}
+	if b.Cache == nil {
+		var err error
+		if b, err = r.scratchCache(b); err != nil {
+			return nil, err
+		}
+	}
+	if _, _, err := checkBatch(b, r.spec); err != nil {
+		return nil, err
+	}
+	if err := r.bind(b.Cache); err != nil {
+		return nil, err
+	}
+	r.pack(b)
+	if err := r.run(); err != nil {
+		return nil, err
+	}
+	return r.split(b), nil
+}
+
+// pack fills the step's small inputs from the batch: the packed tokens, the rows'
+// cumulative new-token counts, past lengths and block tables (padded with block 0, which
+// no position the graph reads names), and the tokens whose logits are wanted.
+func (r *StepRunner) pack(b *Batch) {
+	bs := b.Cache.Config().BlockSizeTokens
+	rows := len(b.Seqs)
+	r.ids, r.rows = r.ids[:0], r.rows[:0]
+	r.cu = append(r.cu[:0], 0)
+	r.past = r.past[:0]
+	width := 1
+	for _, s := range b.Seqs {
+		width = max(width, (s.PastLen+len(s.Tokens)+bs-1)/bs)
+	}
+	r.table = grow(r.table, rows*width)
+	clear(r.table)
+	for i, s := range b.Seqs {
+		start := len(r.ids)
+		for _, t := range s.Tokens {
+			r.ids = append(r.ids, int64(t))
+		}
+		if s.AllLogits {
+			for j := start; j < len(r.ids); j++ {
+				r.rows = append(r.rows, int64(j))
+			}
+		} else {
+			r.rows = append(r.rows, int64(len(r.ids)-1))
+		}
+		r.cu = append(r.cu, int32(len(r.ids)))
+		r.past = append(r.past, int32(s.PastLen))
+		n := (s.PastLen + len(s.Tokens) + bs - 1) / bs
+		for j, id := range s.Blocks[:n] {
+			r.table[i*width+j] = int32(id)
+		}
+	}
+	r.width = int64(width)
+}
+
+// run creates the step's input and output tensors over the packed buffers and runs the
+// graph once.
+func (r *StepRunner) run() error {
+	defer r.releaseStepValues()
+	rows := len(r.cu) - 1
+	width := r.width
+	r.logits = grow(r.logits, len(r.rows)*r.spec.VocabSize)
+	small := []struct {
+		t     cvort.ElemType
+		shape []int64
+		ptr   unsafe.Pointer
+		bytes int
+	}{
+		{cvort.Int64, []int64{int64(len(r.ids))}, unsafe.Pointer(&r.ids[0]), 8 * len(r.ids)},
+		{cvort.Int32, []int64{int64(rows + 1)}, unsafe.Pointer(&r.cu[0]), 4 * len(r.cu)},
+		{cvort.Int32, []int64{int64(rows)}, unsafe.Pointer(&r.past[0]), 4 * rows},
+		{cvort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&r.table[0]), 4 * rows * int(width)},
+		{cvort.Int64, []int64{int64(len(r.rows))}, unsafe.Pointer(&r.rows[0]), 8 * len(r.rows)},
+	}
+	r.ins, r.outs = r.ins[:0], r.outs[:0]
+	for _, s := range small {
+		v, err := cvort.NewHostTensor(s.t, s.shape, s.ptr, s.bytes)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrRun, err)
+		}
+		r.ins = append(r.ins, v)
+	}
+	logits, err := cvort.NewHostTensor(cvort.Float32, []int64{int64(len(r.rows)), int64(r.spec.VocabSize)},
+		unsafe.Pointer(&r.logits[0]), 4*len(r.rows)*r.spec.VocabSize)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRun, err)
+	}
+	r.outs = append(r.outs, logits)
+	ins, outs := append(r.ins, r.kv...), append(r.outs, r.kv...)
+	if err := r.sess.Run(r.inNames, ins, r.outNames, outs); err != nil {
+		return fmt.Errorf("%w: step graph: %s", ErrRun, oneLine(err.Error()))
+	}
+	return nil
+}
+
+// releaseStepValues releases the step's own tensors (not the cache's).
+func (r *StepRunner) releaseStepValues() {
+	for _, v := range r.ins {
+		v.Release()
+	}
+	for _, v := range r.outs {
+		v.Release()
+	}
+	r.ins, r.outs = r.ins[:0], r.outs[:0]
+}
+
+// split cuts the logits into the rows' slices.
+func (r *StepRunner) split(b *Batch) *Output {
+	v := r.spec.VocabSize
+	r.out = r.out[:0]
+	off := 0
+	for _, s := range b.Seqs {
+		n := 1
+		if s.AllLogits {
+			n = len(s.Tokens)
+		}
+		r.out = append(r.out, r.logits[off*v:(off+n)*v:(off+n)*v])
+		off += n
+	}
+	return &Output{Logits: r.out}
+}
+
+// bind points the session's cache inputs and outputs at c: its arenas on a CPU, device
+// tensors of its shape on a GPU. It is a no-op while c stays the bound cache.
+func (r *StepRunner) bind(c *kvcache.Storage) error {
+	cfg := c.Config()
+	shape := [4]int64{int64(cfg.NumBlocks), int64(cfg.BlockSizeTokens), int64(cfg.KVHeads), int64(cfg.HeadDim)}
+	if c == r.bound && shape == r.boundShape {
+		return nil
+	}
+	if !cfg.TokenMajor || c.NumGroups() != 1 {
+		return fmt.Errorf("%w: the step graph reads a token-major cache of one layer group (kvcache.StorageConfig.TokenMajor)", ErrBatch)
+	}
+	r.unbind()
+	for l := range r.spec.NumLayers {
+		for _, arena := range [][]byte{c.LayerK(l), c.LayerV(l)} {
+			var v *cvort.Value
+			var err error
+			if r.dev.IsCPU() {
+				v, err = cvort.NewHostTensor(r.elem, shape[:], unsafe.Pointer(&arena[0]), len(arena))
+			} else {
+				v, err = cvort.NewDeviceTensor(r.dev, r.elem, shape[:])
+			}
+			if err != nil {
+				r.unbind()
+				return fmt.Errorf("%w: the KV cache of layer %d: %w", ErrRun, l, err)
+			}
+			r.kv = append(r.kv, v)
+		}
+	}
+	r.bound, r.boundShape = c, shape
+	return nil
+}
+
+// unbind releases the cache tensors.
+func (r *StepRunner) unbind() {
+	for _, v := range r.kv {
+		v.Release()
+	}
+	r.kv, r.bound, r.boundShape = r.kv[:0], nil, [4]int64{}
+}
+
+// scratchCache returns b with a scratch cache that holds this pass's tokens only: every
+// row's tokens in blocks of their own.
+func (r *StepRunner) scratchCache(b *Batch) (*Batch, error) {
+	need := 0
+	for _, s := range b.Seqs {
+		if s.PastLen > 0 {
+			return nil, fmt.Errorf("%w: a row has %d past tokens but the batch has no cache", ErrBatch, s.PastLen)
+		}
+		need += (len(s.Tokens) + scratchBlockSize - 1) / scratchBlockSize
+	}
+	if r.scratch == nil || r.scratch.Config().NumBlocks < need {
+		if r.scratch != nil {
+			if r.bound == r.scratch {
+				r.unbind()
+			}
+			r.scratch.Close()
+		}
+		st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: max(need, 8), BlockSizeTokens: scratchBlockSize,
+			Layers: r.spec.NumLayers, KVHeads: r.spec.NumKVHeads, HeadDim: r.spec.HeadDim,
+			DType: r.spec.KVDType.cacheDType(), TokenMajor: true})
+		if err != nil {
+			return nil, fmt.Errorf("%w: scratch cache: %w", ErrRun, err)
+		}
+		r.scratch = st
+	}
+	sb := &r.scratchBatch
+	sb.Cache, sb.Seqs = r.scratch, append(sb.Seqs[:0], b.Seqs...)
+	next := kvcache.BlockID(0)
+	for i := range sb.Seqs {
+		n := (len(sb.Seqs[i].Tokens) + scratchBlockSize - 1) / scratchBlockSize
+		blocks := make([]kvcache.BlockID, n)
+		for j := range blocks {
+			blocks[j] = next
+			next++
+		}
+		sb.Seqs[i].Blocks, sb.Seqs[i].GroupBlocks = blocks, nil
+	}
+	return sb, nil
+}
