@@ -6,9 +6,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
@@ -395,5 +397,23 @@ func TestDecoder(t *testing.T) {
 	}
 	if worst > 1e-3 {
 		t.Errorf("logits differ from PyTorch's by up to %g", worst)
+	}
+}
+
+// TestDroppedValue: a Value dropped without Release is freed by the garbage collector,
+// its Go memory unpinned (a pinned object the collector finds unreachable would panic).
+func TestDroppedValue(t *testing.T) {
+	for range 3 {
+		buf := make([]float32, 1024)
+		if _, err := NewHostTensor(Float32, []int64{1024}, unsafe.Pointer(&buf[0]), 4*len(buf)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewDeviceTensor(CPU(), Float32, []int64{1024}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // cleanups and finalizers run on their own goroutine
 	}
 }
