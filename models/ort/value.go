@@ -22,12 +22,17 @@ type ElemType int
 
 // The element types Conveyor's graphs use.
 const (
-	Float32  ElemType = C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT
-	Int32    ElemType = C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
-	Int64    ElemType = C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64
-	Float16  ElemType = C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16
-	BFloat16 ElemType = C.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16
+	Float32  ElemType = 1
+	Int32    ElemType = 6
+	Int64    ElemType = 7
+	Float16  ElemType = 10
+	BFloat16 ElemType = 16
 )
+
+// The numbers are ONNX's, which the C API's enum repeats; the compiler checks that here.
+var _ = [1]struct{}{}[(Float32-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)|(Int32-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32)|
+	(Int64-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)|(Float16-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16)|
+	(BFloat16-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16)]
 
 // Size returns the bytes of one element, or 0 for a type this package does not know.
 func (t ElemType) Size() int {
