@@ -98,7 +98,7 @@ func (m *countingModel) Forward(b *models.Batch) (*models.Output, error) {
 }
 
 // attentionPaths are the attention paths the real-model tests run on.
-var attentionPaths = []string{models.AttentionPaged, models.AttentionDense}
+var attentionPaths = []string{models.AttentionPaged, models.AttentionDense, models.AttentionGraph}
 
 func openTiny(tb testing.TB, attention string) (*countingModel, *tokenizer.Tokenizer) {
 	tb.Helper()

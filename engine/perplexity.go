@@ -60,7 +60,7 @@ func Perplexity(model models.Model, stream []int32, o PerplexityOptions) (Perple
 	}
 	blocks := (o.Context + bs - 1) / bs
 	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: blocks, BlockSizeTokens: bs, Layers: spec.NumLayers,
-		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt})
+		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt, TokenMajor: spec.KVTokenMajor, NoArenas: spec.KVOnDevice})
 	if err != nil {
 		return PerplexityResult{}, err
 	}

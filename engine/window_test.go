@@ -65,6 +65,9 @@ func TestONNXSlidingWindowGroups(t *testing.T) {
 			if w := m.Spec().LayerWindows; !slices.Equal(w, []int{4, 0, 4}) {
 				t.Fatalf("layer windows %v, want [4 0 4]", w)
 			}
+			if m.Spec().CacheWindows() == nil {
+				t.Skip("the step graph applies the windows itself over one layer group (the families test checks it against PyTorch)")
+			}
 			// run serves the requests one after another, or all at once in a cache of
 			// kvBlocks blocks (0: plenty) so small that sequences are preempted.
 			run := func(hide bool, kvBlocks int) ([][]int32, [][]float32, *windowWatch) {

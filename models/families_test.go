@@ -181,7 +181,7 @@ func checkServingLayout(t *testing.T, m Model, ref *familyReference, check func(
 	t.Helper()
 	spec := m.Spec()
 	const bs = 4
-	lay := kvcache.PlanLayout(spec.LayerWindows, spec.NumLayers, spec.MaxPositions)
+	lay := kvcache.PlanLayout(spec.CacheWindows(), spec.NumLayers, spec.MaxPositions)
 	pool, err := kvcache.NewPool(lay.Pool(kvcache.PoolConfig{NumBlocks: 256, BlockSizeTokens: bs, EnablePrefixCaching: true}))
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,16 @@ type BlockCopier interface {
 	CopyBlocks(ops []kvcache.CopyOp) error
 }
 
+// CacheWindows returns the windows the engine groups the cache's layers by: LayerWindows,
+// or nil (one group, every layer keeping its whole past) for a model that reads a
+// token-major cache, whose graph applies the windows itself.
+func (s Spec) CacheWindows() []int {
+	if s.KVTokenMajor {
+		return nil
+	}
+	return s.LayerWindows
+}
+
 // KVBytesPerToken returns the bytes one token's keys and values take over all layers.
 func (s Spec) KVBytesPerToken() int {
 	return 2 * s.NumLayers * s.NumKVHeads * s.HeadDim * s.KVDType.Size()

@@ -100,7 +100,8 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 			BOSTokenID:   meta.bos,
 			EOSTokenIDs:  meta.eos,
 			// The graph applies the sliding windows itself, over a cache that keeps every
-			// layer's whole past: one layer group.
+			// layer's whole past: one layer group (Spec.CacheWindows).
+			LayerWindows: man.Windows,
 			KVTokenMajor: true,
 			KVOnDevice:   !dev.IsCPU(),
 		},
