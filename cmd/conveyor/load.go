@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
@@ -102,16 +101,6 @@ func checkDevice(device string) error {
 	return nil
 }
 
-// runsOn names the device m runs on, for the ready line. A runner that can run elsewhere
-// than the host says where with a Device() string method: this is the hook for the GPU
-// runner. The runners without one run on the CPU whatever --device asked.
-func runsOn(m models.Model) string {
-	if d, ok := m.(interface{ Device() string }); ok {
-		return d.Device()
-	}
-	return models.DeviceCPU
-}
-
 // loadedModel is a model loaded from the flags with its engine running: what `conveyor
 // serve` and `conveyor run-batch` put behind an api.Server with SetBackend.
 type loadedModel struct {
@@ -142,9 +131,6 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	runner, tok, dir := l.model, l.tok, l.dir
-	if got := runsOn(runner); o.device == models.DeviceCUDA && !strings.HasPrefix(got, models.DeviceCUDA) {
-		log.Warn("the model runs on the CPU: --device cuda asked for the GPU, and this model's runner has no GPU path", "device", got)
-	}
 	// After several failed forward passes in a row the engine reopens the model from its
 	// directory (engine.Config.ReopenModel).
 	ecfg.ReopenModel = func() (engine.Model, error) {
@@ -179,7 +165,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 // logReady logs the "ready" line with what is being served; attrs come first (addr).
 func (m *loadedModel) logReady(log *slog.Logger, o *serveOptions, modelName string, attrs ...any) {
 	attrs = append(attrs, "model", modelName, "load_seconds", time.Since(m.start).Seconds(),
-		"max_model_len", m.eng.MaxModelLen(), "kv_blocks", m.eng.NumKVBlocks(), "scheduler", o.scheduler, "device", runsOn(m.runner), "attention", m.runner.Attention(),
+		"max_model_len", m.eng.MaxModelLen(), "kv_blocks", m.eng.NumKVBlocks(), "scheduler", o.scheduler, "device", m.runner.Device(), "attention", m.runner.Attention(),
 		"kv_cache_dtype", m.runner.Spec().KVDType.String(), "quantization", m.quantization)
 	log.Info("ready", append(attrs, kernelAttrs(m.runner.Attention(), m.quantization)...)...)
 }

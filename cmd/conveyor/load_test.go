@@ -41,7 +41,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.dir != dir || l.tok == nil || l.model.Spec().VocabSize == 0 || runsOn(l.model) != models.DeviceCPU {
+	if l.dir != dir || l.tok == nil || l.model.Spec().VocabSize == 0 || l.model.Device() != models.DeviceCPU {
 		t.Errorf("loaded %+v", l)
 	}
 	again, err := l.reopen()
@@ -74,20 +74,9 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// gpuModel stands for a runner that reports its device.
-type gpuModel struct{ models.Model }
-
-func (gpuModel) Device() string { return "cuda:0 (NVIDIA)" }
-
-// TestRunsOn: the ready line names what a runner reports, else the CPU.
-func TestRunsOn(t *testing.T) {
-	if got := runsOn(gpuModel{}); got != "cuda:0 (NVIDIA)" {
-		t.Errorf("runsOn(a runner on the GPU) = %q", got)
-	}
-	var m models.Model = (*models.Runner)(nil)
-	if got := runsOn(m); got != models.DeviceCPU {
-		t.Errorf("runsOn(Runner) = %q", got)
-	}
+// TestCheckDevice: --device takes cpu, cuda, auto (and "", auto); anything else is one
+// line naming the flag.
+func TestCheckDevice(t *testing.T) {
 	for _, d := range []string{"", "cpu", "cuda", "auto"} {
 		if err := checkDevice(d); err != nil {
 			t.Errorf("checkDevice(%q): %v", d, err)
