@@ -79,9 +79,9 @@ func benchModelDir(b *testing.B, cfg *convert.Config, quantize string) string {
 	}
 	// The fields, not q's String (which names only the bit width): a change of scheme
 	// must not reuse a model built with another.
-	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName)...))
+	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads step", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName)...))
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(filepath.Join(dir, "paged", "paged.json")); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "step", "step.json")); err == nil {
 		return dir
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), "building-")
@@ -118,6 +118,10 @@ func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, benchOptions{attention: 
 // same kind of cache: the step includes gathering every row's past out of its blocks
 // and scattering the new keys and values back.
 func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionDense}) }
+
+// BenchmarkDecodeStepGraph is BenchmarkDecodeStep on the step graph: the whole model as
+// one ONNX Runtime run, each layer's attention Conveyor's own PagedAttention operator.
+func BenchmarkDecodeStepGraph(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionGraph}) }
 
 // BenchmarkDecodeStepFloat16 is BenchmarkDecodeStep with a float16 KV cache.
 func BenchmarkDecodeStepFloat16(b *testing.B) {
@@ -163,9 +167,9 @@ func benchDecode(b *testing.B, o benchOptions) {
 	}
 }
 
-// BenchmarkPrefill times one prompt of 128 to 2048 tokens with no past, on both paths.
+// BenchmarkPrefill times one prompt of 128 to 2048 tokens with no past, on every path.
 func BenchmarkPrefill(b *testing.B) {
-	benchPrefill(b, "", []string{AttentionPaged, AttentionDense})
+	benchPrefill(b, "", []string{AttentionPaged, AttentionDense, AttentionGraph})
 }
 
 // BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the paged path.
