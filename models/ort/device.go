@@ -35,7 +35,7 @@ const cudaMajor = "13"
 // ErrNoDevice means the device asked for cannot be used: its provider library is
 // missing or does not load (a CUDA or cuDNN library it needs is missing), or there is no
 // such device. The error is one line that names what is missing and how to get it.
-var ErrNoDevice = errors.New("ort: no such device")
+var ErrNoDevice = errors.New("ort: device unavailable")
 
 // Device is where a session runs and where device tensors live: the host (CPU) or one
 // device of an execution provider (an OrtEpDevice of the process's environment).
