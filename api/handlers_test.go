@@ -92,7 +92,7 @@ func TestCompletionDefaultsAndShape(t *testing.T) {
 	r := eng.lastRequest()
 	want := engine.DefaultSamplingParams()
 	if r.Params.MaxTokens != 16 || r.Params.Temperature != want.Temperature || r.Params.TopP != 1 || r.Params.N != 1 ||
-		r.Params.Logprobs != -1 || r.Params.PromptLogprobs != -1 || r.Params.RepetitionPenalty != 1 || r.Params.Seed != nil {
+		r.Params.Logprobs != engine.NoLogprobs || r.Params.PromptLogprobs != engine.NoLogprobs || r.Params.RepetitionPenalty != 1 || r.Params.Seed != nil {
 		t.Fatalf("defaults not applied: %+v", r.Params)
 	}
 	if got := []int32{fakeBOS, 'h' + 1, 'i' + 1}; !equalIDs(r.Prompt, got) {
@@ -148,7 +148,7 @@ func TestCompletionParamsReachEngine(t *testing.T) {
 	if p.MaxTokens != 5 || p.Temperature != 0.5 || p.TopP != 0.9 || p.N != 2 || len(p.Stop) != 2 || p.Stop[1] != "END" ||
 		p.PresencePenalty != 0.5 || p.FrequencyPenalty != -0.5 || p.LogitBias[10] != -100 || p.LogitBias[20] != 5.5 ||
 		p.Seed == nil || *p.Seed != 42 || p.TopK != 40 || p.MinP != 0.05 || p.RepetitionPenalty != 1.1 || p.MinTokens != 2 ||
-		!p.IgnoreEOS || !equalIDs(p.StopTokenIDs, []int32{3, 4}) || p.Logprobs != 2 || p.PromptLogprobs != -1 {
+		!p.IgnoreEOS || !equalIDs(p.StopTokenIDs, []int32{3, 4}) || p.Logprobs != 2 || p.PromptLogprobs != engine.NoLogprobs {
 		t.Fatalf("params %+v", p)
 	}
 	m := decode(t, rec)

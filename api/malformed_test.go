@@ -77,6 +77,8 @@ var badCases = []badCase{
 	{"stream_options number", "POST", cp, comp(`,"stream":true,"stream_options":5`), 400, "stream_options"},
 	{"logprobs too many", "POST", cp, comp(`,"logprobs":21`), 400, "logprobs"},
 	{"logprobs bool", "POST", cp, comp(`,"logprobs":true`), 400, "logprobs"},
+	{"logprobs -1", "POST", cp, comp(`,"logprobs":-1`), 400, "logprobs"},
+	{"logprobs -3 with echo", "POST", cp, comp(`,"logprobs":-3,"echo":true`), 400, "logprobs"},
 	{"echo string", "POST", cp, comp(`,"echo":"no"`), 400, "echo"},
 	{"stop number", "POST", cp, comp(`,"stop":5`), 400, "stop"},
 	{"stop five strings", "POST", cp, comp(`,"stop":["a","b","c","d","e"]`), 400, "stop"},
@@ -115,6 +117,8 @@ var badCases = []badCase{
 	{"chat second message bad", "POST", chp, chatMsgs(`[{"role":"user","content":"x"},{"role":"user","content":null}]`), 400, "messages[1].content"},
 	{"chat top_logprobs too many", "POST", chp, chat(`,"logprobs":true,"top_logprobs":21`), 400, "top_logprobs"},
 	{"chat top_logprobs without logprobs", "POST", chp, chat(`,"top_logprobs":2`), 400, "top_logprobs"},
+	{"chat top_logprobs -1", "POST", chp, chat(`,"logprobs":true,"top_logprobs":-1`), 400, "top_logprobs"},
+	{"chat top_logprobs -2 without logprobs", "POST", chp, chat(`,"top_logprobs":-2`), 400, "top_logprobs"},
 	{"chat logprobs number", "POST", chp, chat(`,"logprobs":1`), 400, "logprobs"},
 	{"chat max_completion_tokens string", "POST", chp, chat(`,"max_completion_tokens":"x"`), 400, "max_completion_tokens"},
 	{"chat max_tokens zero", "POST", chp, chat(`,"max_tokens":0`), 400, "max_tokens"},
@@ -266,5 +270,30 @@ func TestCompressedBodyIs415(t *testing.T) {
 	}
 	if rec := do(t, s.Handler(), "POST", cp, comp(`,"max_tokens":1`), "Content-Encoding", "identity"); rec.Code != 200 {
 		t.Errorf("identity: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestNegativeLogprobs: logprobs (completions) and top_logprobs (chat) below 0, -1
+// included, are 400s naming the parameter, from the engine's rule; the ungated fake
+// engine answers at once, so a request that is let through fails the test, not its
+// timeout.
+func TestNegativeLogprobs(t *testing.T) {
+	s := newTestServer(t, newFakeEngine(), nil)
+	for _, tc := range []struct{ path, body, param, msg string }{
+		{cp, comp(`,"logprobs":-1`), "logprobs", "logprobs must be between 0 and 20, got -1"},
+		{cp, comp(`,"logprobs":-3,"echo":true`), "logprobs", "logprobs must be between 0 and 20, got -3"},
+		{chp, chat(`,"logprobs":true,"top_logprobs":-1`), "top_logprobs", "top_logprobs must be between 0 and 20, got -1"},
+		{chp, chat(`,"top_logprobs":-2`), "top_logprobs", "top_logprobs must be between 0 and 20, got -2"},
+		{"/v1/responses", `{"model":"test-model","store":false,"input":"x","top_logprobs":-1}`, "top_logprobs",
+			"top_logprobs must be between 0 and 20, got -1"},
+	} {
+		rec := do(t, s.Handler(), "POST", tc.path, tc.body)
+		if rec.Code != 400 {
+			t.Errorf("%s %s: status %d: %s", tc.path, tc.body, rec.Code, rec.Body)
+			continue
+		}
+		if e := errorObject(t, rec.Body.Bytes()); e["param"] != tc.param || e["message"] != tc.msg {
+			t.Errorf("%s %s: param %v, message %q; want %s, %q", tc.path, tc.body, e["param"], e["message"], tc.param, tc.msg)
+		}
 	}
 }

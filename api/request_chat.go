@@ -86,7 +86,7 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	g.names["prompt"], g.names["logprobs"] = "messages", "top_logprobs"
 	r := &parsedChat{generation: g}
 	logprobs := c.boolean("logprobs", w.Logprobs, false)
-	top := c.integer("top_logprobs", w.TopLogprobs, -1, minInt32, maxInt32)
+	top := c.integer("top_logprobs", w.TopLogprobs, engine.NoLogprobs, minInt32, maxInt32)
 	addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
 	w.chatFeatures.check(c)
 	msgs := parseMessages(c, w.Messages)
@@ -94,12 +94,14 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	if top >= 0 && !logprobs {
+	switch {
+	case top < 0 && top != engine.NoLogprobs:
+		r.params.Logprobs = int(top) // as sent: the engine's logprobs rule refuses it, named top_logprobs
+	case top >= 0 && !logprobs:
 		return nil, invalidParam("top_logprobs", "top_logprobs requires logprobs to be true")
-	}
-	if logprobs {
+	case logprobs:
 		r.params.Logprobs = 0 // the chosen token's logprob, no alternatives
-		if top != -1 {
+		if top != engine.NoLogprobs {
 			r.params.Logprobs = int(top)
 		}
 	}

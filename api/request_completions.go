@@ -3,6 +3,8 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // completionRequest is the wire schema of POST /v1/completions.
@@ -107,7 +109,8 @@ func parseCompletion(w *completionRequest, b *Backend) (*parsedCompletion, error
 	g := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens})
 	r := &parsedCompletion{generation: g}
 	r.echo = c.boolean("echo", w.Echo, false)
-	lp := c.integer("logprobs", w.Logprobs, -1, minInt32, maxInt32)
+	// A negative logprobs goes to the engine as sent: its rule refuses it.
+	lp := c.integer("logprobs", w.Logprobs, engine.NoLogprobs, minInt32, maxInt32)
 	if s, ok := c.str("suffix", w.Suffix); ok && s != "" {
 		c.fail(unsupportedParam("suffix", "suffix is not supported"))
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // Limits of a /v1/responses request (the stored size is the store's limit).
@@ -61,7 +63,7 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 	}
 	r.generation = gw.parse(c, b, maxTokensParam{"max_output_tokens", maxOut})
 	c.err = renameFormatError(c.err)
-	r.names["prompt"] = "input"
+	r.names["prompt"], r.names["logprobs"] = "input", "top_logprobs"
 	if shape(c, "stream_options", "an object", w.StreamOptions) {
 		c.boolean("stream_options.include_obfuscation", w.StreamOptions.V.IncludeObfuscation, false)
 		if !c.failed() && !r.stream {
@@ -91,8 +93,12 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 			c.fail(unsupportedParam("reasoning.summary", "reasoning.summary is not supported: the model does not reason"))
 		}
 	}
-	if n := c.integer("top_logprobs", w.TopLogprobs, 0, 0, 20); n > 0 {
+	// The engine's logprobs rule judges the range (renamed top_logprobs); within it only
+	// 0 is supported.
+	if n := c.integer("top_logprobs", w.TopLogprobs, 0, minInt32, maxInt32); n > 0 && n <= engine.MaxLogprobs {
 		c.fail(unsupportedValue("top_logprobs", "top_logprobs is not supported by /v1/responses; only 0 is"))
+	} else if n != 0 {
+		r.params.Logprobs = int(n)
 	}
 	meta := parseMetadata(c, w.Metadata)
 	c.str("service_tier", w.ServiceTier)

@@ -54,7 +54,7 @@ func TestParsedCallsAreValidated(t *testing.T) {
 			choice string
 		}{{false, "auto"}, {true, "auto"}, {true, "required"}, {false, "named"}} {
 			var rejected []string
-			req := &parsedChat{generation: generation{stream: mode.stream, params: engine.SamplingParams{N: 1, Logprobs: -1}}, tools: weatherPlan(t, mode.choice)}
+			req := &parsedChat{generation: generation{stream: mode.stream, params: engine.SamplingParams{N: 1, Logprobs: engine.NoLogprobs}}, tools: weatherPlan(t, mode.choice)}
 			o := newChatOutput(req, nil, chatResponse{}, func(r string) { rejected = append(rejected, r) })
 			half := len(tc.text) / 2
 			var out []any
@@ -167,7 +167,7 @@ func TestCallArgumentsStream(t *testing.T) {
 		plan := weatherPlan(t, tc.choice)
 		plan.format, plan.streamArgs = tc.format, true
 		plan.params["get_weather"], _ = compileParameters(json.RawMessage(`{"type":"object"}`))
-		req := &parsedChat{generation: generation{stream: true, params: engine.SamplingParams{N: 1, Logprobs: -1}}, tools: plan}
+		req := &parsedChat{generation: generation{stream: true, params: engine.SamplingParams{N: 1, Logprobs: engine.NoLogprobs}}, tools: plan}
 		o := newChatOutput(req, nil, chatResponse{}, nil)
 		var names, pieces []string
 		firstArgsAt, nameAt := -1, -1

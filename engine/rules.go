@@ -215,9 +215,10 @@ func (l Limits) seqsProblem(n int) string {
 	return ""
 }
 
-// optionalCount checks a count where -1 means "none".
+// optionalCount checks a count that may be NoLogprobs ("none"): any other value below
+// 0, -1 included, is refused.
 func optionalCount(v, hi int) string {
-	if v == -1 {
+	if v == NoLogprobs {
 		return ""
 	}
 	return between(v, 0, hi)

@@ -50,6 +50,8 @@ func TestRules(t *testing.T) {
 		{"logit_bias value", func(r *Request) { r.Params.LogitBias = map[int32]float32{7: 101} }, "logit_bias", "logit_bias value for 7 must be between -100 and 100, got 101", ErrInvalidRequest},
 		{"logprobs 21", func(r *Request) { r.Params.Logprobs = 21 }, "logprobs", "logprobs must be between 0 and 20, got 21", ErrInvalidRequest},
 		{"logprobs -2", func(r *Request) { r.Params.Logprobs = -2 }, "logprobs", "got -2", ErrInvalidRequest},
+		{"logprobs -1", func(r *Request) { r.Params.Logprobs = -1 }, "logprobs", "logprobs must be between 0 and 20, got -1", ErrInvalidRequest},
+		{"prompt_logprobs -1", func(r *Request) { r.Params.PromptLogprobs = -1 }, "prompt_logprobs", "got -1", ErrInvalidRequest},
 		{"prompt_logprobs 21", func(r *Request) { r.Params.PromptLogprobs = 21 }, "prompt_logprobs", "got 21", ErrInvalidRequest},
 		{"five stop strings", func(r *Request) { r.Params.Stop = []string{"a", "b", "c", "d", ""} }, "stop", "stop may hold at most 4 strings, got 5", ErrInvalidRequest},
 		{"stop token id", func(r *Request) { r.Params.StopTokenIDs = []int32{3, 200} }, "stop_token_ids", "stop_token_ids[1] = 200 is not a token id", ErrInvalidRequest},

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"errors"
-	"github.com/conveyor-llm/conveyor/engine/structured"
+	"math"
 	"time"
+
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // Sentinel errors returned by Submit or carried by error events. The api package maps
@@ -56,8 +58,8 @@ type SamplingParams struct {
 	IgnoreEOS         bool
 	StopTokenIDs      []int32
 	Stop              []string // stop strings; never emitted
-	Logprobs          int      // -1 = none; k >= 0 = chosen token's logprob plus the k most likely alternatives
-	PromptLogprobs    int      // -1 = none; k >= 0 = logprobs of the prompt tokens (echo with logprobs)
+	Logprobs          int      // NoLogprobs = none; k >= 0 = chosen token's logprob plus the k most likely alternatives
+	PromptLogprobs    int      // NoLogprobs = none; k >= 0 = logprobs of the prompt tokens (echo with logprobs)
 	// Constraint, when set, limits every sequence to outputs its grammar accepts
 	// (structured output): tokens it does not allow are masked before anything else
 	// sees the logits, and the sequence stops once its value is complete.
@@ -74,6 +76,11 @@ type SamplingParams struct {
 	KeepSpecialTokens bool
 }
 
+// NoLogprobs is the Logprobs and PromptLogprobs of a request that asks for none. It is
+// no count a client can send (those are int32), so that a negative count sent, -1
+// included, reaches the rules as sent and is refused.
+const NoLogprobs = math.MinInt
+
 // DefaultSamplingParams returns the OpenAI defaults: one sequence, 16 tokens, temperature 1.
 func DefaultSamplingParams() SamplingParams {
 	return SamplingParams{
@@ -82,8 +89,8 @@ func DefaultSamplingParams() SamplingParams {
 		Temperature:       1,
 		TopP:              1,
 		RepetitionPenalty: 1,
-		Logprobs:          -1,
-		PromptLogprobs:    -1,
+		Logprobs:          NoLogprobs,
+		PromptLogprobs:    NoLogprobs,
 	}
 }
 
