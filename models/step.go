@@ -311,6 +311,49 @@ func (r *StepRunner) bind(c *kvcache.Storage) error {
 	return nil
 }
 
+// CopyBlocks copies whole blocks of every layer's keys and values, in order, in the
+// bound cache's own memory (the GPU's, for a device cache): copy-on-write of a shared
+// partial block when a sequence forks (n, best_of).
+func (r *StepRunner) CopyBlocks(ops []kvcache.CopyOp) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	if len(r.kv) == 0 {
+		return fmt.Errorf("%w: no cache is bound to copy blocks in", ErrRun)
+	}
+	shape := []int64{1, r.boundShape[1], r.boundShape[2], r.boundShape[3]}
+	blockBytes := int(shape[1]*shape[2]*shape[3]) * r.elem.Size()
+	var src, dst []*cvort.Value
+	defer func() {
+		for _, v := range append(src, dst...) {
+			v.Release()
+		}
+	}()
+	for _, op := range ops {
+		if op.Src < 0 || op.Dst < 0 || int64(op.Src) >= r.boundShape[0] || int64(op.Dst) >= r.boundShape[0] {
+			return fmt.Errorf("%w: copy of block %d to %d in a cache of %d blocks", ErrBatch, op.Src, op.Dst, r.boundShape[0])
+		}
+		for _, t := range r.kv {
+			s, err := cvort.NewTensorView(t, int(op.Src)*blockBytes, shape)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrRun, err)
+			}
+			src = append(src, s)
+			d, err := cvort.NewTensorView(t, int(op.Dst)*blockBytes, shape)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrRun, err)
+			}
+			dst = append(dst, d)
+		}
+	}
+	if err := cvort.CopyTensors(src, dst); err != nil {
+		return fmt.Errorf("%w: %w", ErrRun, err)
+	}
+	return nil
+}
+
 // unbind releases the cache tensors.
 func (r *StepRunner) unbind() {
 	for _, v := range r.kv {

@@ -1,0 +1,91 @@
+package models
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models/convert"
+	cvort "github.com/conveyor-llm/conveyor/models/ort"
+)
+
+// buildStepTestModel builds the tiny random Llama with a step graph of dtype.
+func buildStepTestModel(t *testing.T, dtype convert.DType) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join("testdata", "tiny-llama", "config.json")
+	if _, err := convert.BuildRandomWith(cfg, dir, 3, convert.Options{StepDType: dtype}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestStepRunnerCopyBlocks(t *testing.T) {
+	m := openTestModel(t, buildStepTestModel(t, convert.Float32), AttentionGraph)
+	kv := newTestCache(m.Spec(), 1, 8, 4, 1)
+	if _, err := m.Forward(kv.batch([]int{0}, [][]int32{{1, 2, 3, 4, 5, 6}}, false)); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := kv.tables[0][1], kv.free[0] // the partial block, and a free one
+	copier, ok := m.(BlockCopier)
+	if !ok {
+		t.Fatal("the step runner copies no blocks")
+	}
+	if err := copier.CopyBlocks([]kvcache.CopyOp{{Src: src, Dst: dst}}); err != nil {
+		t.Fatal(err)
+	}
+	blockBytes := 4 * m.Spec().NumKVHeads * m.Spec().HeadDim * m.Spec().KVDType.Size()
+	for l := range m.Spec().NumLayers {
+		for _, arena := range [][]byte{kv.storage.LayerK(l), kv.storage.LayerV(l)} {
+			s := arena[int(src)*blockBytes : int(src+1)*blockBytes]
+			if !bytes.Equal(s, arena[int(dst)*blockBytes:int(dst+1)*blockBytes]) || bytes.Equal(s, make([]byte, blockBytes)) {
+				t.Fatalf("layer %d: block %d was not copied to %d", l, src, dst)
+			}
+		}
+	}
+	if err := copier.CopyBlocks([]kvcache.CopyOp{{Src: 0, Dst: 99}}); !errors.Is(err, ErrBatch) {
+		t.Fatalf("a copy outside the cache: %v", err)
+	}
+}
+
+func TestOpenDevices(t *testing.T) {
+	cpuDir := buildStepTestModel(t, convert.Float32)
+	gpuDir := buildStepTestModel(t, convert.Float16)
+	lib := testORTLib(t)
+	open := func(dir, device, attention string) (Model, error) {
+		m, err := Open(dir, RunnerOptions{ORTLib: lib, IntraOpThreads: 2, Device: device, Attention: attention,
+			CUDAProvider: filepath.Join(t.TempDir(), "libonnxruntime_providers_cuda.so")})
+		if err == nil {
+			t.Cleanup(func() { m.Close() })
+		}
+		return m, err
+	}
+	for _, tc := range []struct {
+		dir, device, attention string
+		want                   string // the error's text, or the path opened
+	}{
+		{cpuDir, DeviceCUDA, "", "rebuild it with `conveyor build-model --dtype float16`"},
+		{gpuDir, DeviceCUDA, AttentionPaged, "the GPU runs the step graph"},
+		{gpuDir, DeviceCUDA, "", "make ort-gpu"},
+		{gpuDir, DeviceCPU, AttentionGraph, "runs on NVIDIA GPUs only"},
+		{gpuDir, DeviceAuto, "", AttentionPaged}, // no GPU here: the CPU's default path
+		{cpuDir, "", AttentionGraph, AttentionGraph},
+		{cpuDir, DeviceCPU, "", AttentionPaged},
+	} {
+		m, err := open(tc.dir, tc.device, tc.attention)
+		switch {
+		case err != nil && !strings.Contains(err.Error(), tc.want):
+			t.Errorf("device %q attention %q: %v, want %q", tc.device, tc.attention, err, tc.want)
+		case err != nil && strings.Contains(err.Error(), "\n"):
+			t.Errorf("device %q attention %q: the error spans lines: %q", tc.device, tc.attention, err)
+		case err == nil && (m.Attention() != tc.want || m.Device() != DeviceCPU):
+			t.Errorf("device %q attention %q: opened %s on %s, want %s", tc.device, tc.attention, m.Attention(), m.Device(), tc.want)
+		}
+	}
+	if _, err := open(gpuDir, DeviceCUDA, ""); !errors.Is(err, cvort.ErrNoDevice) {
+		t.Errorf("cuda without the provider: %v, want ErrNoDevice", err)
+	}
+}
