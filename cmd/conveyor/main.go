@@ -1,5 +1,9 @@
 // Command conveyor is the Conveyor LLM server's command-line tool. Each subcommand
-// lives in its own file and registers itself from init; `conveyor help` lists them.
+// lives in its own file and registers itself from init; `conveyor help` lists them. A
+// large subcommand is split by job into files named after it: bench*.go, and
+// runbatch.go (the command and its scheduling: submitting lines, concurrency, retries)
+// with runbatch_input.go (reading and checking the batch file), runbatch_output.go
+// (the results file and resuming) and runbatch_progress.go (the progress bar).
 package main
 
 import (
