@@ -9,6 +9,10 @@
 #
 # Usage: scripts/gpu-check.sh [OUT_DIR]        (default gpu-check/)
 #
+# GPU_CHECK_DEVICE=cpu runs the same steps on the CPU (float32 step graph, --attention graph,
+# a tiny model by default: GPU_CHECK_CONFIG, GPU_CHECK_MAX_TOKEN_ID), to try the script
+# itself on a machine without a GPU.
+#
 # It uses bin/conveyor and bin/models.test when they exist (built elsewhere with `make build`
 # and `go test -c -o bin/models.test ./models/`), and builds them when Go is at hand. ONNX
 # Runtime is found as serve finds it (CONVEYOR_ORT_LIB, default .ort/libonnxruntime.so.1;
@@ -24,6 +28,12 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 port=${GPU_CHECK_PORT:-8123}
+device=${GPU_CHECK_DEVICE:-cuda}
+case $device in
+cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB ;;
+cpu) dtype=float32 config=${GPU_CHECK_CONFIG:-models/testdata/tiny-llama/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-500} kv=512MiB ;;
+*) echo "gpu-check: GPU_CHECK_DEVICE=$device: want cuda or cpu"; exit 1 ;;
+esac
 server=""
 cleanup() {
 	[ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
@@ -63,13 +73,17 @@ fi
 [ -x bin/conveyor ] || { echo "gpu-check: bin/conveyor is missing: run \`make build\` (or carry it here)"; exit 1; }
 bin=$root/bin/conveyor
 
-gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
-[ -n "$gpu" ] || { echo "gpu-check: no NVIDIA GPU answers nvidia-smi"; exit 1; }
+if [ "$device" = cuda ]; then
+	gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+	[ -n "$gpu" ] || { echo "gpu-check: no NVIDIA GPU answers nvidia-smi"; exit 1; }
+else
+	gpu="none: a dry run on the CPU ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores)"
+fi
 log "GPU: $gpu"
 
 # --- 1. the families' fixtures on the GPU ---------------------------------------------
-fixtures="not run (bin/models.test missing)"
-if [ -x bin/models.test ]; then
+fixtures="not run (bin/models.test missing, or a CPU dry run)"
+if [ -x bin/models.test ] && [ "$device" = cuda ]; then
 	log "family fixtures through the float16 step graph on the GPU"
 	if (cd models && CONVEYOR_TEST_DEVICE=cuda ../bin/models.test -test.run 'TestStepGraphFamiliesOnGPU' -test.v -test.count=1) >"$out/fixtures.log" 2>&1; then
 		fixtures="passed"
@@ -81,12 +95,12 @@ if [ -x bin/models.test ]; then
 fi
 
 # --- 2. the 0.5B shape, served on the GPU, at 1, 16 and 64 streams --------------------
-model=$work/qwen2-0.5b
-log "building the Qwen2.5-0.5B shape (random weights) with a float16 step graph"
-"$bin" build-model --random --config models/testdata/qwen2-0.5b/config.json --out "$model" --dtype float16 >"$out/build.log" 2>&1
-log "serving it with --device cuda on port $port"
-"$bin" serve --model "$model" --served-model-name q05 --device cuda --host 127.0.0.1 --port "$port" \
-	--kv-cache-memory 8GiB --max-num-seqs 64 >"$out/serve.log" 2>&1 &
+model=$work/model
+log "building $config (random weights) with a $dtype step graph"
+"$bin" build-model --random --config "$config" --out "$model" --dtype "$dtype" >"$out/build.log" 2>&1
+log "serving it with --device $device --attention graph on port $port"
+"$bin" serve --model "$model" --served-model-name q05 --device "$device" --attention graph --host 127.0.0.1 --port "$port" \
+	--kv-cache-memory "$kv" --max-num-seqs 64 >"$out/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 120); do
 	curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -98,30 +112,30 @@ for c in 1 16 64; do
 	n=$((c * 3 > 24 ? c * 3 : 24))
 	log "bench: $c streams, $n requests of 128 -> 128 tokens"
 	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len 128 \
-		--num-requests $((n / 4)) --max-concurrency "$c" --request-rate inf --max-token-id 8000 --no-progress --json >/dev/null 2>&1 || true # warm-up
+		--num-requests $((n / 4)) --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json >/dev/null 2>&1 || true # warm-up
 	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len 128 \
-		--num-requests "$n" --max-concurrency "$c" --request-rate inf --max-token-id 8000 --no-progress --json >"$out/bench_$c.json"
+		--num-requests "$n" --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json >"$out/bench_$c.json"
 done
 kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
 server=""
 
 # --- 3. continuous vs static vs sequential on the GPU ----------------------------------
-log "bench compare: continuous, static and sequential on the GPU"
+log "bench compare: continuous, static and sequential on the $device"
 compare="passed"
-"$bin" bench compare --model "$model" --device cuda --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
-	--num-requests 64 --rates 8,32,inf --max-num-seqs 64 --max-batch-size 16 --kv-cache-memory 4GiB \
-	--max-token-id 8000 --server-log "$out/compare-servers.log" >"$out/compare.log" 2>&1 || compare="FAILED (see compare.log)"
+"$bin" bench compare --model "$model" --device "$device" --attention graph --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
+	--num-requests 64 --rates 8,32,inf --max-num-seqs 64 --max-batch-size 16 --kv-cache-memory "$kv" \
+	--max-token-id "$maxid" --server-log "$out/compare-servers.log" >"$out/compare.log" 2>&1 || compare="FAILED (see compare.log)"
 log "bench compare: $compare"
 
 # --- 4. the report ---------------------------------------------------------------------
-python3 - "$out" "$gpu" "$fixtures" "$compare" >"$out/report.md" <<'EOF'
+python3 - "$out" "$gpu" "$fixtures" "$compare" "$config" "$dtype" >"$out/report.md" <<'EOF'
 import json, os, sys
-out, gpu, fixtures, compare = sys.argv[1:5]
+out, gpu, fixtures, compare, config, dtype = sys.argv[1:7]
 print("# Conveyor GPU check\n")
 print(f"- GPU: {gpu}")
 print(f"- family fixtures (float16 step graph): {fixtures}")
 print(f"- bench compare: {compare} (report: compare/report.md)\n")
-print("Qwen2.5-0.5B shape, random weights, float16, 128 -> 128 tokens, closed loop:\n")
+print(f"{config}, random weights, {dtype} step graph, 128 -> 128 tokens, closed loop:\n")
 print("| streams | tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | completed | failed |")
 print("|---|---|---|---|---|---|---|")
 for c in (1, 16, 64):

@@ -37,7 +37,7 @@ func runBenchCompare(args []string) error {
 	batch := fs.Int("max-batch-size", 8, "static policy: batch size (TorchServe batchSize)")
 	delay := fs.Duration("max-batch-delay", 100*time.Millisecond, "static policy: longest wait for a full batch (TorchServe maxBatchDelay)")
 	maxSeqs := fs.Int("max-num-seqs", 64, "continuous policy: sequences per step at most")
-	attention := fs.String("attention", "", "attention path of every server: paged or dense (default: the server's, paged when the model has it)")
+	attention := fs.String("attention", "", "attention path of every server: paged, dense or graph (default: the server's, paged when the model has it)")
 	var device, cudaProvider string
 	deviceFlags(fs, &device, &cudaProvider)
 	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
@@ -88,10 +88,10 @@ func runBenchCompare(args []string) error {
 	}
 	switch *attention {
 	case "":
-	case "paged", "dense":
+	case "paged", "dense", "graph":
 		serverFlags = append(serverFlags, "--attention", *attention)
 	default:
-		return fmt.Errorf("--attention %q: want paged or dense", *attention)
+		return fmt.Errorf("--attention %q: want paged, dense or graph", *attention)
 	}
 	if err := checkDevice(device); err != nil {
 		return err
