@@ -44,11 +44,13 @@ TOK_FILES := $(foreach f,$(TOK_FAMILIES),$(TOK_DIR)/$(f)/tokenizer.json)
 
 BIN := bin/conveyor
 DEFAULT_MODEL := models/default
-DEFAULT_ONNX := build/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
-# DEVICE=cpu|cuda|auto is passed to serve as --device; cuda fetches the CUDA provider first.
+# DEVICE=cpu|cuda|auto is passed to serve as --device; cuda fetches the CUDA provider first
+# and builds the default model's step graph in float16 (build/default-float16), the GPU's.
 DEVICE ?=
+STEP_DTYPE := $(if $(filter cuda,$(DEVICE)),float16,float32)
+DEFAULT_ONNX := build/default$(if $(filter cuda,$(DEVICE)),-float16)
 
 .PHONY: all build ort ort-gpu tokenizer-files browser test vet fuzz run bench model clean
 
@@ -98,10 +100,10 @@ build:
 	$(GO) build -o $(BIN) ./cmd/conveyor
 
 # The shipped checkpoint is a Hugging Face Llama directory; its ONNX graph is built here, in seconds.
-model: $(DEFAULT_ONNX)/paged/paged.json
+model: $(DEFAULT_ONNX)/step/step.json
 
-$(DEFAULT_ONNX)/paged/paged.json: $(wildcard $(DEFAULT_MODEL)/*.json) $(DEFAULT_MODEL)/model.safetensors | build
-	$(BIN) build-model --from $(DEFAULT_MODEL) --out $(DEFAULT_ONNX)
+$(DEFAULT_ONNX)/step/step.json: $(wildcard $(DEFAULT_MODEL)/*.json) $(DEFAULT_MODEL)/model.safetensors | build
+	$(BIN) build-model --from $(DEFAULT_MODEL) --out $(DEFAULT_ONNX) --dtype $(STEP_DTYPE)
 
 run: build ort model $(if $(filter cuda,$(DEVICE)),ort-gpu)
 	@echo "Serving $(DEFAULT_MODEL) on http://$(HOST):$(PORT)/  (chat page; Ctrl-C stops)"
