@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,22 +198,13 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	e.eos = append(e.eos, spec.EOSTokenIDs...)
 	if text != nil {
 		for _, id := range text.eos() {
-			if !containsID(e.eos, id) {
+			if !slices.Contains(e.eos, id) {
 				e.eos = append(e.eos, id)
 			}
 		}
 	}
 	e.publishStats()
 	return e, nil
-}
-
-func containsID(ids []int32, id int32) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // MaxModelLen returns the longest sequence (prompt + generated tokens) the engine runs.
