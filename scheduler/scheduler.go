@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
@@ -220,23 +221,11 @@ func (s *Scheduler) checkGroup(seqs []*Sequence) error {
 				return fmt.Errorf("%w: sequence id %d twice in one request", ErrInvalid, q.ID)
 			}
 		}
-		if i > 0 && !equalTokens(q.Tokens, prompt.Tokens) {
+		if i > 0 && !slices.Equal(q.Tokens, prompt.Tokens) {
 			return fmt.Errorf("%w: sequence %d's prompt differs from sequence %d's", ErrInvalid, q.ID, prompt.ID)
 		}
 	}
 	return nil
-}
-
-func equalTokens(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Abort ends a live sequence at once, waiting or running, and frees its KV blocks. It
