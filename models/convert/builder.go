@@ -465,15 +465,3 @@ func concatTransposed(dst []float32, in int, ps []projection) {
 		col += out
 	}
 }
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -382,7 +382,7 @@ func checkWeights(cfg *Config, a *arch, w Weights) error {
 		if !ok || t == nil {
 			return fmt.Errorf("%w: tensor %s is missing", ErrBadWeights, name)
 		}
-		if !equalInts(t.Shape, want[name]) {
+		if !slices.Equal(t.Shape, want[name]) {
 			return fmt.Errorf("%w: tensor %s has shape %v, config.json implies %v", ErrBadWeights, name, t.Shape, want[name])
 		}
 		if len(t.Data) != t.NumElements() {
