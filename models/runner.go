@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -508,8 +509,8 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 		}
 	}
 	for l := 0; l < layers; l++ {
-		io.pastK = append(io.pastK, indexOf(io.inNames, pastK[l].Name))
-		io.pastV = append(io.pastV, indexOf(io.inNames, pastV[l].Name))
+		io.pastK = append(io.pastK, slices.Index(io.inNames, pastK[l].Name))
+		io.pastV = append(io.pastV, slices.Index(io.inNames, pastV[l].Name))
 	}
 
 	// Outputs: only logits and present.* are requested from the session.
@@ -595,15 +596,6 @@ func parseKVName(name, prefix string) (layer int, kind string, ok bool) {
 
 func sameKVShape(a, b ort.Shape) bool {
 	return len(a) == 4 && len(b) == 4 && a[1] == b[1] && a[3] == b[3]
-}
-
-func indexOf(names []string, name string) int {
-	for i, n := range names {
-		if n == name {
-			return i
-		}
-	}
-	return -1
 }
 
 // modelMeta is what the runner reads from config.json and generation_config.json. It
