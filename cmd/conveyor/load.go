@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
@@ -40,16 +41,18 @@ type loaded struct {
 // load opens the model at dir for a command: its tokenizer and its runner (the caller
 // closes it). A model directory is opened as it is. A Hugging Face checkpoint
 // (config.json and *.safetensors without model.onnx) is the one thing load builds: its
-// ONNX graph is built once into the cache (convert.PrepareWith) and reused after, and
-// o.built is told; `conveyor build-model` builds explicitly. This file is the only one
-// of the commands but build-model that knows the builder.
+// ONNX graph is built once into the cache ($CONVEYOR_CACHE_DIR; convert.PrepareWith)
+// and reused after, and o.built is told; `conveyor build-model` builds explicitly. This
+// file is the only one of the commands but build-model that knows the builder.
 func load(dir string, o loadOptions) (*loaded, error) {
 	quant, err := convert.ParseQuantization(o.quantize)
 	if err != nil {
 		return nil, fmt.Errorf("--quantize: %w", err)
 	}
 	start := time.Now()
-	dir, built, err := convert.PrepareWith(dir, convert.Options{Quantize: quant})
+	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
+	// default, the user's cache directory).
+	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), convert.Options{Quantize: quant})
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,8 @@
 // tied head multiplies by a quantized copy of it.
 //
 // Prepare turns a Hugging Face checkpoint directory into a loadable one, building its
-// graph once into a cache directory.
+// graph once into a cache directory the caller names (the commands take it from
+// $CONVEYOR_CACHE_DIR; the package itself reads no environment).
 //
 // Example:
 //

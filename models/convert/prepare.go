@@ -12,8 +12,9 @@ import (
 	"slices"
 )
 
-// CacheDirEnv names the environment variable that overrides where Prepare keeps the
-// ONNX graphs it builds (default: the user's cache directory, then conveyor/models).
+// CacheDirEnv names the environment variable the commands read for Prepare's cacheDir:
+// where the ONNX graphs it builds are kept (default: the user's cache directory, then
+// conveyor/models). This package reads no environment; cmd passes the value.
 const CacheDirEnv = "CONVEYOR_CACHE_DIR"
 
 // ErrNotCheckpoint means a directory Prepare was given holds neither a built model
@@ -22,17 +23,18 @@ var ErrNotCheckpoint = errors.New("convert: neither a model nor a checkpoint dir
 
 // Prepare returns a directory OpenRunner can load for dir. A directory with a
 // model.onnx is returned as it is. A Hugging Face checkpoint (config.json and
-// *.safetensors, no model.onnx) is built with BuildFromHF once into a cache directory
-// keyed by the checkpoint's files (names, sizes, modification times and config.json's
-// content), and later calls reuse it; built reports whether this call built it. Any
-// other directory is an error wrapping ErrNotCheckpoint.
-func Prepare(dir string) (out string, built bool, err error) {
-	return PrepareWith(dir, Options{})
+// *.safetensors, no model.onnx) is built with BuildFromHF once into a directory under
+// cacheDir ("" = the user's cache directory + conveyor/models) keyed by the
+// checkpoint's files (names, sizes, modification times and config.json's content), and
+// later calls reuse it; built reports whether this call built it. Any other directory
+// is an error wrapping ErrNotCheckpoint.
+func Prepare(dir, cacheDir string) (out string, built bool, err error) {
+	return PrepareWith(dir, cacheDir, Options{})
 }
 
 // PrepareWith is Prepare with build options. A directory that is already built is
 // served as it is, so quantizing it is an error unless it was built that way.
-func PrepareWith(dir string, o Options) (out string, built bool, err error) {
+func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err error) {
 	if st, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil && !st.IsDir() {
 		if o.Quantize.Bits != 0 {
 			if got := BuiltQuantization(dir); got != o.Quantize.String() {
@@ -46,7 +48,7 @@ func PrepareWith(dir string, o Options) (out string, built bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	root, err := cacheRoot()
+	root, err := cacheRoot(cacheDir)
 	if err != nil {
 		return "", false, err
 	}
@@ -127,10 +129,10 @@ func BuiltQuantization(dir string) string {
 	return man.Quantization
 }
 
-// cacheRoot is $CONVEYOR_CACHE_DIR, else the user's cache directory + conveyor/models.
-func cacheRoot() (string, error) {
-	if d := os.Getenv(CacheDirEnv); d != "" {
-		return d, nil
+// cacheRoot is dir when it is not "", else the user's cache directory + conveyor/models.
+func cacheRoot(dir string) (string, error) {
+	if dir != "" {
+		return dir, nil
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
