@@ -16,7 +16,9 @@ package toolcall
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -55,8 +57,10 @@ type Format struct {
 	// fallback); rank orders the formats when Detect looks for them (lowest first).
 	marks []string
 	rank  int
-	// parse finds the calls in a finished reply (Parse).
+	// parse finds the calls in a finished reply (Parse); cut those of a reply cut short
+	// (ParseCut). Nil: the bare layout's (one JSON object per call).
 	parse func(text string) (content string, calls []Call)
+	cut   func(text string) (content string, calls []Call, at int)
 }
 
 // formats holds every format, by name; each format's file registers itself.
@@ -151,6 +155,18 @@ func (f Format) Parse(text string) (content string, calls []Call) {
 	return f.parse(text)
 }
 
+// ParseCut is Parse for a reply cut short (at max_tokens or the end of the context). A
+// call still open at the cut (its opening written, its end not) is no call: at is where
+// its text begins, and the calls completed before it come back with the text outside
+// them as content; the open call's text is in neither. A cut between two calls leaves
+// none open. at < 0 when no call was open, and then it is Parse.
+func (f Format) ParseCut(text string) (content string, calls []Call, at int) {
+	if f.cut == nil {
+		return cutBare(text, f.ArgsKey)
+	}
+	return f.cut(text)
+}
+
 // parseBare reads a reply that is one call object, or several separated by ';' or
 // newlines (llama3_json, generic), optionally after <|python_tag|>.
 func parseBare(text, argsKey string) (string, []Call) {
@@ -179,6 +195,44 @@ func parseBare(text, argsKey string) (string, []Call) {
 		}
 		dec = json.NewDecoder(strings.NewReader(rest))
 		body = rest
+	}
+}
+
+// cutBare is ParseCut of the bare layout: a call object that the reply's end cuts
+// short (the JSON stops inside it) is the open call.
+func cutBare(text, argsKey string) (string, []Call, int) {
+	content, calls := parseBare(text, argsKey)
+	off := len(text) - len(strings.TrimLeft(text, " \t\r\n"))
+	if rest := text[off:]; strings.HasPrefix(rest, "<|python_tag|>") {
+		off += len("<|python_tag|>")
+		off += len(text[off:]) - len(strings.TrimLeft(text[off:], " \t\r\n"))
+	}
+	if len(calls) > 0 || !strings.HasPrefix(text[off:], "{") {
+		return content, calls, -1 // whole calls, or no call at all
+	}
+	calls = nil
+	for {
+		dec := json.NewDecoder(strings.NewReader(text[off:]))
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return "", calls, off // the reply ends inside this object
+			}
+			return text, nil, -1 // malformed: Parse's answer
+		}
+		c, ok := callFrom(string(raw), argsKey)
+		if !ok {
+			return text, nil, -1
+		}
+		calls = append(calls, c)
+		off += int(dec.InputOffset())
+		off += len(text[off:]) - len(strings.TrimLeft(text[off:], " \t\r\n;"))
+		switch {
+		case off == len(text):
+			return "", calls, -1
+		case text[off] != '{':
+			return text, nil, -1 // what follows the calls is not a call: Parse's answer
+		}
 	}
 }
 

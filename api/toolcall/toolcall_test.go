@@ -189,3 +189,98 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("ByName(pythonic): %v", err)
 	}
 }
+
+// TestParseCut reads replies cut short: a call open at the cut is neither a call nor
+// content, the calls before it stay calls, and a reply cut between calls or in prose
+// reads as Parse reads it.
+func TestParseCut(t *testing.T) {
+	a := `{"name": "a", "arguments": {"n": 1}}`
+	for _, tc := range []struct {
+		f       Format
+		text    string
+		content string
+		calls   []Call
+		at      int // -1: no call open
+	}{
+		{Hermes, "<tool_call>\n" + a + "\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"argu", "", []Call{{"a", `{"n":1}`}}, 62},
+		{Hermes, "<tool_call>\n" + a + "\n</tool_call>\n<tool_", "", []Call{{"a", `{"n":1}`}}, 62},
+		{Hermes, "<tool_call>\n" + a + "\n</tool_call>\n", "", []Call{{"a", `{"n":1}`}}, -1},
+		{Hermes, "<tool_call>\n" + a + "\n</tool_", "", nil, 0},
+		{Hermes, "<tool_call>\n{", "", nil, 0},
+		{Hermes, "<tool", "", nil, 0},
+		{Hermes, "Let me look. <tool_call>\n{\"na", "Let me look.", nil, 13},
+		{Hermes, "Let me look. <tool", "Let me look. <tool", nil, -1}, // prose: a call may not open here
+		{Hermes, "A plain answer cut sh", "A plain answer cut sh", nil, -1},
+		{Llama3JSON, `{"name": "a", "parameters": {"n": 1}}; {"name": "b", "param`, "", []Call{{"a", `{"n":1}`}}, 39},
+		{Llama3JSON, `<|python_tag|>{"name": "a", "para`, "", nil, 14},
+		{Llama3JSON, `{"name": "a", "parameters": {"n": 1}}; `, "", []Call{{"a", `{"n":1}`}}, -1},
+		{Llama3JSON, "The weather is", "The weather is", nil, -1},
+		{Llama3JSON, `{"name": "a", "parameters": {"n": 1}} and prose`, `{"name": "a", "parameters": {"n": 1}} and prose`, nil, -1},
+		{Llama3JSON, `{"name": 7, "par`, "", nil, 0}, // cut short: whatever it was, it opened as a call
+		{Generic, "{\n  \"name\": \"a\",\n  \"arguments\": {\n    \"n\": 1\n  }\n}\n{\n  \"na", "", []Call{{"a", `{"n":1}`}}, 51},
+		{Generic, `{"name": "a", "arguments": {"n": 1}, "x": tru`, "", nil, 0},
+		{Mistral, `[TOOL_CALLS][` + a + `, {"name": "b", "argum`, "", []Call{{"a", `{"n":1}`}}, 51},
+		{Mistral, `[TOOL_CALLS][` + a + `, `, "", []Call{{"a", `{"n":1}`}}, -1},
+		{Mistral, `Sure. [TOOL_CALLS][{"na`, "Sure.", nil, 6},
+		{Mistral, `[TOOL_CALLS]`, "", nil, 0},
+		{Mistral, `[TOOL_CALLS][` + a + `]`, "", []Call{{"a", `{"n":1}`}}, -1},
+	} {
+		content, calls, at := tc.f.ParseCut(tc.text)
+		if content != tc.content || !reflect.DeepEqual(calls, tc.calls) || at != tc.at {
+			t.Errorf("%s %q: got %q %+v at %d, want %q %+v at %d", tc.f.Name, tc.text, content, calls, at, tc.content, tc.calls, tc.at)
+		}
+	}
+}
+
+// TestParseCutPrefixes cuts constrained replies of every format after each byte: the
+// calls read are always the first calls of the whole reply, exactly, and no text of a
+// call is ever content.
+func TestParseCutPrefixes(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join("..", "..", "models", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := structured.NewVocabulary(tok.VocabSize(), tok.TokenBytes, tok.IsSpecial, tok.EOS())
+	rng := rand.New(rand.NewPCG(5, 6))
+	replies := map[string][]string{"mistral": {`[TOOL_CALLS][{"name": "search", "arguments": {"query": "x"}}, {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]`}}
+	for _, f := range []Format{Hermes, Llama3JSON, Generic} {
+		schema, err := f.CallSchema(testTools, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := structured.CompileWrapped(f.Prefix, schema, f.Suffix, f.Sep, 1, 3, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := structured.NewConstraint(g, vocab)
+		for len(replies[f.Name]) < 6 {
+			if out, done := walkOut(c, vocab, rng, 400); done {
+				if _, calls := f.Parse(out); len(calls) > 1 {
+					replies[f.Name] = append(replies[f.Name], out)
+				}
+			}
+		}
+	}
+	for name, outs := range replies {
+		f, _ := ByName(name)
+		for _, out := range outs {
+			_, whole := f.Parse(out)
+			for n := 0; n <= len(out); n++ {
+				if f.ControlPrefix && n > 0 && n < len(ControlLiterals[0]) {
+					continue // [TOOL_CALLS] is one control token: no reply ends inside it
+				}
+				content, calls, at := f.ParseCut(out[:n])
+				if content != "" || len(calls) > len(whole) || (len(calls) > 0 && !reflect.DeepEqual(calls, whole[:len(calls)])) {
+					t.Fatalf("%s: %q cut after %d bytes reads as content %q, calls %+v (at %d); the whole reply's calls are %+v",
+						f.Name, out, n, content, calls, at, whole)
+				}
+				if at > n {
+					t.Fatalf("%s: cut after %d bytes: open call at %d", f.Name, n, at)
+				}
+			}
+			if _, calls, at := f.ParseCut(out); at >= 0 || !reflect.DeepEqual(calls, whole) {
+				t.Fatalf("%s: the whole reply %q reads as cut at %d with calls %+v", f.Name, out, at, calls)
+			}
+		}
+	}
+}
