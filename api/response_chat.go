@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
@@ -102,6 +103,9 @@ type chatAcc struct {
 
 	// checked records that the reply's calls were checked (and a rejection counted).
 	checked bool
+	// cutSent: the reply ended inside a call whose id and name (and some arguments)
+	// had already been streamed; the stream ends with finish_reason "length".
+	cutSent bool
 	// calls streams the arguments of constrained calls as they are generated (nil when
 	// the reply is held until it ends); callsFrom is where the calls begin in text.
 	calls     *callStream
@@ -115,7 +119,9 @@ type chatAcc struct {
 // With tools, a choice's text is held back until it finishes: then the calls found in it
 // (in the request's tool-call format) become message.tool_calls — streamed as OpenAI
 // does, each call's id and name first, then its arguments — with finish_reason
-// "tool_calls"; text outside the calls (or a reply without calls) is the content.
+// "tool_calls"; text outside the calls (or a reply without calls) is the content. A reply
+// cut short (max_tokens, the context) inside a call keeps finish_reason "length": the
+// calls completed before the cut are calls, the cut one is neither a call nor content.
 type chatOutput struct {
 	stream bool
 	tok    Tokenizer
@@ -190,11 +196,17 @@ func (o *chatOutput) body(u usageJSON) any {
 		text := o.accs[j].text.String()
 		msg := &chatMessageOut{Role: "assistant", Content: &text}
 		finish := finishReason(o.accs[j].finish)
-		if content, calls := o.calls(j); len(calls) > 0 {
-			msg.ToolCalls, finish = calls, toolCallsFinish()
-			msg.Content = nil
-			if content != "" {
-				msg.Content = &content
+		if o.tools != nil {
+			rc := o.calls(j)
+			msg.Content = &rc.content
+			if len(rc.calls) > 0 {
+				msg.ToolCalls = rc.calls
+				if rc.content == "" {
+					msg.Content = nil
+				}
+				if !rc.cut {
+					finish = toolCallsFinish()
+				}
 			}
 		}
 		resp.Choices = append(resp.Choices, chatChoice{
@@ -215,23 +227,41 @@ func (o *chatOutput) usageChunk(u usageJSON) any {
 	return chunk
 }
 
-// calls returns choice j's content and tool calls when the request has tools and the
-// finished text holds calls that validate; otherwise no calls. A reply whose calls name
-// a tool that was not offered or carry arguments its parameters reject is content: no
-// call that fails its tool's schema is ever returned as a call.
-func (o *chatOutput) calls(j int) (string, []toolCallOut) {
-	if o.tools == nil {
-		return "", nil
-	}
+// replyCalls is what a finished reply under tools holds.
+type replyCalls struct {
+	content string // the text outside the calls; the whole text when there are none
+	calls   []toolCallOut
+	// cut: the reply was cut short (max_tokens, the context) inside a call, which is in
+	// neither content nor calls; its finish reason stays "length".
+	cut bool
+}
+
+// calls returns choice j's content and the tool calls its finished text holds that
+// validate (the request has tools). A reply whose calls name a tool that was not offered
+// or carry arguments its parameters reject is content: no call that fails its tool's
+// schema is ever returned as a call. Nor is a call the reply's end cut short: the calls
+// completed before it stay calls, and its text is left out.
+func (o *chatOutput) calls(j int) replyCalls {
 	a := &o.accs[j]
-	content, calls := o.tools.format.Parse(a.text.String())
+	text := a.text.String()
+	var content string
+	var calls []toolcall.Call
+	at := -1
+	if a.finish == engine.FinishLength {
+		content, calls, at = o.tools.format.ParseCut(text)
+	} else {
+		content, calls = o.tools.format.Parse(text)
+	}
+	if at >= 0 {
+		text = text[:at]
+	}
 	if len(calls) > 0 {
 		if reason := o.tools.check(calls); reason != "" {
 			if !a.checked && o.rejected != nil {
 				o.rejected(reason)
 			}
 			a.checked = true
-			return a.text.String(), nil
+			return replyCalls{content: text, cut: at >= 0}
 		}
 	}
 	a.checked = true
@@ -239,7 +269,7 @@ func (o *chatOutput) calls(j int) (string, []toolCallOut) {
 	for i, c := range calls {
 		out[i] = toolCallOut{ID: newToolCallID(), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
 	}
-	return content, out
+	return replyCalls{content: content, calls: out, cut: at >= 0}
 }
 
 // finishTools streams choice j's held-back reply once it finished: its opening delta,
@@ -249,18 +279,15 @@ func (o *chatOutput) finishTools(j int) []any {
 	var chunks []any
 	send := func(ch chatChoice) { chunks = append(chunks, o.chunk(ch)) }
 	send(openingDelta(j))
-	content, calls := o.calls(j)
-	if len(calls) == 0 {
-		content = a.text.String()
+	rc := o.calls(j)
+	if rc.content != "" || a.logprobs != nil {
+		send(chatChoice{Index: j, Delta: &chatDelta{Content: &rc.content}, Logprobs: a.logprobs})
 	}
-	if content != "" || a.logprobs != nil {
-		send(chatChoice{Index: j, Delta: &chatDelta{Content: &content}, Logprobs: a.logprobs})
-	}
-	for _, ch := range callDeltas(j, calls) {
+	for _, ch := range callDeltas(j, rc.calls) {
 		send(ch)
 	}
 	finish := finishReason(a.finish)
-	if len(calls) > 0 {
+	if len(rc.calls) > 0 && !rc.cut {
 		finish = toolCallsFinish()
 	}
 	send(chatChoice{Index: j, Delta: &chatDelta{}, FinishReason: finish})
@@ -285,12 +312,14 @@ func (o *chatOutput) streamCalls(ev *engine.Event) []any {
 		return chunks
 	}
 	finish := finishReason(a.finish)
-	if _, calls := o.calls(ev.Index); len(calls) > 0 {
+	switch rc := o.calls(ev.Index); {
+	case rc.cut:
+		// What went out of the cut call cannot be taken back: "length" says to drop it.
+		a.cutSent = len(a.calls.calls) > len(rc.calls)
+	case len(rc.calls) > 0:
 		finish = toolCallsFinish()
-	} else if len(a.calls.calls) == 0 {
-		if text := a.text.String(); text != "" {
-			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &text}})
-		}
+	case len(a.calls.calls) == 0 && rc.content != "":
+		send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &rc.content}})
 	}
 	send(chatChoice{Index: ev.Index, Delta: &chatDelta{}, FinishReason: finish})
 	return chunks
@@ -343,17 +372,26 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 		return chunks
 	}
 	finish := finishReason(a.finish)
-	if a.calls != nil && len(a.calls.calls) > 0 {
-		if _, calls := o.calls(ev.Index); len(calls) > 0 {
+	switch rc := o.calls(ev.Index); {
+	case a.calls != nil && len(a.calls.calls) > 0: // the calls went out as they came
+		if rc.cut {
+			a.cutSent = len(a.calls.calls) > len(rc.calls)
+		} else if len(rc.calls) > 0 {
 			finish = toolCallsFinish()
 		}
-	} else if _, calls := o.calls(ev.Index); a.inCall && len(calls) > 0 {
-		for _, ch := range callDeltas(ev.Index, calls) {
+	case a.inCall && len(rc.calls) > 0: // the calls were held
+		for _, ch := range callDeltas(ev.Index, rc.calls) {
 			send(ch)
 		}
-		finish = toolCallsFinish()
-	} else if rest := text[a.sent:]; rest != "" {
-		send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &rest}})
+		if !rc.cut {
+			finish = toolCallsFinish()
+		}
+	case rc.cut:
+		// The held text is the opening of the cut call: neither a call nor content.
+	default:
+		if rest := text[a.sent:]; rest != "" {
+			send(chatChoice{Index: ev.Index, Delta: &chatDelta{Content: &rest}})
+		}
 	}
 	send(chatChoice{Index: ev.Index, Delta: &chatDelta{}, FinishReason: finish})
 	return chunks

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/conveyor-llm/conveyor/engine"
@@ -80,6 +81,9 @@ func (r *responseBuilder) delta(ch chatChoice) {
 	}
 	if ch.FinishReason != nil {
 		r.closeMessage()
+		if r.chat.accs[0].cutSent {
+			r.dropCall()
+		}
 		r.closeCall()
 	}
 }
@@ -139,6 +143,19 @@ func (r *responseBuilder) closeCall() {
 	done := *it
 	done.Arguments = &args
 	r.send(responseEvent{Type: "response.output_item.done", OutputIndex: ptr(i), Item: &done})
+}
+
+// dropCall ends the open function_call item as the call the output's end cut short: a
+// stream has announced it, so its done events still go out (status incomplete), but it
+// is no call and the response's output leaves it out.
+func (r *responseBuilder) dropCall() {
+	i := r.call
+	if i < 0 {
+		return
+	}
+	r.closeCall()
+	r.items = slices.Delete(r.items, i, i+1)
+	r.texts = slices.Delete(r.texts, i, i+1)
 }
 
 // finishOutput closes what is open and fills in the response's output, output_text,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -98,6 +99,79 @@ func TestParsedCallsAreValidated(t *testing.T) {
 			if len(rejected) != 1 || rejected[0] != tc.reject {
 				t.Errorf("%s: rejections %v, want one %q", where, rejected, tc.reject)
 			}
+		}
+	}
+}
+
+// TestCutCallIsNoCall: a reply cut short (finish length) inside its second call keeps
+// finish_reason "length" and its first call; the cut call is neither a call nor content
+// — plain and streamed, under auto and required, calls held or streamed as they come.
+// Streamed as they come, the cut call's deltas that went out stay out, and the
+// converter says so (cutSent, which the Responses API reads).
+func TestCutCallIsNoCall(t *testing.T) {
+	first := "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+	cut := "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci"
+	for _, mode := range []struct {
+		stream, streamArgs bool
+		choice             string
+	}{{false, false, "auto"}, {true, false, "auto"}, {true, true, "auto"}, {false, false, "required"},
+		{true, false, "required"}, {true, true, "required"}} {
+		prose := ""
+		if mode.choice == "auto" {
+			prose = "Let me check.\n"
+		}
+		text := prose + first + cut
+		plan := weatherPlan(t, mode.choice)
+		plan.streamArgs = mode.streamArgs
+		req := &parsedChat{generation: generation{stream: mode.stream, params: engine.SamplingParams{N: 1, Logprobs: engine.NoLogprobs}}, tools: plan}
+		o := newChatOutput(req, nil, chatResponse{}, nil)
+		var out []any
+		for i := 0; i < len(text); i += 7 {
+			ev := &engine.Event{Text: text[i:min(i+7, len(text))]}
+			if i+7 >= len(text) {
+				ev.FinishReason = engine.FinishLength
+			}
+			out = append(out, o.add(0, ev)...)
+		}
+		var content strings.Builder
+		var args []string
+		var finish string
+		if mode.stream {
+			for _, c := range out {
+				ch := c.(chatResponse).Choices[0]
+				if ch.Delta.Content != nil {
+					content.WriteString(*ch.Delta.Content)
+				}
+				for _, tc := range ch.Delta.ToolCalls {
+					if tc.ID != "" {
+						args = append(args, "")
+					}
+					args[*tc.Index] += tc.Function.Arguments
+				}
+				if ch.FinishReason != nil {
+					finish = *ch.FinishReason
+				}
+			}
+		} else {
+			ch := o.body(usageJSON{}).(chatResponse).Choices[0]
+			if ch.Message.Content != nil {
+				content.WriteString(*ch.Message.Content)
+			}
+			for _, tc := range ch.Message.ToolCalls {
+				args = append(args, tc.Function.Arguments)
+			}
+			finish = *ch.FinishReason
+		}
+		where := fmt.Sprintf("%s (streamed %v, arguments streamed %v)", mode.choice, mode.stream, mode.streamArgs)
+		sent := mode.stream && mode.streamArgs // the cut call's id, name and first arguments went out
+		if want := 1 + map[bool]int{true: 1}[sent]; finish != "length" || len(args) != want || args[0] != `{"city":"Paris"}` {
+			t.Errorf("%s: finish %q, calls' arguments %q; want length and the first call (and the cut one's deltas: %v)", where, finish, args, sent)
+		}
+		if got := strings.TrimSpace(content.String()); got != strings.TrimSpace(prose) {
+			t.Errorf("%s: content %q, want %q", where, got, strings.TrimSpace(prose))
+		}
+		if o.accs[0].cutSent != sent {
+			t.Errorf("%s: cutSent %v, want %v", where, o.accs[0].cutSent, sent)
 		}
 	}
 }
