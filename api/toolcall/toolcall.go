@@ -1,7 +1,8 @@
 // Package toolcall knows the formats in which chat models write tool calls: how a
 // format's calls look (so that decoding can be constrained to well-formed calls whose
 // arguments validate against the tool's parameters), how to find calls in a finished
-// reply, and which format a chat template speaks.
+// reply (Parse) and in one cut short inside a call (ParseCut: the cut call is no call),
+// and which format a chat template speaks.
 //
 // Formats, with vLLM's parser names, one file each that registers the format (its
 // detection from the chat template, call layout, trigger and parser): hermes
