@@ -134,6 +134,11 @@ func BenchmarkDecodeStepInt8(b *testing.B) {
 	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int8"})
 }
 
+// BenchmarkDecodeStepGraphInt8 is BenchmarkDecodeStepInt8 on the step graph.
+func BenchmarkDecodeStepGraphInt8(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionGraph, quantize: "int8"})
+}
+
 // BenchmarkDecodeStepInt4 is BenchmarkDecodeStep with int4 weights.
 func BenchmarkDecodeStepInt4(b *testing.B) {
 	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int4"})

@@ -57,9 +57,37 @@
 //     and values into their blocks, so no step copies the past and a prompt chunk next
 //     to decoding rows costs only its own tokens.
 //   - dense: Runner, the Optimum interface above, for any ONNX decoder.
+//   - graph: StepRunner runs the model's step graph (step/, modeldir.StepManifest): the
+//     whole model as ONE ONNX graph and one ONNX Runtime run per step, embedding, every
+//     layer with a PagedAttention node over the packed tokens of all rows (prefill chunks
+//     and decode rows mixed) and the LM head over the rows' last tokens only. Each layer's
+//     cache is one tensor [num_blocks, block_size, kv_heads, head_dim] bound as the node's
+//     key_cache input and, the very same tensor, its key_cache_out output, so the node
+//     writes the new keys and values in place. On a GPU (Open with DeviceCUDA, or
+//     DeviceAuto when one loads) the graph is float16 or bfloat16 with ONNX Runtime's
+//     com.microsoft.PagedAttention and the caches are device tensors (Spec.KVOnDevice: the
+//     engine's storage only describes them, and block copies go through BlockCopier); on a
+//     CPU the graph is float32 and its PagedAttention is Conveyor's own implementation of
+//     the same contract (package models/pagedattn), over the batch's storage itself laid
+//     out token-major (Spec.KVTokenMajor).
 //
-// Both read and write the same block layout, so a cache filled by one path is read by
-// the other (the tests switch paths between steps).
+// Paged and dense read and write the same block layout, so a cache filled by one path is
+// read by the other (the tests switch paths between steps). The graph path's layout is
+// token-major, ONNX Runtime's; it keeps every layer's whole past (one layer group) and
+// applies sliding windows inside the attention, so its cache is its own.
+//
+// On CPUs the paged path stays the default, and both are kept. Measured on a 2-core AMD
+// EPYC (Zen 3, AVX2, no AVX-512), ONNX Runtime 1.29.0, Qwen2.5-0.5B shape, medians of three
+// runs of BenchmarkDecodeStep* (ms per step, paged -> graph): int8 weights, one row at past
+// 128 31.3 -> 32.2, 16 rows 134.7 -> 108.6, one row at past 512 36.2 -> 30.8, 16 rows 162.4
+// -> 132.3; float32 weights, one row at past 128 75.9 -> 84.8, 16 rows 162 -> 167, at past
+// 512 85.0 -> 71.2 and 190 -> 166. The one graph is faster with many rows and long pasts
+// (one run instead of 25, and Conveyor's PagedAttention operator), but not at one row of a
+// float32 model, the latency a single stream sees; its CPU operator keeps the cache in
+// float32 only, where the paged path's float16 cache (the serving default) holds twice the
+// tokens in the same memory; and its AVX-512 code is not yet measured on AVX-512 hardware,
+// where the paged kernel was tuned. The graph path is the GPU's; CPUs run it so that CI
+// holds it to the families' PyTorch fixtures and to the other paths token for token.
 //
 // Graphs come from the builder, package models/convert (architectures, the ONNX writer,
 // safetensors), which shares no code with the runtime: the model directory is their
@@ -67,7 +95,7 @@
 //
 // Example:
 //
-//	if _, err := build.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
+//	if _, err := convert.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
 //		return err
 //	}
 //	r, err := models.Open(dir, models.DefaultRunnerOptions()) // paged: BuildRandom writes paged/

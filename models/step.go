@@ -71,6 +71,11 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		return nil, fmt.Errorf("%w: %s's step graph is float32 for the CPU: rebuild it with `conveyor build-model --dtype float16` "+
 			"(or bfloat16) to serve it on %s", ErrModelDir, dir, dev.Name())
 	}
+	if man.Quantization == "int8" {
+		// Every product runs on Int8Linear's own threads: ONNX Runtime's pool must not spin
+		// beside them (as the paged segments of int8 builds, pagedOpenOptions).
+		opts.NoSpin = true
+	}
 	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
