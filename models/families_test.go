@@ -287,8 +287,14 @@ func TestFamiliesQuantized(t *testing.T) {
 				for i := range seqs {
 					seqs[i] = i
 				}
-				for _, path := range []string{AttentionPaged, AttentionDense} {
-					m := openTestModel(t, dir, path)
+				for _, path := range []string{AttentionPaged, AttentionDense, AttentionGraph} {
+					// Without spinning, as int8 models open (whichever test opens the
+					// process's first runner sets the shared pool).
+					m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(t), IntraOpThreads: 2, Attention: path, NoSpin: true})
+					if err != nil {
+						t.Fatalf("Open(%s): %v", path, err)
+					}
+					t.Cleanup(func() { _ = m.Close() })
 					out, err := m.Forward(newTestCache(m.Spec(), len(ref.Sequences), 64, 4, 3).batch(seqs, ref.Sequences, true))
 					if err != nil {
 						t.Fatalf("%s: %v", path, err)

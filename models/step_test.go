@@ -3,6 +3,7 @@ package models
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,4 +89,42 @@ func TestOpenDevices(t *testing.T) {
 	if _, err := open(gpuDir, DeviceCUDA, ""); !errors.Is(err, cvort.ErrNoDevice) {
 		t.Errorf("cuda without the provider: %v, want ErrNoDevice", err)
 	}
+}
+
+// TestStepPacking checks the step graph's small inputs for a batch that mixes a prompt
+// asking for every position's logits, a decoding row and a prompt chunk over a past.
+func TestStepPacking(t *testing.T) {
+	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: 16, BlockSizeTokens: 4, Layers: 1, KVHeads: 1, HeadDim: 2,
+		DType: kvcache.Float32, TokenMajor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	b := &Batch{Cache: st, Seqs: []SeqInput{
+		{Tokens: []int32{1, 2, 3, 4, 5, 6}, Blocks: []kvcache.BlockID{7, 3}, AllLogits: true},
+		{Tokens: []int32{9}, PastLen: 9, Blocks: []kvcache.BlockID{1, 2, 11, 12}}, // a block beyond its positions
+		{Tokens: []int32{4, 5, 6}, PastLen: 4, Blocks: []kvcache.BlockID{5, 6}},
+	}}
+	var r StepRunner
+	r.pack(b)
+	check := func(what string, got, want any) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: %v, want %v", what, got, want)
+		}
+	}
+	check("tokens", r.ids, []int64{1, 2, 3, 4, 5, 6, 9, 4, 5, 6})
+	check("cumulative lengths", r.cu, []int32{0, 6, 7, 10})
+	check("past lengths", r.past, []int32{0, 9, 4})
+	check("table width", r.width, 3)
+	check("block table", r.table, []int32{7, 3, 0, 1, 2, 11, 5, 6, 0})
+	check("logit rows", r.rows, []int64{0, 1, 2, 3, 4, 5, 6, 9})
+
+	r.logits = make([]float32, 8*2)
+	for i := range r.logits {
+		r.logits[i] = float32(i)
+	}
+	r.spec.VocabSize = 2
+	out := r.split(b)
+	check("row logits", out.Logits, [][]float32{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {12, 13}, {14, 15}})
 }

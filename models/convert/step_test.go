@@ -41,7 +41,7 @@ func TestStepGraphManifestPerDType(t *testing.T) {
 	}
 }
 
-func TestStepGraphRefusesInt8OnTheGPU(t *testing.T) {
+func TestStepGraphQuantizationOnTheGPU(t *testing.T) {
 	cfgPath := filepath.Join("..", "testdata", "tiny-llama", "config.json")
 	q, err := ParseQuantization("int8")
 	if err != nil {
@@ -50,6 +50,17 @@ func TestStepGraphRefusesInt8OnTheGPU(t *testing.T) {
 	_, err = BuildRandomWith(cfgPath, t.TempDir(), 1, Options{Quantize: q, StepDType: Float16})
 	if !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("int8 with a float16 step graph: %v, want ErrBadConfig", err)
+	}
+	q4, err := ParseQuantization("int4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := BuildRandomWith(cfgPath, dir, 1, Options{Quantize: q4, StepDType: Float16}); err != nil {
+		t.Fatalf("int4 with a float16 step graph: %v", err)
+	}
+	if man, err := modeldir.LoadStep(dir); err != nil || man.Quantization != "int4" || man.DType != "float16" {
+		t.Fatalf("int4 float16 step manifest: %+v, %v", man, err)
 	}
 	if _, err := ParseDType("float64"); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("ParseDType(float64): %v", err)
