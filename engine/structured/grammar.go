@@ -5,7 +5,7 @@ import "fmt"
 // A Grammar is a byte-level pushdown automaton: a graph of nodes joined by byte-range
 // edges and empty (epsilon) edges, plus calls into sub-grammars (rules) that return to
 // a continuation node, so recursive structures ($ref cycles, any JSON value) need no
-// depth limit. Compile builds one from a JSON Schema; a Matcher runs it.
+// depth limit. CompileSchema builds one from a JSON Schema; a Matcher runs it.
 type Grammar struct {
 	nodes []node
 	start int32 // the top rule's entry

@@ -49,10 +49,9 @@ func CompileJSONObject() *Grammar {
 }
 
 type compiler struct {
-	b       *builder
-	root    *jv
-	strict  bool
-	compact bool // no whitespace between JSON tokens
+	b      *builder
+	root   *jv
+	strict bool
 	// indented takes JSON laid out compact or pretty-printed, as models write tool
 	// calls, and nothing else: where a pretty-printer breaks lines (after an opening
 	// bracket or a comma, before a closing bracket) nothing, one space, or a newline and
@@ -106,9 +105,6 @@ const maxIndent = 20
 // ws matches the whitespace allowed where a pretty-printer breaks lines: after '{', '['
 // and ',', and before '}' and ']' (and around the whole value).
 func (c *compiler) ws() frag {
-	if c.compact {
-		return c.b.empty()
-	}
 	if c.indented {
 		b := c.b
 		spaces := b.repeat(func() frag { return b.lit(" ") }, 0, maxIndent)
