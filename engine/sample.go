@@ -133,6 +133,14 @@ func (s *sampler) needsRawLogprob() bool {
 	return s.params.Logprobs >= 0 || s.params.BestOf > s.params.N
 }
 
+// argmaxOnly reports whether the next token is the raw logits' argmax and nothing else of
+// them is read: greedy, unconstrained (no grammar, no trigger watching for one is the
+// same), no processor, no logprobs. The model then need not return the logits
+// (models.SeqInput.ArgmaxOnly).
+func (s *sampler) argmaxOnly() bool {
+	return s.params.Temperature == 0 && s.match == nil && !s.processed() && !s.needsRawLogprob()
+}
+
 // processed reports whether any logit processor changes the logits.
 func (s *sampler) processed() bool {
 	p := s.params

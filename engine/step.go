@@ -43,6 +43,9 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 			GroupBlocks: e.groupTables(it.Seq.ID),
 			AllLogits:   st.wantsPromptLogits(it),
 		})
+		if row := &e.batch.Seqs[len(e.batch.Seqs)-1]; !row.AllLogits {
+			row.ArgmaxOnly = !it.Sample || st.done || st.sampler.argmaxOnly()
+		}
 		numTokens += it.NumNewTokens
 		e.phases.PastTokens += it.StartPos
 		e.phases.MaxPast = max(e.phases.MaxPast, it.StartPos)
@@ -60,6 +63,9 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		e.sched.ObserveStep(e.phases.Forward)
 		if err == nil && (out == nil || len(out.Logits) != len(items)) {
 			err = fmt.Errorf("forward returned %d logit rows for %d sequences", lenLogits(out), len(items))
+		}
+		if err == nil {
+			err = checkArgmax(out, e.batch.Seqs)
 		}
 	}
 	now := time.Now()
@@ -81,7 +87,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 
 	emitStart := time.Now()
 	for i, it := range items {
-		e.handleRow(i, it, out.Logits[i], now)
+		e.handleRow(i, it, out, now)
 	}
 
 	e.endFinished(e.update(plan), now)
@@ -116,9 +122,10 @@ func (e *Engine) endFinished(finished []*scheduler.Sequence, now time.Time) {
 // handleRow takes item i's logits: the prompt logprobs they score, then, when the item
 // computed its sequence's last known token, the next token. A panic here ends only this
 // sequence's request (recoverRequest).
-func (e *Engine) handleRow(i int, it scheduler.Item, row []float32, now time.Time) {
+func (e *Engine) handleRow(i int, it scheduler.Item, out *models.Output, now time.Time) {
 	st := it.Seq.Data.(*seqState)
 	defer e.recoverRequest(st, i)
+	row := out.Logits[i]
 	if e.batch.Seqs[i].AllLogits {
 		e.collectPromptLogprobs(st, it, row)
 		row = row[len(row)-e.spec.VocabSize:]
@@ -126,15 +133,39 @@ func (e *Engine) handleRow(i int, it scheduler.Item, row []float32, now time.Tim
 	if !it.Sample || st.done {
 		return
 	}
-	e.sampleOne(st, i, row, now)
+	argmax := int32(-1)
+	if row == nil {
+		argmax = out.Argmax[i]
+	}
+	e.sampleOne(st, i, row, argmax, now)
 }
 
-// sampleOne picks sequence st's next token from its logits row, runs the stop checks
+// checkArgmax checks that every row the model returned no logits for asked for its
+// argmax only and has one.
+func checkArgmax(out *models.Output, rows []models.SeqInput) error {
+	for i, l := range out.Logits {
+		if l != nil {
+			continue
+		}
+		if !rows[i].ArgmaxOnly || i >= len(out.Argmax) {
+			return fmt.Errorf("forward returned no logits for row %d, which needs them", i)
+		}
+	}
+	return nil
+}
+
+// sampleOne picks sequence st's next token from its logits row (or takes argmax, the
+// model's own, when the row is nil: models.SeqInput.ArgmaxOnly), runs the stop checks
 // and emits the sequence's event. i is the sequence's plan item.
-func (e *Engine) sampleOne(st *seqState, i int, row []float32, now time.Time) {
+func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now time.Time) {
 	t0 := time.Now()
 	e.faults.sample(st.req.id)
-	s := st.sampler.sample(row, &e.scratch)
+	var s sampled
+	if row == nil { // the model returned the argmax (models.SeqInput.ArgmaxOnly)
+		s = sampled{ID: argmax, Logprob: float32(math.NaN())}
+	} else {
+		s = st.sampler.sample(row, &e.scratch)
+	}
 	st.sampler.accept(s.ID)
 	e.phases.Sample += time.Since(t0)
 	st.numOut++

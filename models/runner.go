@@ -218,13 +218,22 @@ type SeqInput struct {
 	// AllLogits asks for the logits of every new position (prompt logprobs, echo);
 	// otherwise only the last position's are returned.
 	AllLogits bool
+	// ArgmaxOnly says the caller needs only the last position's argmax (greedy decoding
+	// that nothing else reads the logits of): a runner may then leave Logits[b] nil and
+	// set Argmax[b], so that a GPU step copies back one id, not a vocabulary of floats.
+	// Runners that do not may ignore it. Not with AllLogits.
+	ArgmaxOnly bool
 }
 
 // Output is the result of Forward.
 type Output struct {
 	// Logits[b] is row b's logits: VocabSize floats (last new position) or
-	// len(Tokens)*VocabSize when AllLogits. Valid until the next Forward.
+	// len(Tokens)*VocabSize when AllLogits. Valid until the next Forward. It is nil for a
+	// row that asked for ArgmaxOnly when the runner returned its Argmax instead.
 	Logits [][]float32
+	// Argmax, when set, holds each row's last-position argmax (ties go to the lowest id);
+	// it is set whenever a Logits row is nil.
+	Argmax []int32
 }
 
 // Runner runs forward passes of one decoder model through ONNX Runtime. Forward calls

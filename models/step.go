@@ -44,8 +44,11 @@ type StepRunner struct {
 	table        []int32 // [rows][width]
 	width        int64
 	rows         []int64
-	logits       []float32
+	logits       []float32    // [R][vocab] on the host
+	argmax       []int64      // [R]
+	devLogits    *cvort.Value // [capacity][vocab] on a GPU, grown as needed
 	out          [][]float32
+	outArgmax    []int32
 	scratchBatch Batch
 	ins, outs    []*cvort.Value
 }
@@ -112,7 +115,7 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		},
 	}
 	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepBlockTable, modeldir.StepLogitRows}
-	r.outNames = []string{modeldir.StepLogits}
+	r.outNames = []string{modeldir.StepLogits, modeldir.StepArgmax}
 	for l := range man.NumLayers {
 		r.inNames = append(r.inNames, modeldir.StepKeyCache(l), modeldir.StepValueCache(l))
 		r.outNames = append(r.outNames, modeldir.StepKeyCacheOut(l), modeldir.StepValueCacheOut(l))
@@ -139,6 +142,10 @@ func (r *StepRunner) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.unbind()
+	if r.devLogits != nil {
+		r.devLogits.Release()
+		r.devLogits = nil
+	}
 	if r.scratch != nil {
 		r.scratch.Close()
 		r.scratch = nil
@@ -174,7 +181,7 @@ func (r *StepRunner) Forward(b *Batch) (*Output, error) {
 		return nil, err
 	}
 	r.pack(b)
-	if err := r.run(); err != nil {
+	if err := r.run(b); err != nil {
 		return nil, err
 	}
 	return r.split(b), nil
@@ -218,12 +225,13 @@ func (r *StepRunner) pack(b *Batch) {
 }
 
 // run creates the step's input and output tensors over the packed buffers and runs the
-// graph once.
-func (r *StepRunner) run() error {
+// graph once. On a GPU the logits stay in device memory: only the rows that need them
+// (not ArgmaxOnly) are copied back, and every row's argmax.
+func (r *StepRunner) run(b *Batch) error {
 	defer r.releaseStepValues()
-	rows := len(r.cu) - 1
-	width := r.width
-	r.logits = grow(r.logits, len(r.rows)*r.spec.VocabSize)
+	rows, width, n, vocab := len(r.cu)-1, r.width, len(r.rows), r.spec.VocabSize
+	r.logits = grow(r.logits, n*vocab)
+	r.argmax = grow(r.argmax, n)
 	small := []struct {
 		t     cvort.ElemType
 		shape []int64
@@ -234,7 +242,7 @@ func (r *StepRunner) run() error {
 		{cvort.Int32, []int64{int64(rows + 1)}, unsafe.Pointer(&r.cu[0]), 4 * len(r.cu)},
 		{cvort.Int32, []int64{int64(rows)}, unsafe.Pointer(&r.past[0]), 4 * rows},
 		{cvort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&r.table[0]), 4 * rows * int(width)},
-		{cvort.Int64, []int64{int64(len(r.rows))}, unsafe.Pointer(&r.rows[0]), 8 * len(r.rows)},
+		{cvort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.rows[0]), 8 * n},
 	}
 	r.ins, r.outs = r.ins[:0], r.outs[:0]
 	for _, s := range small {
@@ -244,15 +252,79 @@ func (r *StepRunner) run() error {
 		}
 		r.ins = append(r.ins, v)
 	}
-	logits, err := cvort.NewHostTensor(cvort.Float32, []int64{int64(len(r.rows)), int64(r.spec.VocabSize)},
-		unsafe.Pointer(&r.logits[0]), 4*len(r.rows)*r.spec.VocabSize)
+	logits, err := r.logitsOutput(n)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRun, err)
 	}
 	r.outs = append(r.outs, logits)
+	argmax, err := cvort.NewHostTensor(cvort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.argmax[0]), 8*n)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRun, err)
+	}
+	r.outs = append(r.outs, argmax)
 	ins, outs := append(r.ins, r.kv...), append(r.outs, r.kv...)
 	if err := r.sess.Run(r.inNames, ins, r.outNames, outs); err != nil {
 		return fmt.Errorf("%w: step graph: %s", ErrRun, oneLine(err.Error()))
+	}
+	if !r.dev.IsCPU() {
+		return r.copyLogits(b)
+	}
+	return nil
+}
+
+// logitsOutput returns the tensor the step's n logit rows are written to: the host
+// buffer on a CPU, the first n rows of the device buffer on a GPU.
+func (r *StepRunner) logitsOutput(n int) (*cvort.Value, error) {
+	vocab := int64(r.spec.VocabSize)
+	if r.dev.IsCPU() {
+		return cvort.NewHostTensor(cvort.Float32, []int64{int64(n), vocab}, unsafe.Pointer(&r.logits[0]), 4*n*int(vocab))
+	}
+	if r.devLogits == nil || r.devLogits.Shape()[0] < int64(n) {
+		if r.devLogits != nil {
+			r.devLogits.Release()
+			r.devLogits = nil
+		}
+		v, err := cvort.NewDeviceTensor(r.dev, cvort.Float32, []int64{int64(max(n, 64)), vocab})
+		if err != nil {
+			return nil, err
+		}
+		r.devLogits = v
+	}
+	return cvort.NewTensorView(r.devLogits, 0, []int64{int64(n), vocab})
+}
+
+// copyLogits copies from the device the logit rows of the batch rows that need them.
+func (r *StepRunner) copyLogits(b *Batch) error {
+	vocab := r.spec.VocabSize
+	var src, dst []*cvort.Value
+	defer func() {
+		for _, v := range append(src, dst...) {
+			v.Release()
+		}
+	}()
+	off := 0
+	for _, s := range b.Seqs {
+		n := 1
+		if s.AllLogits {
+			n = len(s.Tokens)
+		}
+		if !s.ArgmaxOnly || s.AllLogits {
+			shape := []int64{int64(n), int64(vocab)}
+			sv, err := cvort.NewTensorView(r.devLogits, 4*off*vocab, shape)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrRun, err)
+			}
+			src = append(src, sv)
+			dv, err := cvort.NewHostTensor(cvort.Float32, shape, unsafe.Pointer(&r.logits[off*vocab]), 4*n*vocab)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrRun, err)
+			}
+			dst = append(dst, dv)
+		}
+		off += n
+	}
+	if err := cvort.CopyTensors(src, dst); err != nil {
+		return fmt.Errorf("%w: logits to the host: %w", ErrRun, err)
 	}
 	return nil
 }
@@ -268,20 +340,26 @@ func (r *StepRunner) releaseStepValues() {
 	r.ins, r.outs = r.ins[:0], r.outs[:0]
 }
 
-// split cuts the logits into the rows' slices.
+// split cuts the logits into the rows' slices; a row that asked for its argmax only
+// gets that (the same on every device, so the CPU's tests cover what a GPU step returns).
 func (r *StepRunner) split(b *Batch) *Output {
 	v := r.spec.VocabSize
-	r.out = r.out[:0]
+	r.out, r.outArgmax = r.out[:0], r.outArgmax[:0]
 	off := 0
 	for _, s := range b.Seqs {
 		n := 1
 		if s.AllLogits {
 			n = len(s.Tokens)
 		}
-		r.out = append(r.out, r.logits[off*v:(off+n)*v:(off+n)*v])
+		r.outArgmax = append(r.outArgmax, int32(r.argmax[off+n-1]))
+		if s.ArgmaxOnly && !s.AllLogits {
+			r.out = append(r.out, nil)
+		} else {
+			r.out = append(r.out, r.logits[off*v:(off+n)*v:(off+n)*v])
+		}
 		off += n
 	}
-	return &Output{Logits: r.out}
+	return &Output{Logits: r.out, Argmax: r.outArgmax}
 }
 
 // bind points the session's cache inputs and outputs at c: its arenas on a CPU, device

@@ -125,6 +125,14 @@ func TestStepPacking(t *testing.T) {
 		r.logits[i] = float32(i)
 	}
 	r.spec.VocabSize = 2
+	r.argmax = []int64{1, 0, 1, 1, 0, 1, 1, 0}
 	out := r.split(b)
 	check("row logits", out.Logits, [][]float32{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {12, 13}, {14, 15}})
+	check("row argmax", out.Argmax, []int32{1, 1, 0})
+
+	b.Seqs[1].ArgmaxOnly = true // a greedy row: its id, no logits
+	out = r.split(b)
+	if out.Logits[1] != nil || out.Argmax[1] != 1 || out.Logits[2] == nil {
+		t.Errorf("an argmax-only row: logits %v, argmax %v", out.Logits, out.Argmax)
+	}
 }

@@ -141,6 +141,10 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 	}
 	b.opTo(modeldir.StepLogits, "Identity", []string{logits})
 	b.output(modeldir.StepLogits, onnxFloat, rows, fixDim(d.vocab))
+	// The greedy rows' next tokens, computed where the logits are, so that a GPU step
+	// copies back ids instead of whole vocabularies.
+	b.opTo(modeldir.StepArgmax, "ArgMax", []string{logits}, attrI("axis", 1), attrI("keepdims", 0))
+	b.output(modeldir.StepArgmax, onnxInt64, rows)
 	elem := halfType(dtype)
 	for _, name := range cacheOuts {
 		b.output(name, elem, cacheDims...)

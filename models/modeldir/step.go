@@ -29,6 +29,7 @@ const StepFormat = 1
 //	StepKeyCache(i)  [num_blocks, block_size, kv_heads, head_dim]  layer i's keys (and StepValueCache)
 //	->
 //	StepLogits          [R, vocab]  float32
+//	StepArgmax          [R]         int64  each logit row's argmax (ties to the lowest id)
 //	StepKeyCacheOut(i)  the same tensor as StepKeyCache(i), written in place (and StepValueCacheOut)
 //
 // Each layer's attention is one PagedAttention node (ONNX Runtime's com.microsoft contract,
@@ -41,6 +42,7 @@ const (
 	StepBlockTable = "block_table"
 	StepLogitRows  = "logit_rows"
 	StepLogits     = "logits"
+	StepArgmax     = "argmax"
 )
 
 // StepKeyCache and the others name layer i's cache inputs and outputs.
