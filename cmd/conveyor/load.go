@@ -134,6 +134,12 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	runner, tok, dir := l.model, l.tok, l.dir
+	if !runner.Spec().KVOnDevice && o.mayServeOnGPU() { // auto chose the CPU: the cache is host memory
+		if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {
+			runner.Close()
+			return nil, fmt.Errorf("%s: %w", o.name(), err)
+		}
+	}
 	// After several failed forward passes in a row the engine reopens the model from its
 	// directory (engine.Config.ReopenModel).
 	ecfg.ReopenModel = func() (engine.Model, error) {

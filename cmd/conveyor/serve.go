@@ -267,8 +267,10 @@ func (o *serveOptions) validate() error {
 	case o.kvCacheDType != "" && o.kvCacheDType != models.KVCacheAuto && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
 		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32, float16 or auto", o.name(), o.kvCacheDType)
 	}
-	if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {
-		return fmt.Errorf("%s: %w", o.name(), err)
+	if !o.mayServeOnGPU() {
+		if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {
+			return fmt.Errorf("%s: %w", o.name(), err)
+		}
 	}
 	if o.toolCallParser != "" {
 		if _, err := toolcall.ByName(o.toolCallParser); err != nil {
@@ -298,6 +300,21 @@ func (o *serveOptions) validate() error {
 		return err
 	}
 	return nil
+}
+
+// mayServeOnGPU reports whether the model may keep its KV cache in GPU memory, where the
+// host's available memory says nothing about the budget: --device cuda, or auto with a
+// model directory that has a GPU step graph. loadModel checks the host's memory once the
+// device is known.
+func (o *serveOptions) mayServeOnGPU() bool {
+	switch o.device {
+	case models.DeviceCUDA:
+		return true
+	case models.DeviceCPU:
+		return false
+	}
+	m, err := modeldir.LoadStep(o.modelDir)
+	return err == nil && m.AttentionDomain == modeldir.StepDomainMicrosoft
 }
 
 // meminfoPath is where checkKVMemory reads the machine's available memory (a variable for tests).

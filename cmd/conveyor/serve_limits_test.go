@@ -77,4 +77,8 @@ func TestKVCacheMemoryOverAvailableRefused(t *testing.T) {
 	if _, err := parseServeFlags([]string{"--kv-cache-memory", "512MiB"}, env(nil), io.Discard); err != nil {
 		t.Fatalf("serve --kv-cache-memory 512MiB: %v", err)
 	}
+	// On the GPU the budget is GPU memory: the host's says nothing about it.
+	if _, err := parseServeFlags([]string{"--kv-cache-memory", "4GiB", "--device", "cuda"}, env(nil), io.Discard); err != nil {
+		t.Fatalf("serve --device cuda --kv-cache-memory 4GiB with 2GiB of host memory available: %v", err)
+	}
 }
