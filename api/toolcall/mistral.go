@@ -13,17 +13,20 @@ import (
 // chosen when the chat template writes [TOOL_CALLS]. [TOOL_CALLS] is a control token in
 // Mistral's tokenizers: the reply's text keeps it (ControlPrefix) and constrained
 // decoding may emit it (ControlLiterals).
-var Mistral = register(Format{Name: "mistral", Prefix: "[TOOL_CALLS][", Suffix: "]", Sep: ", ", ArgsKey: "arguments",
-	Trigger: structured.Trigger{Text: "[TOOL_CALLS]"}, ControlPrefix: true,
-	marks: []string{"[TOOL_CALLS]"}, rank: 1, parse: parseMistral, cut: cutMistral})
+var Mistral = register(Format{Name: "mistral", Prefix: mistralTag + "[", Suffix: "]", Sep: ", ", ArgsKey: "arguments",
+	Trigger: structured.Trigger{Text: mistralTag}, control: mistralTag,
+	marks: []string{mistralTag}, rank: 1, parse: parseMistral, cut: cutMistral})
+
+// mistralTag opens the list of calls.
+const mistralTag = "[TOOL_CALLS]"
 
 func parseMistral(text string) (string, []Call) {
-	i := strings.Index(text, "[TOOL_CALLS]")
+	i := strings.Index(text, mistralTag)
 	if i < 0 {
 		return text, nil
 	}
 	var raw []json.RawMessage
-	dec := json.NewDecoder(strings.NewReader(text[i+len("[TOOL_CALLS]"):]))
+	dec := json.NewDecoder(strings.NewReader(text[i+len(mistralTag):]))
 	if err := dec.Decode(&raw); err != nil || len(raw) == 0 {
 		return text, nil
 	}
@@ -42,12 +45,11 @@ func parseMistral(text string) (string, []Call) {
 // element the reply's end cuts short is the open call, and so is the list itself when
 // no element of it is complete.
 func cutMistral(text string) (string, []Call, int) {
-	const tag = "[TOOL_CALLS]"
-	i := strings.Index(text, tag)
+	i := strings.Index(text, mistralTag)
 	if i < 0 {
 		return text, nil, -1
 	}
-	base := i + len(tag)
+	base := i + len(mistralTag)
 	dec := json.NewDecoder(strings.NewReader(text[base:]))
 	if tok, err := dec.Token(); err == io.EOF {
 		return strings.TrimSpace(text[:i]), nil, i // the reply ends right after the tag

@@ -1,25 +1,9 @@
-// Package toolcall knows the formats in which chat models write tool calls: how a
-// format's calls look (so that decoding can be constrained to well-formed calls whose
-// arguments validate against the tool's parameters), how to find calls in a finished
-// reply (Parse) and in one cut short inside a call (ParseCut: the cut call is no call),
-// and which format a chat template speaks.
-//
-// Formats, with vLLM's parser names, one file each that registers the format (its
-// detection from the chat template, call layout, trigger and parser): hermes
-// (<tool_call>{"name": ..., "arguments": ...}</tool_call>, Qwen2.5, Qwen3 and Hermes
-// models), llama3_json ({"name": ..., "parameters": ...}, Llama 3.1 and later, optionally
-// after <|python_tag|>), mistral ([TOOL_CALLS][{"name": ..., "arguments": ...}]) and
-// generic, for models whose template knows no tools: the whole reply is one {"name":
-// ..., "arguments": ...} object. Adding a format is one file and its tests; nothing
-// outside this package names a format.
 package toolcall
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
@@ -52,14 +36,20 @@ type Format struct {
 	DescribeTools bool
 	// ControlPrefix: Prefix opens with a token the model's tokenizer makes a control
 	// (special) token, which the reply's text must keep for the calls to be found.
+	// register sets it from control.
 	ControlPrefix bool
 
+	// control is that token's text ("" when Prefix opens with none).
+	control string
+	// lead is a text a model may write before its calls in the bare layout, which
+	// reading them skips (see bare.go).
+	lead string
 	// marks are texts whose presence in a chat template means the format (none: the
 	// fallback); rank orders the formats when Detect looks for them (lowest first).
 	marks []string
 	rank  int
 	// parse finds the calls in a finished reply (Parse); cut those of a reply cut short
-	// (ParseCut). Nil: the bare layout's (one JSON object per call).
+	// (ParseCut). Nil: the bare layout's (one JSON object per call, bare.go).
 	parse func(text string) (content string, calls []Call)
 	cut   func(text string) (content string, calls []Call, at int)
 }
@@ -67,10 +57,18 @@ type Format struct {
 // formats holds every format, by name; each format's file registers itself.
 var formats = map[string]Format{}
 
-// register adds a format; its file calls it from init.
+// register adds a format, and its control token to ControlLiterals and its lead to
+// leads; its file calls it when the package is initialised.
 func register(f Format) Format {
 	if _, dup := formats[f.Name]; dup {
 		panic("toolcall: format " + f.Name + " registered twice")
+	}
+	f.ControlPrefix = f.control != ""
+	if f.control != "" {
+		ControlLiterals = append(ControlLiterals, f.control)
+	}
+	if f.lead != "" {
+		leads = append(leads, f.lead)
 	}
 	formats[f.Name] = f
 	return f
@@ -87,9 +85,9 @@ func byRank() []Format {
 }
 
 // ControlLiterals are the call formats' literals that tokenizers make control tokens
-// (Mistral's [TOOL_CALLS]); constrained decoding may emit such a token where its text is
-// what the grammar asks for.
-var ControlLiterals = []string{"[TOOL_CALLS]"}
+// (each format with ControlPrefix adds the token its Prefix opens with); constrained
+// decoding may emit such a token where its text is what the grammar asks for.
+var ControlLiterals []string
 
 // ByName returns the format with vLLM's parser name.
 func ByName(name string) (Format, error) {
@@ -104,7 +102,8 @@ func ByName(name string) (Format, error) {
 }
 
 // Detect returns the format a chat template writes calls in, as llama.cpp chooses one:
-// by the markers the template itself uses; the fallback (generic) when it has none.
+// by the markers the template itself uses; the fallback (the format registered without
+// marks) when it has none.
 func Detect(template string) Format {
 	var fallback Format
 	for _, f := range byRank() {
@@ -168,77 +167,8 @@ func (f Format) ParseCut(text string) (content string, calls []Call, at int) {
 	return f.cut(text)
 }
 
-// parseBare reads a reply that is one call object, or several separated by ';' or
-// newlines (llama3_json, generic), optionally after <|python_tag|>.
-func parseBare(text, argsKey string) (string, []Call) {
-	body := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(text), "<|python_tag|>"))
-	if !strings.HasPrefix(body, "{") {
-		return text, nil
-	}
-	dec := json.NewDecoder(strings.NewReader(body))
-	var calls []Call
-	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return text, nil
-		}
-		c, ok := callFrom(string(raw), argsKey)
-		if !ok {
-			return text, nil
-		}
-		calls = append(calls, c)
-		rest := strings.TrimLeft(body[dec.InputOffset():], " \t\r\n;")
-		if rest == "" {
-			return "", calls
-		}
-		if !strings.HasPrefix(rest, "{") {
-			return text, nil
-		}
-		dec = json.NewDecoder(strings.NewReader(rest))
-		body = rest
-	}
-}
-
-// cutBare is ParseCut of the bare layout: a call object that the reply's end cuts
-// short (the JSON stops inside it) is the open call.
-func cutBare(text, argsKey string) (string, []Call, int) {
-	content, calls := parseBare(text, argsKey)
-	off := len(text) - len(strings.TrimLeft(text, " \t\r\n"))
-	if rest := text[off:]; strings.HasPrefix(rest, "<|python_tag|>") {
-		off += len("<|python_tag|>")
-		off += len(text[off:]) - len(strings.TrimLeft(text[off:], " \t\r\n"))
-	}
-	if len(calls) > 0 || !strings.HasPrefix(text[off:], "{") {
-		return content, calls, -1 // whole calls, or no call at all
-	}
-	calls = nil
-	for {
-		dec := json.NewDecoder(strings.NewReader(text[off:]))
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return "", calls, off // the reply ends inside this object
-			}
-			return text, nil, -1 // malformed: Parse's answer
-		}
-		c, ok := callFrom(string(raw), argsKey)
-		if !ok {
-			return text, nil, -1
-		}
-		calls = append(calls, c)
-		off += int(dec.InputOffset())
-		off += len(text[off:]) - len(strings.TrimLeft(text[off:], " \t\r\n;"))
-		switch {
-		case off == len(text):
-			return "", calls, -1
-		case text[off] != '{':
-			return text, nil, -1 // what follows the calls is not a call: Parse's answer
-		}
-	}
-}
-
 // callFrom reads one call object: a string name and an object of arguments under
-// argsKey ("arguments" also accepted for llama3_json, "parameters" for the others).
+// argsKey, or else under "arguments" or "parameters" (models mix the two up).
 func callFrom(obj, argsKey string) (Call, bool) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(obj), &m); err != nil {

@@ -190,6 +190,23 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+// TestRegisteredTexts: a format's control token reaches ControlLiterals and sets
+// ControlPrefix, and its lead is skipped by every format read in the bare layout.
+func TestRegisteredTexts(t *testing.T) {
+	if !reflect.DeepEqual(ControlLiterals, []string{"[TOOL_CALLS]"}) || !Mistral.ControlPrefix || Hermes.ControlPrefix {
+		t.Errorf("ControlLiterals %q, Mistral.ControlPrefix %v, Hermes.ControlPrefix %v", ControlLiterals, Mistral.ControlPrefix, Hermes.ControlPrefix)
+	}
+	for _, f := range []Format{Llama3JSON, Generic} {
+		text := "<|python_tag|> {\"name\": \"a\", \"" + f.ArgsKey + "\": {}}"
+		if content, calls := f.Parse(text); content != "" || !reflect.DeepEqual(calls, []Call{{"a", "{}"}}) {
+			t.Errorf("%s %q: got %q %+v", f.Name, text, content, calls)
+		}
+		if _, calls, at := f.ParseCut(text[:30]); calls != nil || at != 15 {
+			t.Errorf("%s %q cut: got %+v at %d, want the call open at 15", f.Name, text[:30], calls, at)
+		}
+	}
+}
+
 // TestParseCut reads replies cut short: a call open at the cut is neither a call nor
 // content, the calls before it stay calls, and a reply cut between calls or in prose
 // reads as Parse reads it.
