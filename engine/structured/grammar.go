@@ -171,12 +171,13 @@ func (b *builder) repeat(make func() frag, lo, hi int) frag {
 	return b.seq(parts...)
 }
 
-// rule returns the index of the named rule, declaring it if new; define fills it.
-func (b *builder) rule(name string) int32 {
+// rule returns the index of the named rule, declaring it if new (fresh), in which case
+// the caller fills it with define.
+func (b *builder) rule(name string) (r int32, fresh bool) {
 	if r, ok := b.g.rules[name]; ok {
-		return r
+		return r, false
 	}
-	r := int32(len(b.g.entries))
+	r = int32(len(b.g.entries))
 	b.g.rules[name] = r
 	in, out := b.node(), b.node()
 	if b.err == nil {
@@ -184,7 +185,7 @@ func (b *builder) rule(name string) int32 {
 	}
 	b.g.entries = append(b.g.entries, in)
 	b.g.exits = append(b.g.exits, out)
-	return r
+	return r, true
 }
 
 // define sets rule r's body.

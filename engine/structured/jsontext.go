@@ -69,11 +69,22 @@ func (c *compiler) char() frag {
 // number matches a JSON number with bounded digit counts.
 func (c *compiler) number() frag {
 	b := c.b
-	digit := func() frag { return b.class('0', '9') }
-	intPart := b.alt(b.lit("0"), b.seq(b.class('1', '9'), b.repeat(digit, 0, maxIntDigits-1)))
-	frac := b.opt(b.seq(b.lit("."), b.repeat(digit, 1, maxFracDigits)))
-	exp := b.opt(b.seq(b.class('e', 'e', 'E', 'E'), b.opt(b.class('+', '+', '-', '-')), b.repeat(digit, 1, maxExpDigits)))
+	intPart := c.numeral()
+	frac := b.opt(b.seq(b.lit("."), c.digits(1, maxFracDigits)))
+	exp := b.opt(b.seq(b.class('e', 'e', 'E', 'E'), b.opt(b.class('+', '+', '-', '-')), c.digits(1, maxExpDigits)))
 	return b.seq(b.opt(b.lit("-")), intPart, frac, exp)
+}
+
+// numeral matches a JSON number's integer part: 0, or up to maxIntDigits digits without a
+// leading zero.
+func (c *compiler) numeral() frag {
+	b := c.b
+	return b.alt(b.lit("0"), b.seq(b.class('1', '9'), c.digits(0, maxIntDigits-1)))
+}
+
+// digits matches lo to hi decimal digits.
+func (c *compiler) digits(lo, hi int) frag {
+	return c.b.repeat(func() frag { return c.b.class('0', '9') }, lo, hi)
 }
 
 // intRange matches the decimal integers in [lo, hi].
@@ -117,14 +128,14 @@ func (c *compiler) sameLength(lo, hi string) frag {
 	}
 	n := len(lo) - 1
 	if strings.Trim(lo[1:], "0") == "" && strings.Trim(hi[1:], "9") == "" {
-		return b.seq(b.class(lo[0], hi[0]), b.repeat(func() frag { return b.class('0', '9') }, n, n))
+		return b.seq(b.class(lo[0], hi[0]), c.digits(n, n))
 	}
 	if lo[0] == hi[0] {
 		return b.seq(b.lit(lo[:1]), c.sameLength(lo[1:], hi[1:]))
 	}
 	alts := []frag{b.seq(b.lit(lo[:1]), c.sameLength(lo[1:], strings.Repeat("9", n)))}
 	if hi[0]-lo[0] > 1 {
-		alts = append(alts, b.seq(b.class(lo[0]+1, hi[0]-1), b.repeat(func() frag { return b.class('0', '9') }, n, n)))
+		alts = append(alts, b.seq(b.class(lo[0]+1, hi[0]-1), c.digits(n, n)))
 	}
 	alts = append(alts, b.seq(b.lit(hi[:1]), c.sameLength(strings.Repeat("0", n), hi[1:])))
 	return b.alt(alts...)
@@ -133,9 +144,8 @@ func (c *compiler) sameLength(lo, hi string) frag {
 // anyValue calls the rule matching any JSON value.
 func (c *compiler) anyValue() frag {
 	const name = "any"
-	_, known := c.b.g.rules[name]
-	r := c.b.rule(name)
-	if !known {
+	r, fresh := c.b.rule(name)
+	if fresh {
 		b := c.b
 		c.b.define(r, b.alt(c.anyObject(), c.anyArray(), c.str(0, -1), c.number(),
 			b.lit("true"), b.lit("false"), b.lit("null")))
@@ -147,15 +157,15 @@ func (c *compiler) anyValue() frag {
 func (c *compiler) anyObject() frag {
 	b := c.b
 	member := func() frag {
-		return b.seq(c.str(0, -1), c.wsBefore(), b.lit(":"), c.wsColon(), c.anyValue())
+		return b.seq(c.str(0, -1), c.colon(), c.anyValue())
 	}
-	more := b.star(func() frag { return b.seq(c.wsBefore(), b.lit(","), c.ws(), member()) })
+	more := b.star(func() frag { return b.seq(c.comma(), member()) })
 	return b.seq(b.lit("{"), c.ws(), b.opt(b.seq(member(), more, c.ws())), b.lit("}"))
 }
 
 // anyArray matches any JSON array.
 func (c *compiler) anyArray() frag {
 	b := c.b
-	more := b.star(func() frag { return b.seq(c.wsBefore(), b.lit(","), c.ws(), c.anyValue()) })
+	more := b.star(func() frag { return b.seq(c.comma(), c.anyValue()) })
 	return b.seq(b.lit("["), c.ws(), b.opt(b.seq(c.anyValue(), more, c.ws())), b.lit("]"))
 }

@@ -166,8 +166,8 @@ func (c *compiler) object(s *jv, path string) frag {
 		// One copy of the member, entered directly when it is the first one written
 		// and after a comma otherwise.
 		start := b.node()
-		m := b.seq(b.lit(string(key)), c.wsBefore(), b.lit(":"), c.wsColon(), c.value(kv.v, path+"/properties/"+kv.k))
-		comma := b.seq(c.wsBefore(), b.lit(","), c.ws())
+		m := b.seq(b.lit(string(key)), c.colon(), c.value(kv.v, path+"/properties/"+kv.k))
+		comma := c.comma()
 		nextNone, nextSome := b.node(), b.node()
 		b.eps(none, start)
 		b.eps(some, comma.in)
@@ -199,9 +199,8 @@ func (c *compiler) array(s *jv, path string) frag {
 	if items != nil {
 		// The item schema is a rule, so the copies a count unrolls are only calls.
 		name := "items:" + path
-		_, known := c.b.g.rules[name]
-		r := c.b.rule(name)
-		if !known {
+		r, fresh := c.b.rule(name)
+		if fresh {
 			c.b.define(r, c.value(items, path+"/items"))
 		}
 		item = func() frag { return c.b.call(r) }
@@ -217,7 +216,7 @@ func (c *compiler) array(s *jv, path string) frag {
 	if hi < 0 {
 		restHi = -1
 	}
-	rest := b.repeat(func() frag { return b.seq(c.wsBefore(), b.lit(","), c.ws(), item()) }, restLo, restHi)
+	rest := b.repeat(func() frag { return b.seq(c.comma(), item()) }, restLo, restHi)
 	body := b.seq(first, rest, c.ws())
 	if lo == 0 {
 		body = b.opt(body)
@@ -266,9 +265,8 @@ func (c *compiler) integer(s *jv, path string) frag {
 		return c.bad("%s: no integer lies within its bounds", path)
 	}
 	if lo == -limit && hi == limit {
-		b := c.b
-		digits := b.alt(b.lit("0"), b.seq(b.class('1', '9'), b.repeat(func() frag { return b.class('0', '9') }, 0, maxIntDigits-1)))
-		return b.seq(b.opt(b.lit("-")), digits)
+		digits := c.numeral()
+		return c.b.seq(c.b.opt(c.b.lit("-")), digits)
 	}
 	return c.intRange(lo, hi)
 }

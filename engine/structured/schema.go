@@ -31,13 +31,7 @@ func CompileSchema(schema []byte, strict bool) (*Grammar, error) {
 		return nil, fmt.Errorf("%w: a schema is an object or a boolean", ErrBadSchema)
 	}
 	c := &compiler{b: newBuilder(), root: root, strict: strict}
-	body := c.value(root, "#")
-	for len(c.pending) > 0 && c.err == nil && c.b.err == nil {
-		p := c.pending[0]
-		c.pending = c.pending[1:]
-		c.b.define(p.rule, c.value(p.schema, p.ref))
-	}
-	return c.finish(body)
+	return c.finish(c.value(root, "#"))
 }
 
 // CompileJSONObject returns the Grammar of any JSON object (response_format
@@ -69,12 +63,10 @@ type pendingRule struct {
 	ref    string
 }
 
+// finish makes body, with the whitespace allowed around it, the grammar's top.
 func (c *compiler) finish(body frag) (*Grammar, error) {
-	if c.err == nil {
-		c.err = c.b.err
-	}
-	if c.err != nil {
-		return nil, c.err
+	if err := c.definePending(); err != nil {
+		return nil, err
 	}
 	top := c.b.seq(c.ws(), body, c.ws())
 	c.b.g.start, c.b.g.final = top.in, top.out
@@ -82,6 +74,20 @@ func (c *compiler) finish(body frag) (*Grammar, error) {
 		return nil, c.b.err
 	}
 	return c.b.g, nil
+}
+
+// definePending compiles the rules that $refs declared, and those their bodies declare,
+// and returns the first error of the compilation.
+func (c *compiler) definePending() error {
+	for len(c.pending) > 0 && c.err == nil && c.b.err == nil {
+		p := c.pending[0]
+		c.pending = c.pending[1:]
+		c.b.define(p.rule, c.value(p.schema, p.ref))
+	}
+	if c.err == nil {
+		c.err = c.b.err
+	}
+	return c.err
 }
 
 func (c *compiler) fail(format string, args ...any) frag {
@@ -130,6 +136,16 @@ func (c *compiler) wsColon() frag {
 		return c.b.opt(c.b.lit(" "))
 	}
 	return c.ws()
+}
+
+// colon matches the ':' between an object's key and its value, with its whitespace.
+func (c *compiler) colon() frag {
+	return c.b.seq(c.wsBefore(), c.b.lit(":"), c.wsColon())
+}
+
+// comma matches the ',' between members or elements, with its whitespace.
+func (c *compiler) comma() frag {
+	return c.b.seq(c.wsBefore(), c.b.lit(","), c.ws())
 }
 
 // value compiles schema s (at JSON pointer path) into a fragment matching one value.
@@ -237,9 +253,8 @@ func (c *compiler) ref(ref, path string) frag {
 		}
 	}
 	name := "ref:" + ref
-	_, known := c.b.g.rules[name]
-	r := c.b.rule(name)
-	if !known {
+	r, fresh := c.b.rule(name)
+	if fresh {
 		c.pending = append(c.pending, pendingRule{rule: r, schema: target, ref: ref})
 	}
 	return c.b.call(r)

@@ -20,20 +20,12 @@ func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max i
 	c := &compiler{b: newBuilder(), root: root, strict: strict, indented: true}
 	b := c.b
 	// The value is a rule, so the repeated calls share one copy of it.
-	r := b.rule("wrapped")
+	r, _ := b.rule("wrapped")
 	b.define(r, c.value(root, "#"))
 	one := func() frag { return b.seq(b.lit(prefix), b.call(r), b.lit(suffix)) }
 	body := b.seq(one(), b.repeat(func() frag { return b.seq(b.lit(sep), one()) }, min-1, minus1(max)))
-	for len(c.pending) > 0 && c.err == nil && b.err == nil {
-		p := c.pending[0]
-		c.pending = c.pending[1:]
-		b.define(p.rule, c.value(p.schema, p.ref))
-	}
-	if c.err == nil {
-		c.err = b.err
-	}
-	if c.err != nil {
-		return nil, c.err
+	if err := c.definePending(); err != nil {
+		return nil, err
 	}
 	// No free whitespace around the literals: the format fixes them.
 	b.g.start, b.g.final = body.in, body.out
