@@ -7,8 +7,9 @@ import "fmt"
 // calls in a model's own format, e.g. `<tool_call>\n` + {"name": ..., "arguments": ...}
 // + `\n</tool_call>`. Inside the value the rules of CompileSchema hold, laid out compact
 // or pretty-printed as models write calls, and no looser: where a pretty-printer breaks
-// lines, nothing, one space, or a newline and up to 20 spaces or tabs; after a colon one
-// space at most; before a colon or a comma nothing. The literals are matched byte for byte.
+// lines, nothing, one space, or a newline and up to 20 spaces or 1 to 20 tabs; after a
+// colon one space at most; before a colon or a comma nothing. The literals are matched
+// byte for byte, with no whitespace around them.
 func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max int, strict bool) (*Grammar, error) {
 	if min < 1 || (max >= 0 && max < min) {
 		return nil, fmt.Errorf("%w: between %d and %d values", ErrBadSchema, min, max)
