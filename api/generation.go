@@ -8,19 +8,8 @@ import (
 
 // handleCompletions serves POST /v1/completions.
 func (s *Server) handleCompletions(c *gin.Context) {
-	b, err := s.ready()
-	if err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	var w completionRequest
-	if err := readBody(c.Request, &w); err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	req, err := parseCompletion(&w, b)
-	if err != nil {
-		writeError(c.Writer, err)
+	b, req, ok := openRequest(s, c, parseCompletion)
+	if !ok {
 		return
 	}
 	prompts := make([][]int32, len(req.prompts))
@@ -35,19 +24,8 @@ func (s *Server) handleCompletions(c *gin.Context) {
 
 // handleChat serves POST /v1/chat/completions.
 func (s *Server) handleChat(c *gin.Context) {
-	b, err := s.ready()
-	if err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	var w chatRequest
-	if err := readBody(c.Request, &w); err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	req, err := parseChat(&w, b)
-	if err != nil {
-		writeError(c.Writer, err)
+	b, req, ok := openRequest(s, c, parseChat)
+	if !ok {
 		return
 	}
 	s.generate(c, b, &req.generation, "chatcmpl-", [][]int32{req.prompt}, func(id string, created int64) converter {

@@ -9,7 +9,28 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/gin-gonic/gin"
 )
+
+// openRequest opens every handler that takes a body: the model must be loaded and the
+// server not draining, the body is read and decoded once into the endpoint's wire struct
+// W, and parse validates it into the endpoint's request R. On any failure the OpenAI
+// error object is written with its status and ok is false; the handler then returns.
+func openRequest[W, R any](s *Server, c *gin.Context, parse func(w *W, b *Backend) (R, error)) (b *Backend, req R, ok bool) {
+	b, err := s.ready()
+	if err == nil {
+		var w W
+		if err = readBody(c.Request, &w); err == nil {
+			req, err = parse(&w, b)
+		}
+	}
+	if err != nil {
+		writeError(c.Writer, err)
+		return nil, req, false
+	}
+	return b, req, true
+}
 
 // readBody reads a request body (bounded by limitBody) and decodes it into dst, a
 // pointer to one endpoint's wire struct. It fails with a 415 for a compressed body, a

@@ -38,20 +38,11 @@ func (s *Server) responseRoutes(r gin.IRoutes) {
 
 // handleResponsesCreate serves POST /v1/responses.
 func (s *Server) handleResponsesCreate(c *gin.Context) {
-	b, err := s.ready()
-	if err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	var w responsesRequest
-	if err := readBody(c.Request, &w); err != nil {
-		writeError(c.Writer, err)
-		return
-	}
 	rt := s.resp
-	req, err := parseResponses(&w, b, rt.lookup, !rt.cfg.NoStoreByDefault)
-	if err != nil {
-		writeError(c.Writer, err)
+	b, req, ok := openRequest(s, c, func(w *responsesRequest, b *Backend) (*parsedResponses, error) {
+		return parseResponses(w, b, rt.lookup, !rt.cfg.NoStoreByDefault)
+	})
+	if !ok {
 		return
 	}
 	releaseBody(c)

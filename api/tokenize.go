@@ -33,19 +33,8 @@ func (s *Server) checkModel(c *check, o opt[string]) {
 // true)} or {"messages": [...], "add_generation_prompt": bool (default true)}, tokenized
 // exactly as the completion and chat endpoints would → {"tokens", "count", "max_model_len"}.
 func (s *Server) handleTokenize(c *gin.Context) {
-	b, err := s.ready()
-	if err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	var w tokenizeRequest
-	if err := readBody(c.Request, &w); err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	ids, err := s.tokenize(&w, b)
-	if err != nil {
-		writeError(c.Writer, err)
+	b, ids, ok := openRequest(s, c, s.tokenize)
+	if !ok {
 		return
 	}
 	if ids == nil {
@@ -87,28 +76,23 @@ func (s *Server) tokenize(w *tokenizeRequest, b *Backend) ([]int32, error) {
 
 // handleDetokenize serves POST /detokenize: {"tokens": [ids]} → {"prompt": text}.
 func (s *Server) handleDetokenize(c *gin.Context) {
-	b, err := s.ready()
-	if err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	var w detokenizeRequest
-	if err := readBody(c.Request, &w); err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	chk := &check{}
-	s.checkModel(chk, w.Model)
-	ids := chk.tokenIDList("tokens", w.Tokens)
-	if !chk.failed() && !w.Tokens.Set {
-		chk.fail(invalidParam("tokens", "tokens is required"))
-	}
-	if chk.err == nil {
-		chk.fail(engine.Limits{VocabSize: b.vocab()}.CheckTokens("tokens", ids))
-	}
-	if chk.err != nil {
-		writeError(c.Writer, chk.err)
+	b, ids, ok := openRequest(s, c, s.detokenize)
+	if !ok {
 		return
 	}
 	writeJSON(c.Writer, http.StatusOK, gin.H{"prompt": b.Tokenizer.Decode(ids, false)})
+}
+
+// detokenize validates a /detokenize request: its token ids.
+func (s *Server) detokenize(w *detokenizeRequest, b *Backend) ([]int32, error) {
+	c := &check{}
+	s.checkModel(c, w.Model)
+	ids := c.tokenIDList("tokens", w.Tokens)
+	if !c.failed() && !w.Tokens.Set {
+		c.fail(invalidParam("tokens", "tokens is required"))
+	}
+	if c.err == nil {
+		c.fail(engine.Limits{VocabSize: b.vocab()}.CheckTokens("tokens", ids))
+	}
+	return ids, c.err
 }
