@@ -121,12 +121,32 @@ type chatFeatures struct {
 	Store           opt[bool]              `json:"store"`
 	Metadata        opt[map[string]string] `json:"metadata"`
 
-	// Accepted, no-ops: they change nothing in what is generated or returned.
+	platformHints
+}
+
+// platformHints are the members of OpenAI's platform that change nothing in what
+// Conveyor generates or returns — a service tier, an id for abuse monitoring, the
+// prompt-cache hints — accepted by the chat and responses endpoints alike and checked
+// for their wire values only.
+type platformHints struct {
 	ServiceTier          opt[string]          `json:"service_tier"`
 	SafetyIdentifier     opt[string]          `json:"safety_identifier"`
 	PromptCacheKey       opt[string]          `json:"prompt_cache_key"`
 	PromptCacheRetention opt[string]          `json:"prompt_cache_retention"`
 	PromptCacheOptions   opt[json.RawMessage] `json:"prompt_cache_options"`
+}
+
+// check validates the hints' wire values.
+func (h *platformHints) check(c *check) {
+	c.str("service_tier", h.ServiceTier)
+	c.str("safety_identifier", h.SafetyIdentifier)
+	c.str("prompt_cache_key", h.PromptCacheKey)
+	if r, ok := c.str("prompt_cache_retention", h.PromptCacheRetention); ok && !slices.Contains([]string{"in_memory", "24h"}, r) {
+		c.fail(invalidParam("prompt_cache_retention", "prompt_cache_retention %q is not one of in_memory, 24h", r))
+	}
+	if h.PromptCacheOptions.Set && !c.failed() && jsonKind(h.PromptCacheOptions.V) != "an object" {
+		c.fail(invalidParam("prompt_cache_options", "prompt_cache_options must be an object, got %s", jsonKind(h.PromptCacheOptions.V)))
+	}
 }
 
 // check validates the chat features: what Conveyor does not do is refused by name.
@@ -165,16 +185,7 @@ func (f *chatFeatures) check(c *check) {
 		c.fail(unsupportedValue("store", "store is not supported: Conveyor keeps no completions (send false or leave it out)"))
 	}
 	shape(c, "metadata", "an object of strings", f.Metadata)
-
-	c.str("service_tier", f.ServiceTier)
-	c.str("safety_identifier", f.SafetyIdentifier)
-	c.str("prompt_cache_key", f.PromptCacheKey)
-	if r, ok := c.str("prompt_cache_retention", f.PromptCacheRetention); ok && !slices.Contains([]string{"in_memory", "24h"}, r) {
-		c.fail(invalidParam("prompt_cache_retention", "prompt_cache_retention %q is not one of in_memory, 24h", r))
-	}
-	if f.PromptCacheOptions.Set && jsonKind(f.PromptCacheOptions.V) != "an object" {
-		c.fail(invalidParam("prompt_cache_options", "prompt_cache_options must be an object, got %s", jsonKind(f.PromptCacheOptions.V)))
-	}
+	f.platformHints.check(c)
 }
 
 // checkChoice validates tool_choice or function_call: "none", and "auto" (with nothing

@@ -101,13 +101,7 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 		r.params.Logprobs = int(n)
 	}
 	meta := parseMetadata(c, w.Metadata)
-	c.str("service_tier", w.ServiceTier)
-	c.str("safety_identifier", w.SafetyIdentifier)
-	c.str("prompt_cache_key", w.PromptCacheKey)
-	c.str("prompt_cache_retention", w.PromptCacheRetention)
-	if w.PromptCacheOptions.Set && !c.failed() && jsonKind(w.PromptCacheOptions.V) != "an object" {
-		c.fail(invalidParam("prompt_cache_options", "prompt_cache_options must be an object, got %s", jsonKind(w.PromptCacheOptions.V)))
-	}
+	w.platformHints.check(c)
 	r.store = c.boolean("store", w.Store, defaultStore)
 	r.background = c.boolean("background", w.Background, false)
 	if r.background && !c.failed() {

@@ -38,12 +38,7 @@ type responsesRequest struct {
 	ContextManagement opt[json.RawMessage] `json:"context_management"`
 	Moderation        opt[json.RawMessage] `json:"moderation"`
 
-	// Accepted, no-ops.
-	ServiceTier          opt[string]          `json:"service_tier"`
-	SafetyIdentifier     opt[string]          `json:"safety_identifier"`
-	PromptCacheKey       opt[string]          `json:"prompt_cache_key"`
-	PromptCacheRetention opt[string]          `json:"prompt_cache_retention"`
-	PromptCacheOptions   opt[json.RawMessage] `json:"prompt_cache_options"`
+	platformHints // accepted, no-ops
 
 	// Extensions, with the chat endpoint's names.
 	Seed             opt[jsonInt]  `json:"seed"`
