@@ -17,8 +17,7 @@ func (s *Server) handleCompletions(c *gin.Context) {
 		prompts[i] = p.tokens
 	}
 	s.generate(c, b, &req.generation, "cmpl-", prompts, func(id string, created int64) converter {
-		base := completionResponse{ID: id, Object: "text_completion", Created: created, Model: s.cfg.ModelName}
-		return newCompletionOutput(req, b.Tokenizer, base)
+		return newCompletionOutput(req, b.Tokenizer, id, created, s.cfg.ModelName)
 	})
 }
 
@@ -29,7 +28,7 @@ func (s *Server) handleChat(c *gin.Context) {
 		return
 	}
 	s.generate(c, b, &req.generation, "chatcmpl-", [][]int32{req.prompt}, func(id string, created int64) converter {
-		return newChatOutput(req, b.Tokenizer, chatResponse{ID: id, Created: created, Model: s.cfg.ModelName}, s.metrics.rejectToolCalls)
+		return newChatOutput(req, b.Tokenizer, id, created, s.cfg.ModelName, s.metrics.rejectToolCalls)
 	})
 }
 

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"strings"
 
 	"github.com/conveyor-llm/conveyor/api/toolcall"
@@ -79,14 +78,7 @@ type chatChoice struct {
 }
 
 // chatResponse is a chat.completion response or chat.completion.chunk.
-type chatResponse struct {
-	ID      string          `json:"id"`
-	Object  string          `json:"object"`
-	Created int64           `json:"created"`
-	Model   string          `json:"model"`
-	Choices []chatChoice    `json:"choices"`
-	Usage   json.RawMessage `json:"usage,omitempty"`
-}
+type chatResponse = envelope[chatChoice]
 
 // chatAcc accumulates one chat choice.
 type chatAcc struct {
@@ -134,16 +126,13 @@ type chatOutput struct {
 	rejected func(reason string)
 }
 
-func newChatOutput(req *parsedChat, tok Tokenizer, base chatResponse, rejected func(reason string)) *chatOutput {
-	o := &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N), tools: req.tools, rejected: rejected}
-	o.base.Object = "chat.completion"
+func newChatOutput(req *parsedChat, tok Tokenizer, id string, created int64, model string, rejected func(reason string)) *chatOutput {
+	object := "chat.completion"
 	if req.stream {
-		o.base.Object = "chat.completion.chunk"
-		if req.includeUsage {
-			o.base.Usage = nullJSON
-		}
+		object = "chat.completion.chunk"
 	}
-	return o
+	base := newEnvelope[chatChoice](id, object, created, model, req.stream && req.includeUsage)
+	return &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N), tools: req.tools, rejected: rejected}
 }
 
 func (o *chatOutput) add(_ int, ev *engine.Event) []any {
@@ -191,7 +180,7 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 }
 
 func (o *chatOutput) body(u usageJSON) any {
-	resp := o.base
+	var choices []chatChoice
 	for j := range o.accs {
 		text := o.accs[j].text.String()
 		msg := &chatMessageOut{Role: "assistant", Content: &text}
@@ -209,22 +198,18 @@ func (o *chatOutput) body(u usageJSON) any {
 				}
 			}
 		}
-		resp.Choices = append(resp.Choices, chatChoice{
+		choices = append(choices, chatChoice{
 			Index:        j,
 			Message:      msg,
 			Logprobs:     o.accs[j].logprobs,
 			FinishReason: finish,
 		})
 	}
-	resp.Usage = rawJSON(u)
-	return resp
+	return o.base.final(choices, u)
 }
 
 func (o *chatOutput) usageChunk(u usageJSON) any {
-	chunk := o.base
-	chunk.Choices = []chatChoice{}
-	chunk.Usage = rawJSON(u)
-	return chunk
+	return o.base.final([]chatChoice{}, u)
 }
 
 // replyCalls is what a finished reply under tools holds.
@@ -267,7 +252,7 @@ func (o *chatOutput) calls(j int) replyCalls {
 	a.checked = true
 	out := make([]toolCallOut, len(calls))
 	for i, c := range calls {
-		out[i] = toolCallOut{ID: newToolCallID(), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
+		out[i] = toolCallOut{ID: newID("call_"), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
 	}
 	return replyCalls{content: content, calls: out, cut: at >= 0}
 }
@@ -398,11 +383,7 @@ func (o *chatOutput) streamAuto(ev *engine.Event) []any {
 }
 
 // chunk is a chat.completion.chunk carrying one choice.
-func (o *chatOutput) chunk(ch chatChoice) chatResponse {
-	chunk := o.base
-	chunk.Choices = []chatChoice{ch}
-	return chunk
-}
+func (o *chatOutput) chunk(ch chatChoice) chatResponse { return o.base.chunk(ch) }
 
 // openingDelta opens a streamed choice: {"role":"assistant","content":""}.
 func openingDelta(index int) chatChoice {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
@@ -17,14 +16,7 @@ type completionChoice struct {
 }
 
 // completionResponse is a completion response or stream chunk (object text_completion).
-type completionResponse struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   json.RawMessage    `json:"usage,omitempty"`
-}
+type completionResponse = envelope[completionChoice]
 
 // seqAcc accumulates one sequence's output.
 type seqAcc struct {
@@ -46,13 +38,11 @@ type completionOutput struct {
 	accs [][]seqAcc // [prompt][sequence]
 }
 
-func newCompletionOutput(req *parsedCompletion, tok Tokenizer, base completionResponse) *completionOutput {
+func newCompletionOutput(req *parsedCompletion, tok Tokenizer, id string, created int64, model string) *completionOutput {
+	base := newEnvelope[completionChoice](id, "text_completion", created, model, req.stream && req.includeUsage)
 	o := &completionOutput{req: req, tok: tok, base: base, accs: make([][]seqAcc, len(req.prompts))}
 	for i := range o.accs {
 		o.accs[i] = make([]seqAcc, req.n)
-	}
-	if req.stream && req.includeUsage {
-		o.base.Usage = nullJSON
 	}
 	return o
 }
@@ -73,9 +63,7 @@ func (o *completionOutput) add(pi int, ev *engine.Event) []any {
 	if text == "" && ev.FinishReason == "" && (lp == nil || len(lp.Tokens) == 0) {
 		return nil
 	}
-	chunk := o.base
-	chunk.Choices = []completionChoice{{Index: pi*o.req.n + ev.Index, Text: text, Logprobs: lp, FinishReason: finishReason(ev.FinishReason)}}
-	return []any{chunk}
+	return []any{o.base.chunk(completionChoice{Index: pi*o.req.n + ev.Index, Text: text, Logprobs: lp, FinishReason: finishReason(ev.FinishReason)})}
 }
 
 // apply folds one event into a sequence's accumulator and returns the text and
@@ -112,24 +100,20 @@ func (o *completionOutput) apply(acc *seqAcc, ev *engine.Event, p prompt) (strin
 }
 
 func (o *completionOutput) body(u usageJSON) any {
-	resp := o.base
+	var choices []completionChoice
 	for pi := range o.req.prompts {
 		for j := 0; j < o.req.n; j++ {
 			acc := &o.accs[pi][j]
-			resp.Choices = append(resp.Choices, completionChoice{
+			choices = append(choices, completionChoice{
 				Index: pi*o.req.n + j, Text: acc.text.String(), Logprobs: acc.logprobs, FinishReason: finishReason(acc.finish),
 			})
 		}
 	}
-	resp.Usage = rawJSON(o.usage(u))
-	return resp
+	return o.base.final(choices, o.usage(u))
 }
 
 func (o *completionOutput) usageChunk(u usageJSON) any {
-	chunk := o.base
-	chunk.Choices = []completionChoice{}
-	chunk.Usage = rawJSON(o.usage(u))
-	return chunk
+	return o.base.final([]completionChoice{}, o.usage(u))
 }
 
 // usage is the request's usage; a prompt-only echo generated nothing it reports.

@@ -29,7 +29,7 @@ func newResponseBuilder(req *parsedResponses, tok Tokenizer, rejected func(strin
 	g := req.generation
 	g.stream, g.includeUsage = true, false
 	pc := &parsedChat{generation: g, tools: req.tools}
-	return &responseBuilder{chat: newChatOutput(pc, tok, chatResponse{}, rejected), msg: -1, call: -1, emit: emit}
+	return &responseBuilder{chat: newChatOutput(pc, tok, "", 0, "", rejected), msg: -1, call: -1, emit: emit}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -56,7 +56,7 @@ func TestParsedCallsAreValidated(t *testing.T) {
 		}{{false, "auto"}, {true, "auto"}, {true, "required"}, {false, "named"}} {
 			var rejected []string
 			req := &parsedChat{generation: generation{stream: mode.stream, params: engine.SamplingParams{N: 1, Logprobs: engine.NoLogprobs}}, tools: weatherPlan(t, mode.choice)}
-			o := newChatOutput(req, nil, chatResponse{}, func(r string) { rejected = append(rejected, r) })
+			o := newChatOutput(req, nil, "", 0, "", func(r string) { rejected = append(rejected, r) })
 			half := len(tc.text) / 2
 			var out []any
 			out = append(out, o.add(0, &engine.Event{Text: tc.text[:half]})...)
@@ -124,7 +124,7 @@ func TestCutCallIsNoCall(t *testing.T) {
 		plan := weatherPlan(t, mode.choice)
 		plan.streamArgs = mode.streamArgs
 		req := &parsedChat{generation: generation{stream: mode.stream, params: engine.SamplingParams{N: 1, Logprobs: engine.NoLogprobs}}, tools: plan}
-		o := newChatOutput(req, nil, chatResponse{}, nil)
+		o := newChatOutput(req, nil, "", 0, "", nil)
 		var out []any
 		for i := 0; i < len(text); i += 7 {
 			ev := &engine.Event{Text: text[i:min(i+7, len(text))]}
@@ -242,7 +242,7 @@ func TestCallArgumentsStream(t *testing.T) {
 		plan.format, plan.streamArgs = tc.format, true
 		plan.params["get_weather"], _ = compileParameters(json.RawMessage(`{"type":"object"}`))
 		req := &parsedChat{generation: generation{stream: true, params: engine.SamplingParams{N: 1, Logprobs: engine.NoLogprobs}}, tools: plan}
-		o := newChatOutput(req, nil, chatResponse{}, nil)
+		o := newChatOutput(req, nil, "", 0, "", nil)
 		var names, pieces []string
 		firstArgsAt, nameAt := -1, -1
 		const step = 5

@@ -42,6 +42,40 @@ func finishReason(r engine.FinishReason) *string {
 	return &s
 }
 
+// envelope is the object both generation endpoints answer with, whole or as one chunk of
+// a stream, around their own choices (completionResponse, chatResponse).
+type envelope[C any] struct {
+	ID      string          `json:"id"`
+	Object  string          `json:"object"`
+	Created int64           `json:"created"`
+	Model   string          `json:"model"`
+	Choices []C             `json:"choices"`
+	Usage   json.RawMessage `json:"usage,omitempty"`
+}
+
+// newEnvelope returns the envelope of one answer. A stream with
+// stream_options.include_usage carries "usage": null on every chunk (nullUsage).
+func newEnvelope[C any](id, object string, created int64, model string, nullUsage bool) envelope[C] {
+	e := envelope[C]{ID: id, Object: object, Created: created, Model: model}
+	if nullUsage {
+		e.Usage = nullJSON
+	}
+	return e
+}
+
+// chunk is a stream chunk carrying one choice.
+func (e envelope[C]) chunk(choice C) envelope[C] {
+	e.Choices = []C{choice}
+	return e
+}
+
+// final is the whole answer (choices and usage), or with no choices a stream's usage
+// chunk.
+func (e envelope[C]) final(choices []C, u usageJSON) envelope[C] {
+	e.Choices, e.Usage = choices, rawJSON(u)
+	return e
+}
+
 // nullJSON is the literal used for "usage": null on stream chunks with include_usage.
 var nullJSON = json.RawMessage("null")
 
