@@ -120,31 +120,6 @@ func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
 	return r, nil
 }
 
-// apply sets what the plan asks of the engine in params — the calls' constraint, eager
-// or lazy from the format's trigger, and the control tokens kept in the text — and
-// returns msgs with the tools described in the system message when the format wants it.
-// The chat and responses endpoints share it.
-func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, b *Backend, msgs []Message) ([]Message, error) {
-	// A format whose calls open with a control token needs it in the text.
-	params.KeepSpecialTokens = p.format.ControlPrefix
-	con, err := p.constraint(b, parallel)
-	if err != nil {
-		return nil, err
-	}
-	if con != nil && p.choice == "auto" {
-		params.LazyConstraint, params.LazyTrigger = con, p.format.Trigger
-	} else if con != nil {
-		if params.Constraint != nil {
-			return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", p.choice)
-		}
-		params.Constraint = con
-	}
-	if p.format.DescribeTools {
-		msgs = withToolsSystemPrompt(msgs, p.systemPrompt())
-	}
-	return msgs, nil
-}
-
 // renderChat renders messages through the chat template into token ids, with the
 // request's tools when the template can take them.
 func renderChat(b *Backend, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
@@ -318,17 +293,4 @@ func parseContent(c *check, name string, o opt[messageContent], role string) (st
 		parts = append(parts, ContentPart{Type: "text", Text: text})
 	}
 	return sb.String(), parts
-}
-
-// withToolsSystemPrompt puts the tools' description at the start of the system message
-// (adding one when there is none), for templates that know no tools.
-func withToolsSystemPrompt(msgs []Message, prompt string) []Message {
-	out := make([]Message, 0, len(msgs)+1)
-	if len(msgs) > 0 && msgs[0].Role == "system" {
-		first := msgs[0]
-		first.Content = prompt + "\n" + first.Content
-		first.Parts = nil
-		return append(append(out, first), msgs[1:]...)
-	}
-	return append(append(out, Message{Role: "system", Content: prompt}), msgs...)
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"strings"
 
-	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
@@ -212,49 +211,16 @@ func (o *chatOutput) usageChunk(u usageJSON) any {
 	return o.base.final([]chatChoice{}, u)
 }
 
-// replyCalls is what a finished reply under tools holds.
-type replyCalls struct {
-	content string // the text outside the calls; the whole text when there are none
-	calls   []toolCallOut
-	// cut: the reply was cut short (max_tokens, the context) inside a call, which is in
-	// neither content nor calls; its finish reason stays "length".
-	cut bool
-}
-
-// calls returns choice j's content and the tool calls its finished text holds that
-// validate (the request has tools). A reply whose calls name a tool that was not offered
-// or carry arguments its parameters reject is content: no call that fails its tool's
-// schema is ever returned as a call. Nor is a call the reply's end cut short: the calls
-// completed before it stay calls, and its text is left out.
+// calls returns choice j's content and the tool calls its finished text holds (the
+// request has tools; see toolPlan.reply), counting a rejection once per reply.
 func (o *chatOutput) calls(j int) replyCalls {
 	a := &o.accs[j]
-	text := a.text.String()
-	var content string
-	var calls []toolcall.Call
-	at := -1
-	if a.finish == engine.FinishLength {
-		content, calls, at = o.tools.format.ParseCut(text)
-	} else {
-		content, calls = o.tools.format.Parse(text)
-	}
-	if at >= 0 {
-		text = text[:at]
-	}
-	if len(calls) > 0 {
-		if reason := o.tools.check(calls); reason != "" {
-			if !a.checked && o.rejected != nil {
-				o.rejected(reason)
-			}
-			a.checked = true
-			return replyCalls{content: text, cut: at >= 0}
-		}
+	rc, reason := o.tools.reply(a.text.String(), a.finish == engine.FinishLength)
+	if reason != "" && !a.checked && o.rejected != nil {
+		o.rejected(reason)
 	}
 	a.checked = true
-	out := make([]toolCallOut, len(calls))
-	for i, c := range calls {
-		out[i] = toolCallOut{ID: newID("call_"), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
-	}
-	return replyCalls{content: content, calls: out, cut: at >= 0}
+	return rc
 }
 
 // finishTools streams choice j's held-back reply once it finished: its opening delta,

@@ -10,10 +10,17 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/conveyor-llm/conveyor/api/toolcall"
+	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
-// toolPlan is what a chat request's tools and tool_choice ask for.
+// toolPlan is what a chat request's tools, tool_choice and parallel_tool_calls ask for,
+// and this file is its one owner, for the chat and responses endpoints alike:
+// parseTools builds it from the request; apply sets what it asks of the engine (the
+// calls' constraint, eager or from the format's trigger on) and of the prompt (the
+// tools described in the system message); reply reads a finished reply against it
+// (parsed in the format, a cut call left out, every call checked against its tool's
+// schema). The converters only stream what it decides.
 type toolPlan struct {
 	tools  []toolcall.Tool
 	raw    []json.RawMessage // the tool objects as sent, for the chat template
@@ -211,6 +218,44 @@ func (p *toolPlan) check(calls []toolcall.Call) string {
 	return ""
 }
 
+// replyCalls is what a finished reply under tools holds.
+type replyCalls struct {
+	content string // the text outside the calls; the whole text when there are none
+	calls   []toolCallOut
+	// cut: the reply was cut short (max_tokens, the context) inside a call, which is in
+	// neither content nor calls; its finish reason stays "length".
+	cut bool
+}
+
+// reply reads a finished reply: its content and the tool calls it holds that validate. A
+// reply whose calls name a tool that was not offered or carry arguments its parameters
+// reject is content (reason says why): no call that fails its tool's schema is ever
+// returned as a call. Nor is a call the reply's end cut short (cut: it finished with
+// "length"): the calls completed before it stay calls, and its text is left out.
+func (p *toolPlan) reply(text string, cut bool) (rc replyCalls, reason string) {
+	var content string
+	var calls []toolcall.Call
+	at := -1
+	if cut {
+		content, calls, at = p.format.ParseCut(text)
+	} else {
+		content, calls = p.format.Parse(text)
+	}
+	if at >= 0 {
+		text = text[:at]
+	}
+	if len(calls) > 0 {
+		if reason := p.check(calls); reason != "" {
+			return replyCalls{content: text, cut: at >= 0}, reason
+		}
+	}
+	out := make([]toolCallOut, len(calls))
+	for i, c := range calls {
+		out[i] = toolCallOut{ID: newID("call_"), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
+	}
+	return replyCalls{content: content, calls: out, cut: at >= 0}, ""
+}
+
 // constraint returns the constraint of the calls: one to maxParallelCalls calls (one
 // without parallel_tool_calls) in the model's format, each to a listed tool (the named
 // one) with arguments that validate against its parameters. With auto it is applied
@@ -237,6 +282,31 @@ func (p *toolPlan) constraint(b *Backend, parallel bool) (*structured.Constraint
 	return con, err
 }
 
+// apply sets what the plan asks of the engine in params — the calls' constraint, eager
+// or lazy from the format's trigger, and the control tokens kept in the text — and
+// returns msgs with the tools described in the system message when the format wants it.
+// The chat and responses endpoints share it.
+func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, b *Backend, msgs []Message) ([]Message, error) {
+	// A format whose calls open with a control token needs it in the text.
+	params.KeepSpecialTokens = p.format.ControlPrefix
+	con, err := p.constraint(b, parallel)
+	if err != nil {
+		return nil, err
+	}
+	if con != nil && p.choice == "auto" {
+		params.LazyConstraint, params.LazyTrigger = con, p.format.Trigger
+	} else if con != nil {
+		if params.Constraint != nil {
+			return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", p.choice)
+		}
+		params.Constraint = con
+	}
+	if p.format.DescribeTools {
+		msgs = withToolsSystemPrompt(msgs, p.systemPrompt())
+	}
+	return msgs, nil
+}
+
 // systemPrompt describes the tools for the generic format, whose chat template knows
 // none: the reply is either text or one JSON object per call. Each tool is one
 // signature line — name(param: type, optional?: type) and its description — so that
@@ -255,6 +325,19 @@ func (p *toolPlan) systemPrompt() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// withToolsSystemPrompt puts the tools' description at the start of the system message
+// (adding one when there is none), for templates that know no tools.
+func withToolsSystemPrompt(msgs []Message, prompt string) []Message {
+	out := make([]Message, 0, len(msgs)+1)
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		first := msgs[0]
+		first.Content = prompt + "\n" + first.Content
+		first.Parts = nil
+		return append(append(out, first), msgs[1:]...)
+	}
+	return append(append(out, Message{Role: "system", Content: prompt}), msgs...)
 }
 
 // signature renders an object schema's properties as (name: type, opt?: type), required
