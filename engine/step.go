@@ -64,9 +64,6 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 		if err == nil && (out == nil || len(out.Logits) != len(items)) {
 			err = fmt.Errorf("forward returned %d logit rows for %d sequences", lenLogits(out), len(items))
 		}
-		if err == nil {
-			err = checkArgmax(out, e.batch.Seqs)
-		}
 	}
 	now := time.Now()
 	if err != nil {
@@ -133,35 +130,21 @@ func (e *Engine) handleRow(i int, it scheduler.Item, out *models.Output, now tim
 	if !it.Sample || st.done {
 		return
 	}
-	argmax := int32(-1)
-	if row == nil {
+	argmax := int32(-1) // none: sample from the row
+	if row == nil && e.batch.Seqs[i].ArgmaxOnly && i < len(out.Argmax) {
 		argmax = out.Argmax[i]
 	}
 	e.sampleOne(st, i, row, argmax, now)
 }
 
-// checkArgmax checks that every row the model returned no logits for asked for its
-// argmax only and has one.
-func checkArgmax(out *models.Output, rows []models.SeqInput) error {
-	for i, l := range out.Logits {
-		if l != nil {
-			continue
-		}
-		if !rows[i].ArgmaxOnly || i >= len(out.Argmax) {
-			return fmt.Errorf("forward returned no logits for row %d, which needs them", i)
-		}
-	}
-	return nil
-}
-
 // sampleOne picks sequence st's next token from its logits row (or takes argmax, the
-// model's own, when the row is nil: models.SeqInput.ArgmaxOnly), runs the stop checks
+// model's own, when it is not negative: models.SeqInput.ArgmaxOnly), runs the stop checks
 // and emits the sequence's event. i is the sequence's plan item.
 func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now time.Time) {
 	t0 := time.Now()
 	e.faults.sample(st.req.id)
 	var s sampled
-	if row == nil { // the model returned the argmax (models.SeqInput.ArgmaxOnly)
+	if argmax >= 0 { // the model returned the argmax (models.SeqInput.ArgmaxOnly)
 		s = sampled{ID: argmax, Logprob: float32(math.NaN())}
 	} else {
 		s = st.sampler.sample(row, &e.scratch)
