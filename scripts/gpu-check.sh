@@ -100,7 +100,7 @@ log "building $config (random weights) with a $dtype step graph"
 "$bin" build-model --random --config "$config" --out "$model" --dtype "$dtype" >"$out/build.log" 2>&1
 log "serving it with --device $device --attention graph on port $port"
 "$bin" serve --model "$model" --served-model-name q05 --device "$device" --attention graph --host 127.0.0.1 --port "$port" \
-	--kv-cache-memory "$kv" --max-num-seqs 64 >"$out/serve.log" 2>&1 &
+	--kv-cache-memory "$kv" --max-num-seqs 64 --step-trace "$out/steps.jsonl" >"$out/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 120); do
 	curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -147,5 +147,26 @@ for c in (1, 16, 64):
         continue
     print(f"| {c} | {r['output_throughput']:.0f} | {r['ttft']['p50_ms']:.1f} | {r['itl']['p50_ms']:.2f} | "
           f"{r['itl']['p99_ms']:.2f} | {r['completed']} | {r['failed']} |")
+
+# Where a step's time goes (serve --step-trace), by the step's rows.
+steps = {}
+try:
+    for line in open(os.path.join(out, "steps.jsonl")):
+        s = json.loads(line)
+        steps.setdefault(s.get("rows", 0), []).append(s)
+except Exception as e:
+    print(f"\nno step trace: {e}")
+if steps:
+    def med(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if xs else float("nan")
+    keys = [k for k in ("duration_ms", "forward_ms", "sample_ms", "emit_ms", "schedule_ms") if any(k in s for v in steps.values() for s in v)]
+    print("\nWhere a step's time goes (medians of serve --step-trace, ms):\n")
+    print("| rows | steps | " + " | ".join(keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for rows in sorted(steps):
+        if rows in (1, 16, 64) or len(steps[rows]) >= 50:
+            v = steps[rows]
+            print(f"| {rows} | {len(v)} | " + " | ".join(f"{med([s.get(k, float('nan')) for s in v]):.2f}" for k in keys) + " |")
 EOF
 cat "$out/report.md" | tee -a "$out/check.log"
