@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
 )
 
 // What the server reads of a body it refused for its size, so that the client gets to
@@ -36,7 +38,7 @@ const (
 func (s *Server) limitBody(c *gin.Context) {
 	r := c.Request
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		writeError(c.Writer, errorf(errBodyTooLarge, "request body is larger than %d bytes", s.cfg.MaxBodyBytes))
+		writeError(c.Writer, openai.Errorf(errBodyTooLarge, "request body is larger than %d bytes", s.cfg.MaxBodyBytes))
 		c.Abort()
 		if !expectsContinue(r) {
 			s.discardBody(c, r.Body)

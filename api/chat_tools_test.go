@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -88,7 +89,7 @@ func TestTokenizeChatHistoryMatchesPython(t *testing.T) {
 				t.Fatalf("%s has tools, which the API refuses", tc.name)
 			}
 			s := newTestServer(t, nil, nil)
-			s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: NewTokenizer(tok), MaxModelLen: 1 << 16})
+			s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: openai.NewTokenizer(tok), MaxModelLen: 1 << 16})
 			body := `{"messages":` + string(c.Messages) + `,"add_generation_prompt":` + map[bool]string{true: "true", false: "false"}[tc.gen] + `}`
 			rec := do(t, s.Handler(), "POST", "/tokenize", body)
 			if rec.Code != http.StatusOK {
@@ -158,7 +159,7 @@ func TestTokenizeTextsMatchReferences(t *testing.T) {
 		t.Run(family, func(t *testing.T) {
 			tok := realChatTokenizer(t, family)
 			s := newTestServer(t, nil, nil)
-			s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: NewTokenizer(tok), MaxModelLen: 1 << 20})
+			s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: openai.NewTokenizer(tok), MaxModelLen: 1 << 20})
 			for i, text := range refs.Texts {
 				body, _ := json.Marshal(map[string]any{"prompt": text, "add_special_tokens": refs.AddSpecialTokens})
 				rec := do(t, s.Handler(), "POST", "/tokenize", string(body))
@@ -200,7 +201,7 @@ func slicesEqual(a, b []int32) bool {
 func TestTemplateRaiseIs400(t *testing.T) {
 	tok := realChatTokenizer(t, "gemma3")
 	s := newTestServer(t, nil, nil)
-	s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: NewTokenizer(tok), MaxModelLen: 4096})
+	s.SetBackend(Backend{Engine: newFakeEngine(), Tokenizer: openai.NewTokenizer(tok), MaxModelLen: 4096})
 	msgs := `[{"role":"user","content":"a"},{"role":"user","content":"b"}]`
 	for _, req := range []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"test-model","max_tokens":1,"messages":` + msgs + `}`},

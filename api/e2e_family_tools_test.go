@@ -97,6 +97,9 @@ func TestE2EFamilyToolCallsAuto(t *testing.T) {
 	}
 }
 
+// toolCallFunction is a call's name and arguments, as a reply carries them.
+type toolCallFunction struct{ Name, Arguments string }
+
 // e2eReply is one choice of a chat reply, plain or assembled from its stream.
 type e2eReply struct {
 	finish, content string

@@ -21,6 +21,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/r3labs/sse/v2"
 
+	apiopenai "github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
@@ -147,8 +148,8 @@ func startE2ERunner(t *testing.T, dir string, wrap func(models.Model) models.Mod
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.SetBackend(Backend{Engine: eng, Tokenizer: NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(),
-		Formats: NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())})
+	srv.SetBackend(Backend{Engine: eng, Tokenizer: apiopenai.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(),
+		Formats: apiopenai.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs())})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +238,7 @@ func TestE2ECompletions(t *testing.T) {
 	})
 
 	t.Run("token-id prompt", func(t *testing.T) {
-		tok := NewTokenizer(mustLoadTok(t))
+		tok := apiopenai.NewTokenizer(mustLoadTok(t))
 		ids, _ := tok.Encode("Once upon a time", true)
 		toks := make([]int64, len(ids))
 		for i, id := range ids {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
@@ -48,7 +49,7 @@ func (fakeTokenizer) tokenText(id int32, skipSpecial bool) string {
 func (fakeTokenizer) TokenText(id int32) string { return fakeTokenizer{}.tokenText(id, false) }
 func (fakeTokenizer) VocabSize() int            { return 257 }
 
-func (fakeTokenizer) EncodeChat(msgs []Message, addGen bool) ([]int32, error) {
+func (fakeTokenizer) EncodeChat(msgs []openai.Message, addGen bool) ([]int32, error) {
 	var sb strings.Builder
 	for _, m := range msgs {
 		sb.WriteString("<" + m.Role + ">" + m.Content + "\n")

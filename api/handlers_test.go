@@ -1,20 +1,17 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
@@ -365,13 +362,6 @@ func TestPromptTooLongStatesLimits(t *testing.T) {
 	}
 }
 
-func TestJSONFloat(t *testing.T) {
-	b, _ := json.Marshal([]jsonFloat{jsonFloat(math.NaN()), jsonFloat(math.Inf(-1)), -0.5})
-	if !bytes.Equal(b, []byte(`[null,-9999.0,-0.5]`)) {
-		t.Fatalf("%s", b)
-	}
-}
-
 func TestCompletionEchoOnlyPrompt(t *testing.T) {
 	eng := newFakeEngine()
 	s := newTestServer(t, eng, nil)
@@ -391,7 +381,7 @@ func TestCompletionEchoOnlyPrompt(t *testing.T) {
 			if len(chunks) != 2 {
 				t.Fatalf("%d chunks: %s", len(chunks), out)
 			}
-			var ch completionResponse
+			var ch openai.CompletionResponse
 			json.Unmarshal(mustJSON(chunks[0]), &ch)
 			if ch.Choices[0].Text != "hi" || len(ch.Choices[0].Logprobs.Tokens) != 3 || *ch.Choices[0].FinishReason != "length" {
 				t.Fatalf("chunk %s", mustJSON(chunks[0]))
@@ -457,108 +447,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestEchoOffsetsMultibyte places prompt tokens that hold parts of multi-byte characters
-// (shown as U+FFFD per byte, as the real tokenizer's TokenText does) at the offset of
-// the character they belong to, and keeps counting after them.
-func TestEchoOffsetsMultibyte(t *testing.T) {
-	const r = "\uFFFD"
-	cases := []struct {
-		text   string
-		tokens []string
-		want   []int
-	}{
-		{"😀 héllo", []string{"<s>", r, r, r, r, " h", r, r, "ll", "o"}, []int{0, 0, 0, 0, 0, 1, 3, 3, 4, 6}},
-		{"😀 héllo", []string{"<s>", r, r, r + r, " h", "é", "llo"}, []int{0, 0, 0, 0, 1, 3, 4}},
-		{"a" + r + "b", []string{"a", r, "b"}, []int{0, 1, 2}},
-		{"日本", []string{r + r, r + "本"}, []int{0, 0}},
-	}
-	for _, c := range cases {
-		tls := make([]engine.TokenLogprob, len(c.tokens))
-		for i, tok := range c.tokens {
-			tls[i] = engine.TokenLogprob{ID: int32(i), Text: tok, Logprob: -1}
-		}
-		l := newCompletionLogprobs()
-		l.addPrompt(tls, c.text)
-		if !slices.Equal(l.TextOffset, c.want) {
-			t.Errorf("%q %q: text_offset %v, want %v", c.text, c.tokens, l.TextOffset, c.want)
-		}
-	}
-}
-
-// byteTokenizer is fakeTokenizer with the real tokenizer's display text for a byte that is
-// not a character by itself (U+FFFD) and the TokenByter capability.
-type byteTokenizer struct{ fakeTokenizer }
-
-func (byteTokenizer) TokenText(id int32) string {
-	if s := (fakeTokenizer{}).TokenText(id); utf8.ValidString(s) {
-		return s
-	}
-	return "\uFFFD"
-}
-
-func (byteTokenizer) TokenBytes(id int32) []byte { return []byte((fakeTokenizer{}).TokenText(id)) }
-func (byteTokenizer) IsSpecial(id int32) bool    { return id == fakeBOS }
-
-// TestChatLogprobBytesOfPartialCharacters checks that the "bytes" of a token holding one
-// byte of "😀" are that byte, so that a client can rebuild the character, and not the
-// bytes of the U+FFFD shown as its text.
-func TestChatLogprobBytesOfPartialCharacters(t *testing.T) {
-	tok := byteTokenizer{}
-	emoji := []byte("😀")
-	var tls []engine.TokenLogprob
-	for _, b := range emoji {
-		id := int32(b) + 1
-		tls = append(tls, engine.TokenLogprob{ID: id, Text: tok.TokenText(id), Logprob: -1,
-			Top: []engine.TopLogprob{{ID: id, Text: tok.TokenText(id), Logprob: -1}, {ID: 'a' + 1, Text: "a", Logprob: -2}}})
-	}
-	var rebuilt []byte
-	for i, e := range toChatLogprobs(tls, tok) {
-		if e.Token != "\uFFFD" {
-			t.Errorf("token %d text %q, want U+FFFD", i, e.Token)
-		}
-		if !slices.Equal(e.Bytes, []int{int(emoji[i])}) || !slices.Equal(e.TopLogprobs[0].Bytes, e.Bytes) {
-			t.Errorf("token %d bytes %v (top %v), want [%d]", i, e.Bytes, e.TopLogprobs[0].Bytes, emoji[i])
-		}
-		if !slices.Equal(e.TopLogprobs[1].Bytes, []int{'a'}) {
-			t.Errorf("token %d alternative bytes %v, want [97]", i, e.TopLogprobs[1].Bytes)
-		}
-		for _, b := range e.Bytes {
-			rebuilt = append(rebuilt, byte(b))
-		}
-	}
-	if string(rebuilt) != "😀" {
-		t.Fatalf("bytes rebuild %q, want 😀", rebuilt)
-	}
-}
-
-// TestGeneratedOffsetsMultibyte places generated tokens that hold parts of one character
-// at that character's offset and counts the text after it in characters.
-func TestGeneratedOffsetsMultibyte(t *testing.T) {
-	tok := byteTokenizer{}
-	var tls []engine.TokenLogprob
-	ids := []int32{}
-	for _, b := range []byte("😀a\xffé\xe6X") {
-		ids = append(ids, int32(b)+1)
-	}
-	ids = slices.Insert(ids, 5, fakeBOS) // a special token, left out of the text
-	for _, id := range ids {
-		tls = append(tls, engine.TokenLogprob{ID: id, Text: tok.TokenText(id), Logprob: -1})
-	}
-	acc := &seqAcc{}
-	l := newCompletionLogprobs()
-	l.addGenerated(tls[:2], acc, tok) // events may split a character
-	l.addGenerated(tls[2:], acc, tok)
-	// 😀 = 4 bytes at 0, a at 1, <s> at 2 without advancing, the stray byte 0xFF at 2
-	// (one U+FFFD), é = 2 bytes at 3, the lead byte 0xE6 that X shows to be alone at 4,
-	// X at 5
-	if want := []int{0, 0, 0, 0, 1, 2, 2, 3, 3, 4, 5}; !slices.Equal(l.TextOffset, want) {
-		t.Fatalf("text_offset %v, want %v", l.TextOffset, want)
-	}
-	if acc.offset != 6 {
-		t.Fatalf("offset after the text %d, want 6", acc.offset)
-	}
-}
-
 // TestSamplingDefaultsFromModel checks Backend.Defaults (conveyor serve
 // --generation-config auto): they fill the fields a request leaves out, a request's own
 // values win, and a default the engine's rules refuse is dropped (Checked).
@@ -567,11 +455,11 @@ func TestSamplingDefaultsFromModel(t *testing.T) {
 	topK, hugeK := 40, 1000
 	eng := newFakeEngine()
 	s := newTestServer(t, nil, nil)
-	defaults, dropped := SamplingDefaults{Temperature: f(0.8), TopP: f(0.95), TopK: &topK, RepetitionPenalty: f(7), MinP: f(0.05)}.Checked(fakeLimits)
+	defaults, dropped := openai.SamplingDefaults{Temperature: f(0.8), TopP: f(0.95), TopK: &topK, RepetitionPenalty: f(7), MinP: f(0.05)}.Checked(fakeLimits)
 	if len(dropped) != 1 || !strings.Contains(dropped[0].Error(), "repetition_penalty must be between 0 and 2, got 7") {
 		t.Fatalf("dropped %v, want the repetition_penalty of 7", dropped)
 	}
-	if d, dropped := (SamplingDefaults{TopK: &hugeK, Temperature: f(-1)}).Checked(fakeLimits); len(dropped) != 2 || d.TopK != nil || d.Temperature != nil {
+	if d, dropped := (openai.SamplingDefaults{TopK: &hugeK, Temperature: f(-1)}).Checked(fakeLimits); len(dropped) != 2 || d.TopK != nil || d.Temperature != nil {
 		t.Fatalf("top_k past the vocabulary and a negative temperature: kept %+v, dropped %v", d, dropped)
 	}
 	s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen, Defaults: defaults})

@@ -2,10 +2,10 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
@@ -63,32 +63,11 @@ func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, promp
 			for _, j := range jobs {
 				go j.drain()
 			}
-			return nil, wireError(err, names, i, len(prompts) > 1)
+			return nil, openai.WireError(err, names, i, len(prompts) > 1)
 		}
 		jobs = append(jobs, &job{id: id, prompt: p, nSeqs: params.N, events: ch, lastTok: make([]time.Time, params.N), metrics: s.metrics})
 	}
 	return jobs, nil
-}
-
-// wireError is an engine rule's error as the endpoint reports it: the parameter named as
-// the endpoint names it, and the prompt it is about when the request has several.
-func wireError(err error, names map[string]string, prompt int, several bool) error {
-	var pe *engine.ParamError
-	if !errors.As(err, &pe) {
-		if !errors.Is(err, engine.ErrPromptTooLong) {
-			return err
-		}
-		pe = &engine.ParamError{Param: "prompt", Problem: "does not fit: " + err.Error(), Kind: err}
-	}
-	param := pe.Param
-	if name, ok := names[param]; ok {
-		param = name
-	}
-	label := param
-	if pe.Param == "prompt" && several {
-		label = fmt.Sprintf("%s[%d]", param, prompt)
-	}
-	return &paramError{param: param, msg: pe.Named(label), kind: pe.Kind}
 }
 
 // abortJobs asks the engine to end the jobs (Abort is a no-op for a request that already
@@ -101,35 +80,18 @@ func abortJobs(b *Backend, jobs []*job) {
 }
 
 // totalUsage sums the jobs' usage. It may be called only once every job's events were read.
-func totalUsage(jobs []*job) usageJSON {
-	var u usageJSON
+func totalUsage(jobs []*job) openai.Usage {
+	var prompt, completion, cached int
 	for _, j := range jobs {
 		if j.usage != nil {
-			u.PromptTokens += j.usage.PromptTokens
-			u.CompletionTokens += j.usage.CompletionTokens
-			u.cached += j.usage.CachedTokens
+			prompt += j.usage.PromptTokens
+			completion += j.usage.CompletionTokens
+			cached += j.usage.CachedTokens
 		} else {
-			u.PromptTokens += len(j.prompt)
+			prompt += len(j.prompt)
 		}
 	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	if u.cached > 0 {
-		u.Details = &promptDetails{CachedTokens: u.cached}
-	}
-	return u
-}
-
-// usageJSON is the OpenAI usage object.
-type usageJSON struct {
-	PromptTokens     int            `json:"prompt_tokens"`
-	CompletionTokens int            `json:"completion_tokens"`
-	TotalTokens      int            `json:"total_tokens"`
-	Details          *promptDetails `json:"prompt_tokens_details,omitempty"`
-	cached           int
-}
-
-type promptDetails struct {
-	CachedTokens int `json:"cached_tokens"`
+	return openai.NewUsage(prompt, completion, cached)
 }
 
 // eventError turns an error event (or an abort the client did not cause) into the error

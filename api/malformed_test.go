@@ -4,13 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
-	"net/http/httptest"
-
 	"github.com/r3labs/sse/v2"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
 )
 
 type badCase struct {
@@ -180,7 +181,7 @@ func TestMalformedRequestsWhileStreaming(t *testing.T) {
 			if ev.data == "" || ev.data == "[DONE]" {
 				continue
 			}
-			var ch completionResponse
+			var ch openai.CompletionResponse
 			if err := unmarshal(ev.data, &ch); err != nil || len(ch.Choices) != 1 {
 				t.Errorf("bad chunk %q", ev.data)
 				return

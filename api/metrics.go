@@ -6,10 +6,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
+	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // statsSource is where scrape-time gauges and counters come from (the engine).
@@ -62,7 +64,7 @@ func NewMetrics() *Metrics {
 			Help: "Chat replies whose tool calls were returned as content because a call named a tool not offered (unknown_tool) or its arguments failed the tool's parameters schema (invalid_arguments).",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{rejectUnknownTool, rejectInvalidArguments} {
+	for _, r := range []string{openai.RejectUnknownTool, openai.RejectInvalidArguments} {
 		m.toolRejects.WithLabelValues(r) // exposed at 0 from the start
 	}
 	m.reg.MustRegister(m.ttft, m.itl, m.e2e, m.queue, m.batchSize, m.stepDur, m.success, m.toolRejects, &statsCollector{m: m})

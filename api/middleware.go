@@ -1,9 +1,7 @@
 package api
 
 import (
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
 )
 
 // Gin context keys: the request id, and the completion id a generation handler assigns
@@ -20,13 +20,6 @@ const (
 	requestIDKey    = "request_id"
 	completionIDKey = "completion_id"
 )
-
-// newID returns a random hex id with a prefix ("cmpl-3f2a…").
-func newID(prefix string) string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
 
 // validRequestID accepts a client's X-Request-Id if it is short and printable ASCII.
 func validRequestID(id string) bool {
@@ -47,7 +40,7 @@ func (s *Server) requestLog(c *gin.Context) {
 	start := time.Now()
 	id := c.GetHeader("X-Request-Id")
 	if !validRequestID(id) {
-		id = newID("req-")
+		id = openai.NewID("req-")
 	}
 	c.Set(requestIDKey, id)
 	c.Header("X-Request-Id", id)
@@ -105,7 +98,7 @@ func (s *Server) requireKey(c *gin.Context) {
 		if auth != "" {
 			msg = "incorrect API key provided"
 		}
-		writeError(c.Writer, errorf(errUnauthorized, "%s", msg))
+		writeError(c.Writer, openai.Errorf(errUnauthorized, "%s", msg))
 		c.Abort()
 		return
 	}

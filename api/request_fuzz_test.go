@@ -4,11 +4,12 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// fuzzBackend is the backend the request fuzzers validate against.
-var fuzzBackend = &Backend{Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen}
+// fuzzBackend is the model the request fuzzers validate against.
+var fuzzBackend = &openai.Model{Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen}
 
 // seedBodies adds the bodies of badCases sent to path, and a few valid ones, to f.
 func seedBodies(f *testing.F, path string, valid ...string) {
@@ -26,17 +27,17 @@ func seedBodies(f *testing.F, path string, valid ...string) {
 // request error that names a parameter, or one that is about the body as a whole.
 func checkParseError(t *testing.T, body []byte, err error, bodyLevel bool) {
 	t.Helper()
-	var pe *paramError
+	var pe *openai.ParamError
 	if !errors.As(err, &pe) {
 		t.Fatalf("%q: error %v (%T) is not a request error", body, err, err)
 	}
 	if status, _ := classify(err); status != 400 {
 		t.Fatalf("%q: error %v has status %d, want 400", body, err, status)
 	}
-	if pe.param == "" && !bodyLevel {
+	if pe.Param == "" && !bodyLevel {
 		t.Fatalf("%q: error %q names no parameter", body, err)
 	}
-	if pe.msg == "" {
+	if pe.Message == "" {
 		t.Fatalf("%q: empty message", body)
 	}
 }
@@ -47,7 +48,7 @@ func checkSampling(t *testing.T, body []byte, prompt []int32, p engine.SamplingP
 	t.Helper()
 	_, err := fakeLimits.Check(&engine.Request{Prompt: prompt, Params: p})
 	if err != nil {
-		checkParseError(t, body, wireError(err, names, 0, false), false)
+		checkParseError(t, body, openai.WireError(err, names, 0, false), false)
 	}
 }
 
@@ -59,21 +60,21 @@ func FuzzCompletionRequest(f *testing.F) {
 		`{"model":"test-model","prompt":["a","b"],"n":2,"best_of":3,"logprobs":2,"echo":true,"stop":["x"],"logit_bias":{"5":-1}}`,
 		`{"model":"test-model","prompt":[[1,2],[3]],"max_tokens":0,"echo":true,"stream":true,"stream_options":{"include_usage":true}}`)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var w completionRequest
-		if err := decodeBody(body, &w); err != nil {
+		var w openai.CompletionRequest
+		if err := openai.DecodeBody(body, &w); err != nil {
 			checkParseError(t, body, err, true)
 			return
 		}
-		req, err := parseCompletion(&w, fuzzBackend)
+		req, err := openai.ParseCompletion(&w, fuzzBackend)
 		if err != nil {
 			checkParseError(t, body, err, false)
 			return
 		}
-		for _, p := range req.prompts {
-			checkSampling(t, body, p.tokens, req.params, req.names)
+		for _, p := range req.Prompts {
+			checkSampling(t, body, p.Tokens, req.Params, req.Names)
 		}
-		if req.model == "" || len(req.prompts) == 0 || req.n != req.params.N ||
-			len(req.prompts)*req.bestOf > maxTotalSeqs || (req.stream && req.bestOf > req.n) || (req.promptOnly && !req.echo) {
+		if req.Model == "" || len(req.Prompts) == 0 || req.N != req.Params.N ||
+			len(req.Prompts)*req.BestOf > openai.MaxTotalSeqs || (req.Stream && req.BestOf > req.N) || (req.PromptOnly && !req.Echo) {
 			t.Fatalf("%q: accepted as %+v", body, req)
 		}
 	})
@@ -86,18 +87,18 @@ func FuzzChatRequest(f *testing.F) {
 		`{"model":"test-model","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"},"tools":[],"tool_choice":"none","store":false,"stream":true}`,
 		`{"model":"test-model","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"tools":[{"type":"function"}]}`)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var w chatRequest
-		if err := decodeBody(body, &w); err != nil {
+		var w openai.ChatRequest
+		if err := openai.DecodeBody(body, &w); err != nil {
 			checkParseError(t, body, err, true)
 			return
 		}
-		req, err := parseChat(&w, fuzzBackend)
+		req, err := openai.ParseChat(&w, fuzzBackend)
 		if err != nil {
 			checkParseError(t, body, err, false)
 			return
 		}
-		checkSampling(t, body, req.prompt, req.params, req.names)
-		if req.model == "" || req.params.BestOf > req.params.N {
+		checkSampling(t, body, req.Prompt, req.Params, req.Names)
+		if req.Model == "" || req.Params.BestOf > req.Params.N {
 			t.Fatalf("%q: accepted as %+v", body, req)
 		}
 	})

@@ -10,15 +10,16 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // The /v1/responses endpoint (OpenAI's Responses API) runs on the chat endpoint's
-// machinery: the request is decoded once (responsesRequest), its input items become chat
+// machinery: the request is decoded once (openai.ResponsesRequest), its input items become chat
 // messages rendered through the chat template, its sampling members go through
 // generationRequest.parse, text.format through response_format's constraint, and its
 // function tools through the chat tool plan (parseTools, toolPlan.apply). The
-// generation is read by the chat converter in streaming mode, whose deltas
+// generation is read by the chat openai.Converter in streaming mode, whose deltas
 // responseBuilder turns into output items and, streamed, into the Responses events.
 //
 // State lives in a respstore.Store (ResponsesConfig.Store): a stored response is written
@@ -39,56 +40,56 @@ func (s *Server) responseRoutes(r gin.IRoutes) {
 // handleResponsesCreate serves POST /v1/responses.
 func (s *Server) handleResponsesCreate(c *gin.Context) {
 	rt := s.resp
-	b, req, ok := openRequest(s, c, func(w *responsesRequest, b *Backend) (*parsedResponses, error) {
-		return parseResponses(w, b, rt.lookup, !rt.cfg.NoStoreByDefault)
+	b, req, ok := openRequest(s, c, func(w *openai.ResponsesRequest, m *openai.Model) (*openai.ParsedResponses, error) {
+		return openai.ParseResponses(w, m, rt.lookup, !rt.cfg.NoStoreByDefault)
 	})
 	if !ok {
 		return
 	}
 	releaseBody(c)
-	if req.store && rt.cfg.Store == nil {
-		writeError(c.Writer, unsupportedValue("store", "store is not available on this server (%s): send \"store\": false", rt.cfg.Unavailable))
+	if req.Store && rt.cfg.Store == nil {
+		writeError(c.Writer, openai.UnsupportedValue("store", "store is not available on this server (%s): send \"store\": false", rt.cfg.Unavailable))
 		return
 	}
-	if req.model != s.cfg.ModelName {
-		writeError(c.Writer, modelNotFound(req.model))
+	if req.Model != s.cfg.ModelName {
+		writeError(c.Writer, openai.ModelNotFound(req.Model))
 		return
 	}
-	resp := req.echo
-	resp.ID, resp.Object, resp.CreatedAt, resp.Status, resp.Output = newID("resp_"), "response", time.Now().Unix(), statusInProgress, []respItem{}
+	resp := req.Echo
+	resp.ID, resp.Object, resp.CreatedAt, resp.Status, resp.Output = openai.NewID("resp_"), "response", time.Now().Unix(), openai.StatusInProgress, []openai.ResponseItem{}
 	c.Set(completionIDKey, resp.ID)
-	sr := &storedResponse{Response: resp, Input: req.input, Context: req.context}
+	sr := &storedResponse{Response: resp, Input: req.Input, Context: req.Context}
 	if err := rt.checkStorable(req, sr); err != nil {
 		writeError(c.Writer, err)
 		return
 	}
-	if req.background {
+	if req.Background {
 		s.startBackground(c, b, req, sr)
 		return
 	}
 	s.active.Add(1)
 	defer s.active.Done()
 	ctx := c.Request.Context()
-	jobs, err := s.submitAll(ctx, b, resp.ID, [][]int32{req.prompt}, req.params, req.names)
+	jobs, err := s.submitAll(ctx, b, resp.ID, [][]int32{req.Prompt}, req.Params, req.Names)
 	if err != nil {
 		writeError(c.Writer, err)
 		return
 	}
 	var st *responseStream
-	if req.stream {
+	if req.Stream {
 		st = &responseStream{sse: newSSEWriter(c.Writer)}
 		snap := sr.Response
-		st.send(responseEvent{Type: "response.created", Response: &snap})
-		st.send(responseEvent{Type: "response.in_progress", Response: &snap})
+		st.send(openai.ResponseEvent{Type: "response.created", Response: &snap})
+		st.send(openai.ResponseEvent{Type: "response.in_progress", Response: &snap})
 	}
 	err = s.generateResponse(ctx, b, req, jobs, &sr.Response, st)
 	if ctx.Err() != nil && !s.Draining() {
 		return // the client went away: nothing is delivered, nothing is kept
 	}
-	if err == nil && req.store {
+	if err == nil && req.Store {
 		if perr := rt.put(sr); perr != nil {
 			err = perr
-			sr.Response.Status, sr.Response.Error = statusFailed, &responseError{Code: "server_error", Message: perr.Error()}
+			sr.Response.Status, sr.Response.Error = openai.StatusFailed, &openai.ResponseError{Code: "server_error", Message: perr.Error()}
 		}
 	}
 	if st == nil {
@@ -104,10 +105,10 @@ func (s *Server) handleResponsesCreate(c *gin.Context) {
 
 // startBackground submits a background response, stores it as queued, answers with it
 // and runs it on its own goroutine under the runtime's context.
-func (s *Server) startBackground(c *gin.Context, b *Backend, req *parsedResponses, sr *storedResponse) {
+func (s *Server) startBackground(c *gin.Context, b *Backend, req *openai.ParsedResponses, sr *storedResponse) {
 	rt := s.resp
 	ctx, cancel := context.WithCancel(rt.ctx)
-	jobs, err := s.submitAll(ctx, b, sr.Response.ID, [][]int32{req.prompt}, req.params, req.names)
+	jobs, err := s.submitAll(ctx, b, sr.Response.ID, [][]int32{req.Prompt}, req.Params, req.Names)
 	if err != nil {
 		cancel()
 		writeError(c.Writer, err)
@@ -121,7 +122,7 @@ func (s *Server) startBackground(c *gin.Context, b *Backend, req *parsedResponse
 		cancel()
 		writeError(c.Writer, err)
 	}
-	sr.Response.Status = statusQueued
+	sr.Response.Status = openai.StatusQueued
 	if err := rt.put(sr); err != nil {
 		refuse(err)
 		return
@@ -143,11 +144,11 @@ func (s *Server) startBackground(c *gin.Context, b *Backend, req *parsedResponse
 		defer close(run.done)
 		defer cancel()
 		started := *sr
-		started.Response.Status = statusInProgress
+		started.Response.Status = openai.StatusInProgress
 		if err := rt.put(&started); err != nil {
 			rt.log.Error("responses: storing a background response", "id", sr.Response.ID, "err", err)
 		}
-		sr.Response.Status = statusInProgress
+		sr.Response.Status = openai.StatusInProgress
 		err := s.generateResponse(ctx, b, req, jobs, &sr.Response, nil)
 		rt.mu.Lock()
 		cancelled := run.cancelled
@@ -155,14 +156,14 @@ func (s *Server) startBackground(c *gin.Context, b *Backend, req *parsedResponse
 		rt.mu.Unlock()
 		switch {
 		case cancelled:
-			sr.Response.Status = statusCancelled
+			sr.Response.Status = openai.StatusCancelled
 		case err != nil:
 			_, body := classify(err)
 			code := "server_error"
 			if body.Error.Code != nil {
 				code = *body.Error.Code
 			}
-			sr.Response.Status, sr.Response.Error = statusFailed, &responseError{Code: code, Message: err.Error()}
+			sr.Response.Status, sr.Response.Error = openai.StatusFailed, &openai.ResponseError{Code: code, Message: err.Error()}
 		}
 		if err := rt.put(sr); err != nil {
 			rt.log.Error("responses: storing a background response", "id", sr.Response.ID, "err", err)
@@ -176,7 +177,7 @@ func (s *Server) startBackground(c *gin.Context, b *Backend, req *parsedResponse
 // that failed the response; ctx's end aborts it (and returns ctx's error). st, when not
 // nil, receives the item events, and keep-alive comments in silences; a write to it that
 // fails (the client is gone) aborts the response.
-func (s *Server) generateResponse(ctx context.Context, b *Backend, req *parsedResponses, jobs []*job, resp *responseObject,
+func (s *Server) generateResponse(ctx context.Context, b *Backend, req *openai.ParsedResponses, jobs []*job, resp *openai.Response,
 	st *responseStream) error {
 	m := mergeEvents(ctx, jobs)
 	defer m.stop()
@@ -184,11 +185,11 @@ func (s *Server) generateResponse(ctx context.Context, b *Backend, req *parsedRe
 		abortJobs(b, jobs)
 		m.stop()
 	}
-	var emit func(responseEvent)
+	var emit func(openai.ResponseEvent)
 	if st != nil {
 		emit = st.send
 	}
-	rb := newResponseBuilder(req, b.Tokenizer, s.metrics.rejectToolCalls, emit)
+	rb := openai.NewResponseBuilder(req, b.Tokenizer, s.metrics.rejectToolCalls, emit)
 	ticker := time.NewTicker(s.cfg.KeepAliveInterval)
 	defer ticker.Stop()
 	for {
@@ -210,7 +211,7 @@ func (s *Server) generateResponse(ctx context.Context, b *Backend, req *parsedRe
 					abort()
 					return ctx.Err()
 				}
-				rb.finishOutput(resp, totalUsage(jobs), time.Now().Unix())
+				rb.Finish(resp, totalUsage(jobs), time.Now().Unix())
 				return nil
 			}
 			ticker.Reset(s.cfg.KeepAliveInterval)
@@ -222,7 +223,7 @@ func (s *Server) generateResponse(ctx context.Context, b *Backend, req *parsedRe
 				}
 				return eventError(ev)
 			}
-			rb.add(&ev)
+			rb.Add(&ev)
 			if st != nil && st.sse.failed {
 				abort()
 				return errors.New("the client went away")
@@ -238,7 +239,7 @@ type responseStream struct {
 	seq int
 }
 
-func (st *responseStream) send(ev responseEvent) {
+func (st *responseStream) send(ev openai.ResponseEvent) {
 	ev.SequenceNumber = st.seq
 	st.seq++
 	b, err := json.Marshal(ev)
@@ -256,21 +257,21 @@ func (st *responseStream) send(ev responseEvent) {
 
 // finish sends the terminal event: response.completed or response.incomplete, or on
 // failure an error event and response.failed.
-func (st *responseStream) finish(resp *responseObject, err error) {
+func (st *responseStream) finish(resp *openai.Response, err error) {
 	if err != nil {
 		_, body := classify(err)
-		st.send(responseEvent{Type: "error", Code: body.Error.Code, Message: body.Error.Message, Param: body.Error.Param})
+		st.send(openai.ResponseEvent{Type: "error", Code: body.Error.Code, Message: body.Error.Message, Param: body.Error.Param})
 		code := "server_error"
 		if body.Error.Code != nil {
 			code = *body.Error.Code
 		}
-		resp.Status, resp.Error = statusFailed, &responseError{Code: code, Message: body.Error.Message}
-		st.send(responseEvent{Type: "response.failed", Response: resp})
+		resp.Status, resp.Error = openai.StatusFailed, &openai.ResponseError{Code: code, Message: body.Error.Message}
+		st.send(openai.ResponseEvent{Type: "response.failed", Response: resp})
 		return
 	}
 	typ := "response.completed"
-	if resp.Status == statusIncomplete {
+	if resp.Status == openai.StatusIncomplete {
 		typ = "response.incomplete"
 	}
-	st.send(responseEvent{Type: typ, Response: resp})
+	st.send(openai.ResponseEvent{Type: typ, Response: resp})
 }

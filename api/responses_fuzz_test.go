@@ -2,6 +2,8 @@ package api
 
 import (
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
 )
 
 // FuzzResponsesRequest decodes and validates arbitrary /v1/responses bodies: no panic,
@@ -20,32 +22,32 @@ func FuzzResponsesRequest(f *testing.F) {
 		f.Add([]byte(b))
 	}
 	one := "{}"
-	lookup := func(id string) ([]respItem, error) {
+	lookup := func(id string) ([]openai.ResponseItem, error) {
 		if id != "resp_1" {
-			return nil, invalidParam("previous_response_id", "previous response with id %q not found", id)
+			return nil, openai.InvalidParam("previous_response_id", "previous response with id %q not found", id)
 		}
-		return []respItem{
-			{Type: "message", ID: "msg_1", Role: "user", Content: []respContent{{Type: "input_text", Text: "q"}}},
+		return []openai.ResponseItem{
+			{Type: "message", ID: "msg_1", Role: "user", Content: []openai.ResponseContent{{Type: "input_text", Text: "q"}}},
 			{Type: "function_call", ID: "fc_1", CallID: "call_1", Name: "f", Arguments: &one},
 		}, nil
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var w responsesRequest
-		if err := decodeBody(body, &w); err != nil {
+		var w openai.ResponsesRequest
+		if err := openai.DecodeBody(body, &w); err != nil {
 			checkParseError(t, body, err, true)
 			return
 		}
-		req, err := parseResponses(&w, fuzzBackend, lookup, true)
+		req, err := openai.ParseResponses(&w, fuzzBackend, lookup, true)
 		if err != nil {
 			checkParseError(t, body, err, false)
 			return
 		}
-		checkSampling(t, body, req.prompt, req.params, req.names)
-		if req.model == "" || len(req.input) == 0 || req.params.N != 1 || (req.background && (!req.store || req.stream)) ||
-			(req.previousID != "" && len(req.context) == 0) || len(req.context)+len(req.input) > maxInputItems {
+		checkSampling(t, body, req.Prompt, req.Params, req.Names)
+		if req.Model == "" || len(req.Input) == 0 || req.Params.N != 1 || (req.Background && (!req.Store || req.Stream)) ||
+			(req.PreviousID != "" && len(req.Context) == 0) || len(req.Context)+len(req.Input) > openai.MaxInputItems {
 			t.Fatalf("%q: accepted as %+v", body, req)
 		}
-		for _, it := range req.input {
+		for _, it := range req.Input {
 			if it.ID == "" || (it.Type != "message" && it.Type != "function_call" && it.Type != "function_call_output") {
 				t.Fatalf("%q: item %+v", body, it)
 			}

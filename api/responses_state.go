@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/api/respstore"
 	"github.com/conveyor-llm/conveyor/engine"
 )
@@ -32,10 +33,10 @@ type ResponsesConfig struct {
 
 // storedResponse is what the store keeps per response (respstore.Record.Data).
 type storedResponse struct {
-	Response responseObject `json:"response"`
-	Input    []respItem     `json:"input"`
+	Response openai.Response       `json:"response"`
+	Input    []openai.ResponseItem `json:"input"`
 	// Context is the conversation before Input (from previous_response_id).
-	Context []respItem `json:"context,omitempty"`
+	Context []openai.ResponseItem `json:"context,omitempty"`
 }
 
 // responsesRuntime is the server's /v1/responses state: the store and the background
@@ -65,7 +66,7 @@ type backgroundRun struct {
 }
 
 // Statuses of a response that has not ended, and the error a restart leaves on them.
-var unfinishedStatuses = []string{statusQueued, statusInProgress}
+var unfinishedStatuses = []string{openai.StatusQueued, openai.StatusInProgress}
 
 const restartFailure = "the server stopped before this response finished"
 
@@ -85,8 +86,8 @@ func newResponsesRuntime(cfg ResponsesConfig, log *slog.Logger) *responsesRuntim
 		if err := json.Unmarshal(rec.Data, &sr); err != nil {
 			continue
 		}
-		sr.Response.Status = statusFailed
-		sr.Response.Error = &responseError{Code: "server_error", Message: restartFailure}
+		sr.Response.Status = openai.StatusFailed
+		sr.Response.Error = &openai.ResponseError{Code: "server_error", Message: restartFailure}
 		if err := rt.put(&sr); err != nil {
 			log.Error("responses: marking an unfinished response failed", "id", rec.ID, "err", err)
 		}
@@ -130,8 +131,8 @@ func (rt *responsesRuntime) put(sr *storedResponse) error {
 
 // checkStorable refuses, before anything is generated, a response to store whose
 // conversation alone, with room for its output, is over the store's record limit.
-func (rt *responsesRuntime) checkStorable(req *parsedResponses, sr *storedResponse) error {
-	if !req.store || rt.cfg.Store == nil {
+func (rt *responsesRuntime) checkStorable(req *openai.ParsedResponses, sr *storedResponse) error {
+	if !req.Store || rt.cfg.Store == nil {
 		return nil
 	}
 	data, err := json.Marshal(sr)
@@ -139,9 +140,9 @@ func (rt *responsesRuntime) checkStorable(req *parsedResponses, sr *storedRespon
 		return err
 	}
 	// A token's text in JSON is rarely over 16 bytes.
-	need, limit := len(data)+16*req.params.MaxTokens, rt.cfg.Store.MaxRecordBytes()
+	need, limit := len(data)+16*req.Params.MaxTokens, rt.cfg.Store.MaxRecordBytes()
 	if need > limit {
-		return invalidParam("input", "the conversation is too large to store (about %d bytes with its output; the limit is %d): send \"store\": false or a shorter input", need, limit)
+		return openai.InvalidParam("input", "the conversation is too large to store (about %d bytes with its output; the limit is %d): send \"store\": false or a shorter input", need, limit)
 	}
 	return nil
 }
@@ -149,11 +150,11 @@ func (rt *responsesRuntime) checkStorable(req *parsedResponses, sr *storedRespon
 // get reads a stored response; an unknown id is a 404.
 func (rt *responsesRuntime) get(id string) (*storedResponse, error) {
 	if rt.cfg.Store == nil {
-		return nil, errorf(errNotFound, "no response with id %q: responses are not stored (%s)", id, rt.cfg.Unavailable)
+		return nil, openai.Errorf(openai.ErrNotFound, "no response with id %q: responses are not stored (%s)", id, rt.cfg.Unavailable)
 	}
 	rec, err := rt.cfg.Store.Get(id)
 	if errors.Is(err, respstore.ErrNotFound) {
-		return nil, errorf(errNotFound, "no response with id %q", id)
+		return nil, openai.Errorf(openai.ErrNotFound, "no response with id %q", id)
 	}
 	if err != nil {
 		return nil, err
@@ -166,22 +167,22 @@ func (rt *responsesRuntime) get(id string) (*storedResponse, error) {
 }
 
 // lookup returns the conversation previous_response_id continues.
-func (rt *responsesRuntime) lookup(id string) ([]respItem, error) {
+func (rt *responsesRuntime) lookup(id string) ([]openai.ResponseItem, error) {
 	if rt.cfg.Store == nil {
-		return nil, unsupportedValue("previous_response_id", "previous_response_id needs the response store, which is not available: %s", rt.cfg.Unavailable)
+		return nil, openai.UnsupportedValue("previous_response_id", "previous_response_id needs the response store, which is not available: %s", rt.cfg.Unavailable)
 	}
 	sr, err := rt.get(id)
-	if errors.Is(err, errNotFound) {
-		return nil, invalidParam("previous_response_id", "previous response with id %q not found", id)
+	if errors.Is(err, openai.ErrNotFound) {
+		return nil, openai.InvalidParam("previous_response_id", "previous response with id %q not found", id)
 	}
 	if err != nil {
 		return nil, err
 	}
 	switch sr.Response.Status {
-	case statusQueued, statusInProgress:
-		return nil, invalidParam("previous_response_id", "previous response %q has not finished (status %s)", id, sr.Response.Status)
+	case openai.StatusQueued, openai.StatusInProgress:
+		return nil, openai.InvalidParam("previous_response_id", "previous response %q has not finished (status %s)", id, sr.Response.Status)
 	}
-	items := append(append(append([]respItem(nil), sr.Context...), sr.Input...), sr.Response.Output...)
+	items := append(append(append([]openai.ResponseItem(nil), sr.Context...), sr.Input...), sr.Response.Output...)
 	return items, nil
 }
 
@@ -208,7 +209,7 @@ func (rt *responsesRuntime) shutdown(ctx context.Context) {
 // handleResponsesGet serves GET /v1/responses/{id}.
 func (s *Server) handleResponsesGet(c *gin.Context) {
 	if v := c.Query("stream"); v != "" && v != "false" {
-		writeError(c.Writer, unsupportedValue("stream", "streaming a stored response again is not supported"))
+		writeError(c.Writer, openai.UnsupportedValue("stream", "streaming a stored response again is not supported"))
 		return
 	}
 	sr, err := s.resp.get(c.Param("id"))
@@ -225,12 +226,12 @@ func (s *Server) handleResponsesDelete(c *gin.Context) {
 	id := c.Param("id")
 	s.resp.cancelRun(id)
 	if s.resp.cfg.Store == nil {
-		writeError(c.Writer, errorf(errNotFound, "no response with id %q: responses are not stored (%s)", id, s.resp.cfg.Unavailable))
+		writeError(c.Writer, openai.Errorf(openai.ErrNotFound, "no response with id %q: responses are not stored (%s)", id, s.resp.cfg.Unavailable))
 		return
 	}
 	if err := s.resp.cfg.Store.Delete(id); err != nil {
 		if errors.Is(err, respstore.ErrNotFound) {
-			err = errorf(errNotFound, "no response with id %q", id)
+			err = openai.Errorf(openai.ErrNotFound, "no response with id %q", id)
 		}
 		writeError(c.Writer, err)
 		return
@@ -266,7 +267,7 @@ func (s *Server) handleResponsesCancel(c *gin.Context) {
 		return
 	}
 	if !sr.Response.Background {
-		writeError(c.Writer, invalidParam("response_id", "only background responses can be cancelled"))
+		writeError(c.Writer, openai.InvalidParam("response_id", "only background responses can be cancelled"))
 		return
 	}
 	writeJSON(c.Writer, http.StatusOK, sr.Response)
@@ -280,14 +281,14 @@ func (s *Server) handleResponsesInputItems(c *gin.Context) {
 	if v, ok := c.GetQuery("limit"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 100 {
-			writeError(c.Writer, invalidParam("limit", "limit must be an integer between 1 and 100, got %q", v))
+			writeError(c.Writer, openai.InvalidParam("limit", "limit must be an integer between 1 and 100, got %q", v))
 			return
 		}
 		limit = n
 	}
 	order := c.DefaultQuery("order", "desc")
 	if order != "asc" && order != "desc" {
-		writeError(c.Writer, invalidParam("order", "order must be asc or desc, got %q", order))
+		writeError(c.Writer, openai.InvalidParam("order", "order must be asc or desc, got %q", order))
 		return
 	}
 	sr, err := s.resp.get(c.Param("id"))
@@ -295,7 +296,7 @@ func (s *Server) handleResponsesInputItems(c *gin.Context) {
 		writeError(c.Writer, err)
 		return
 	}
-	items := append([]respItem(nil), sr.Input...)
+	items := append([]openai.ResponseItem(nil), sr.Input...)
 	if order == "desc" {
 		for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
 			items[i], items[j] = items[j], items[i]
@@ -309,12 +310,12 @@ func (s *Server) handleResponsesInputItems(c *gin.Context) {
 			}
 		}
 		if at < 0 {
-			writeError(c.Writer, invalidParam("after", "no input item with id %q in this response", after))
+			writeError(c.Writer, openai.InvalidParam("after", "no input item with id %q in this response", after))
 			return
 		}
 		items = items[at+1:]
 	}
-	page := itemList{Object: "list", Data: items}
+	page := openai.ItemList{Object: "list", Data: items}
 	if len(items) > limit {
 		page.Data, page.HasMore = items[:limit], true
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	apiopenai "github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/api/respstore"
 )
 
@@ -363,7 +364,7 @@ func TestResponsesInputItemsPages(t *testing.T) {
 			q += "&after=" + after
 		}
 		rec := do(t, r.srv.Handler(), "GET", "/v1/responses/"+id+"/input_items"+q, "")
-		var l itemList
+		var l apiopenai.ItemList
 		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &l) != nil || l.Object != "list" {
 			t.Fatalf("%d %s", rec.Code, rec.Body)
 		}
@@ -382,7 +383,7 @@ func TestResponsesInputItemsPages(t *testing.T) {
 		t.Fatalf("paged items %v", texts)
 	}
 	rec = do(t, r.srv.Handler(), "GET", "/v1/responses/"+id+"/input_items", "")
-	var l itemList
+	var l apiopenai.ItemList
 	_ = json.Unmarshal(rec.Body.Bytes(), &l)
 	if len(l.Data) != 5 || l.Data[0].Content[0].Text != "5" || l.Data[0].Role != "user" || l.Data[1].Content[0].Type != "input_text" {
 		t.Fatalf("default order is desc: %s", rec.Body)

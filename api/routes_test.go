@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
 )
 
 func TestChatNonStreaming(t *testing.T) {
@@ -17,7 +19,7 @@ func TestChatNonStreaming(t *testing.T) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	r := eng.lastRequest()
-	if want, _ := (fakeTokenizer{}).EncodeChat([]Message{{Role: "system", Content: "S"}, {Role: "user", Content: "AB"}}, true); !equalIDs(r.Prompt, want) {
+	if want, _ := (fakeTokenizer{}).EncodeChat([]openai.Message{{Role: "system", Content: "S"}, {Role: "user", Content: "AB"}}, true); !equalIDs(r.Prompt, want) {
 		t.Fatalf("prompt %v, want %v", r.Prompt, want)
 	}
 	if r.Params.MaxTokens != 3 || r.Params.Logprobs != 2 || r.Params.N != 2 {
@@ -96,7 +98,7 @@ func TestTokenizeDetokenize(t *testing.T) {
 		t.Fatalf("%v", m)
 	}
 	m = decode(t, do(t, s.Handler(), "POST", "/tokenize", `{"messages":[{"role":"user","content":"q"}]}`))
-	want, _ := fakeTokenizer{}.EncodeChat([]Message{{Role: "user", Content: "q"}}, true)
+	want, _ := fakeTokenizer{}.EncodeChat([]openai.Message{{Role: "user", Content: "q"}}, true)
 	if int(m["count"].(float64)) != len(want) {
 		t.Fatalf("%v", m)
 	}

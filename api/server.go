@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sync/semaphore"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,9 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/api/webui"
 	"github.com/gin-gonic/gin"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
+	"github.com/conveyor-llm/conveyor/api/webui"
 )
 
 // Config configures the HTTP server. Start from DefaultConfig.
@@ -149,6 +151,8 @@ func New(cfg Config) (*Server, error) {
 // SetBackend makes the server ready: model routes start answering and /health turns 200.
 func (s *Server) SetBackend(b Backend) {
 	s.metrics.setStatsSource(b.Engine)
+	b.model = &openai.Model{Tokenizer: b.Tokenizer, MaxModelLen: b.MaxModelLen, ToolCallParser: b.ToolCallParser,
+		Formats: b.Formats, Defaults: b.Defaults}
 	s.backend.Store(&b)
 }
 
@@ -271,10 +275,10 @@ func (s *Server) routes() http.Handler {
 	authed.POST("/detokenize", s.handleDetokenize)
 
 	r.NoRoute(func(c *gin.Context) {
-		writeError(c.Writer, errorf(errNotFound, "no route for %s %s", c.Request.Method, c.Request.URL.Path))
+		writeError(c.Writer, openai.Errorf(openai.ErrNotFound, "no route for %s %s", c.Request.Method, c.Request.URL.Path))
 	})
 	r.NoMethod(func(c *gin.Context) {
-		writeError(c.Writer, errorf(errMethodNotAllowed, "method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
+		writeError(c.Writer, openai.Errorf(errMethodNotAllowed, "method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
 	})
 	return r
 }

@@ -6,34 +6,21 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 )
-
-// converter is one endpoint's wire format: what an engine event becomes in a stream,
-// and what the accumulated sequences become as a whole response. The loop in
-// runGeneration owns everything else (waiting, keep-alives, errors, aborts, usage).
-type converter interface {
-	// add takes one event of sequence ev.Index of prompt pi (the index is checked).
-	// Streaming, it returns the chunks to send for it; otherwise it accumulates and
-	// returns nil.
-	add(pi int, ev *engine.Event) []any
-	// body is the response of a request that is not streamed, once every sequence ended.
-	body(u usageJSON) any
-	// usageChunk is a stream's last chunk with stream_options.include_usage.
-	usageChunk(u usageJSON) any
-}
 
 // runGeneration reads the events of a request's jobs until every sequence ended and
 // writes the response through conv: one JSON body, or Server-Sent Events with
 // keep-alive comments filling silences. A failure before anything was sent is a plain
 // error with its status, after that an in-band error event. A client that goes away (or
 // a write that fails, or a server that aborts on shutdown) aborts the jobs.
-func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Backend, g *generation, jobs []*job, conv converter) {
+func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Backend, g *openai.Generation, jobs []*job, conv openai.Converter) {
 	m := mergeEvents(ctx, jobs)
 	defer m.stop()
 	sse := newSSEWriter(w)
 	fail := func(err error) {
-		if g.stream {
+		if g.Stream {
 			sse.fail(err)
 		} else {
 			writeError(w, err)
@@ -45,7 +32,7 @@ func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Ba
 	}
 	var tick <-chan time.Time
 	var ticker *time.Ticker
-	if g.stream {
+	if g.Stream {
 		ticker = time.NewTicker(s.cfg.KeepAliveInterval)
 		defer ticker.Stop()
 		tick = ticker.C
@@ -56,7 +43,7 @@ func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Ba
 			fail(fmt.Errorf("the server is shutting down: %w", engine.ErrClosed))
 		}
 	}
-	n := g.params.N
+	n := g.Params.N
 	for {
 		select {
 		case <-ctx.Done():
@@ -89,7 +76,7 @@ func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Ba
 				fail(eventError(ev))
 				return
 			}
-			for _, chunk := range conv.add(je.pi, &ev) {
+			for _, chunk := range conv.Add(je.pi, &ev) {
 				if sse.data(chunk) != nil {
 					abort()
 					return
@@ -101,12 +88,12 @@ func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Ba
 
 // finishGeneration writes the end of a request whose sequences all ended: the whole
 // body, or the usage chunk (when asked for) and [DONE].
-func (s *Server) finishGeneration(w http.ResponseWriter, sse *sseWriter, g *generation, u usageJSON, conv converter) {
-	if !g.stream {
-		writeJSON(w, http.StatusOK, conv.body(u))
+func (s *Server) finishGeneration(w http.ResponseWriter, sse *sseWriter, g *openai.Generation, u openai.Usage, conv openai.Converter) {
+	if !g.Stream {
+		writeJSON(w, http.StatusOK, conv.Body(u))
 		return
 	}
-	if g.includeUsage && sse.data(conv.usageChunk(u)) != nil {
+	if g.IncludeUsage && sse.data(conv.UsageChunk(u)) != nil {
 		return
 	}
 	_ = sse.done()

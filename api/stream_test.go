@@ -16,6 +16,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/r3labs/sse/v2"
+
+	apiopenai "github.com/conveyor-llm/conveyor/api/openai"
 )
 
 // sseEvent is one parsed Server-Sent Event.
@@ -119,13 +121,13 @@ func TestCompletionStreamFraming(t *testing.T) {
 		if string(ch["usage"]) == "" {
 			t.Fatalf("chunk %d lacks the usage key", i)
 		}
-		var choices []completionChoice
+		var choices []apiopenai.CompletionChoice
 		json.Unmarshal(ch["choices"], &choices)
 		if i == len(chunks)-1 {
 			if len(choices) != 0 || string(ch["usage"]) == "null" {
 				t.Fatalf("last chunk should carry usage and no choices: %v", ch)
 			}
-			var u usageJSON
+			var u apiopenai.Usage
 			json.Unmarshal(ch["usage"], &u)
 			if u.PromptTokens != 2 || u.CompletionTokens != 6 || u.TotalTokens != 8 {
 				t.Fatalf("usage %+v", u)

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
@@ -273,7 +274,7 @@ func TestChatPageInBrowser(t *testing.T) {
 		if err != nil || fx.tok.Decode(ids, true) != forced {
 			t.Fatalf("tokenizer does not round-trip %q: %v", forced, err)
 		}
-		promptIDs, err := api.NewTokenizer(fx.tok).EncodeChat([]api.Message{{Role: "user", Content: prompt}}, true)
+		promptIDs, err := openai.NewTokenizer(fx.tok).EncodeChat([]openai.Message{{Role: "user", Content: prompt}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +401,7 @@ func (fx *fixture) serve(t *testing.T, apiKey string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.SetBackend(api.Backend{Engine: fx.eng, Tokenizer: api.NewTokenizer(fx.tok), MaxModelLen: fx.eng.MaxModelLen()})
+	srv.SetBackend(api.Backend{Engine: fx.eng, Tokenizer: openai.NewTokenizer(fx.tok), MaxModelLen: fx.eng.MaxModelLen()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/attention"
@@ -165,9 +166,9 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	quantization := l.quantization
 	return &loadedModel{
 		dir: dir, runner: runner, eng: eng, stopEngine: stopEngine, quantization: quantization, start: start,
-		backend: api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
+		backend: api.Backend{Engine: eng, Tokenizer: openai.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
 			Quantization: quantization, KVCacheDType: runner.Spec().KVDType.String(),
-			Formats: api.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs()), ToolCallParser: o.toolCallParser},
+			Formats: openai.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs()), ToolCallParser: o.toolCallParser},
 	}, nil
 }
 

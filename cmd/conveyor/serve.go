@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
@@ -556,8 +557,8 @@ func printBanner(w io.Writer, addr, model string, withKey bool) {
 // requests that leave them out, as vLLM's --generation-config auto does. The default,
 // none, keeps OpenAI's defaults, which clients assume. A value the engine's rules refuse
 // is dropped with a warning.
-func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string, lim engine.Limits) (api.SamplingDefaults, error) {
-	var d api.SamplingDefaults
+func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string, lim engine.Limits) (openai.SamplingDefaults, error) {
+	var d openai.SamplingDefaults
 	if o.genConfig == "none" {
 		return d, nil
 	}
@@ -565,7 +566,7 @@ func (o *serveOptions) samplingDefaults(log *slog.Logger, dir string, lim engine
 	if err != nil {
 		return d, err
 	}
-	d, dropped := api.SamplingDefaults{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, RepetitionPenalty: g.RepetitionPenalty}.Checked(lim)
+	d, dropped := openai.SamplingDefaults{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, RepetitionPenalty: g.RepetitionPenalty}.Checked(lim)
 	for _, err := range dropped {
 		log.Warn("generation_config.json default ignored", "reason", err.Error())
 	}

@@ -22,6 +22,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 
 	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
@@ -148,7 +149,7 @@ func (s *testServer) loadTiny(t *testing.T, ecfg engine.Config) *engine.Engine {
 		defer cancel()
 		_ = eng.Shutdown(ctx)
 	})
-	s.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+	s.SetBackend(api.Backend{Engine: eng, Tokenizer: openai.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
 	return eng
 }
 

@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ type wireTool struct {
 
 // parseTools validates tools, tool_choice and parallel_tool_calls; nil when the request
 // asks for no tool calls (no tools, or tool_choice "none").
-func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
+func parseTools(c *check, f *chatFeatures, m *Model) (*toolPlan, bool) {
 	parallel := c.boolean("parallel_tool_calls", f.ParallelToolCalls, true)
 	if c.failed() {
 		return nil, parallel
@@ -65,30 +65,30 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 			name := fmt.Sprintf("tools[%d]", i)
 			var w wireTool
 			if err := json.Unmarshal(raw, &w); err != nil || jsonKind(raw) != "an object" {
-				c.fail(invalidParam("tools", "%s must be an object", name))
+				c.fail(InvalidParam("tools", "%s must be an object", name))
 				return nil, parallel
 			}
 			if typ, ok := c.str(name+".type", w.Type); !c.failed() && (!ok || typ != "function") {
-				c.fail(invalidParam("tools", "%s.type must be \"function\"", name))
+				c.fail(InvalidParam("tools", "%s.type must be \"function\"", name))
 			}
 			if !shape(c, name+".function", "an object", w.Function) {
 				if !c.failed() {
-					c.fail(invalidParam("tools", "%s.function is required", name))
+					c.fail(InvalidParam("tools", "%s.function is required", name))
 				}
 				return nil, parallel
 			}
 			fn := w.Function.V
 			fname, ok := c.str(name+".function.name", fn.Name)
 			if !c.failed() && (!ok || !validSchemaName(fname)) {
-				c.fail(invalidParam("tools", "%s.function.name must be 1 to 64 letters, digits, underscores and dashes", name))
+				c.fail(InvalidParam("tools", "%s.function.name must be 1 to 64 letters, digits, underscores and dashes", name))
 			}
 			if !c.failed() && seen[fname] {
-				c.fail(invalidParam("tools", "%s.function.name %q is given twice", name, fname))
+				c.fail(InvalidParam("tools", "%s.function.name %q is given twice", name, fname))
 			}
 			desc, _ := c.str(name+".function.description", fn.Description)
 			strict := c.boolean(name+".function.strict", fn.Strict, false)
 			if len(fn.Parameters) > 0 && string(fn.Parameters) != "null" && jsonKind(fn.Parameters) != "an object" {
-				c.fail(invalidParam("tools", "%s.function.parameters must be a JSON Schema object", name))
+				c.fail(InvalidParam("tools", "%s.function.parameters must be a JSON Schema object", name))
 			}
 			if !c.failed() {
 				// Whether the constraint can enforce every keyword of the parameters: a strict
@@ -96,14 +96,14 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 				// refused by name rather than ignored), and only then may arguments stream.
 				_, strictErr := structured.CompileSchema(parametersOrObject(fn.Parameters), true)
 				if strict && strictErr != nil {
-					c.fail(unsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(strictErr.Error(), "structured: ")))
+					c.fail(UnsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(strictErr.Error(), "structured: ")))
 				}
 				p.streamArgs = p.streamArgs && strictErr == nil
 			}
 			if !c.failed() {
 				v, err := compileParameters(fn.Parameters)
 				if err != nil {
-					c.fail(invalidParam("tools", "%s.function.parameters is not a valid JSON Schema: %s", name, strings.Join(strings.Fields(err.Error()), " ")))
+					c.fail(InvalidParam("tools", "%s.function.parameters is not a valid JSON Schema: %s", name, strings.Join(strings.Fields(err.Error()), " ")))
 				}
 				p.params[fname] = v
 			}
@@ -129,12 +129,12 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 			case "none", "auto", "required":
 				p.choice = s
 			default:
-				c.fail(invalidParam("tool_choice", "tool_choice %q is not one of none, auto, required", s))
+				c.fail(InvalidParam("tool_choice", "tool_choice %q is not one of none, auto, required", s))
 			}
 		case json.Unmarshal(f.ToolChoice.V, &named) == nil && named.Type == "function" && named.Function.Name != "":
 			p.choice, p.named = "named", named.Function.Name
 		default:
-			c.fail(invalidParam("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}"))
+			c.fail(InvalidParam("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}"))
 		}
 	}
 	if c.failed() {
@@ -142,7 +142,7 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 	}
 	if len(p.tools) == 0 {
 		if p.choice == "required" || p.choice == "named" {
-			c.fail(invalidParam("tool_choice", "tool_choice %s needs tools", p.choice))
+			c.fail(InvalidParam("tool_choice", "tool_choice %s needs tools", p.choice))
 		}
 		return nil, parallel
 	}
@@ -155,17 +155,17 @@ func parseTools(c *check, f *chatFeatures, b *Backend) (*toolPlan, bool) {
 			found = found || t.Name == p.named
 		}
 		if !found {
-			c.fail(invalidParam("tool_choice", "tool_choice names %q, which is not in tools", p.named))
+			c.fail(InvalidParam("tool_choice", "tool_choice names %q, which is not in tools", p.named))
 			return nil, parallel
 		}
 	}
 	template := ""
-	if tt, ok := b.Tokenizer.(ToolTemplater); ok {
+	if tt, ok := m.Tokenizer.(ToolTemplater); ok {
 		template = tt.ChatTemplateSource()
 	}
 	p.format = toolcall.Detect(template)
-	if b.ToolCallParser != "" {
-		if f, err := toolcall.ByName(b.ToolCallParser); err == nil {
+	if m.ToolCallParser != "" {
+		if f, err := toolcall.ByName(m.ToolCallParser); err == nil {
 			p.format = f
 		}
 	}
@@ -197,8 +197,8 @@ func compileParameters(params json.RawMessage) (*jsonschema.Schema, error) {
 // Reasons a parsed call is not returned as a call (the label of
 // conveyor_tool_calls_rejected_total).
 const (
-	rejectUnknownTool      = "unknown_tool"
-	rejectInvalidArguments = "invalid_arguments"
+	RejectUnknownTool      = "unknown_tool"
+	RejectInvalidArguments = "invalid_arguments"
 )
 
 // check returns "" when every call names an offered tool (the named one, under a named
@@ -208,11 +208,11 @@ func (p *toolPlan) check(calls []toolcall.Call) string {
 	for _, c := range calls {
 		v, ok := p.params[c.Name]
 		if !ok || (p.choice == "named" && c.Name != p.named) {
-			return rejectUnknownTool
+			return RejectUnknownTool
 		}
 		args, err := jsonschema.UnmarshalJSON(strings.NewReader(c.Arguments))
 		if err != nil || v.Validate(args) != nil {
-			return rejectInvalidArguments
+			return RejectInvalidArguments
 		}
 	}
 	return ""
@@ -251,7 +251,7 @@ func (p *toolPlan) reply(text string, cut bool) (rc replyCalls, reason string) {
 	}
 	out := make([]toolCallOut, len(calls))
 	for i, c := range calls {
-		out[i] = toolCallOut{ID: newID("call_"), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
+		out[i] = toolCallOut{ID: NewID("call_"), Type: "function", Function: toolCallFunction{Name: c.Name, Arguments: c.Arguments}}
 	}
 	return replyCalls{content: content, calls: out, cut: at >= 0}, ""
 }
@@ -260,24 +260,24 @@ func (p *toolPlan) reply(text string, cut bool) (rc replyCalls, reason string) {
 // without parallel_tool_calls) in the model's format, each to a listed tool (the named
 // one) with arguments that validate against its parameters. With auto it is applied
 // lazily, from the format's trigger on (nil when the format has none).
-func (p *toolPlan) constraint(b *Backend, parallel bool) (*structured.Constraint, error) {
-	if p.choice == "auto" && (p.format.Trigger.Text == "" || b.Formats == nil) {
+func (p *toolPlan) constraint(m *Model, parallel bool) (*structured.Constraint, error) {
+	if p.choice == "auto" && (p.format.Trigger.Text == "" || m.Formats == nil) {
 		return nil, nil
 	}
-	if b.Formats == nil {
-		return nil, unsupportedValue("tool_choice", "tool_choice %s is not supported by this server", p.choice)
+	if m.Formats == nil {
+		return nil, UnsupportedValue("tool_choice", "tool_choice %s is not supported by this server", p.choice)
 	}
 	schema, err := p.format.CallSchema(p.tools, p.named)
 	if err != nil {
-		return nil, invalidParam("tool_choice", "%v", err)
+		return nil, InvalidParam("tool_choice", "%v", err)
 	}
 	most := 1
 	if parallel {
 		most = maxParallelCalls
 	}
-	con, err := b.Formats.Wrapped(p.format.Prefix, schema, p.format.Suffix, p.format.Sep, 1, most, false)
+	con, err := m.Formats.Wrapped(p.format.Prefix, schema, p.format.Suffix, p.format.Sep, 1, most, false)
 	if errors.Is(err, structured.ErrBadSchema) || errors.Is(err, structured.ErrUnsupported) {
-		return nil, invalidParam("tools", "a tool's parameters cannot be used: %s", strings.TrimPrefix(err.Error(), "structured: "))
+		return nil, InvalidParam("tools", "a tool's parameters cannot be used: %s", strings.TrimPrefix(err.Error(), "structured: "))
 	}
 	return con, err
 }
@@ -286,10 +286,10 @@ func (p *toolPlan) constraint(b *Backend, parallel bool) (*structured.Constraint
 // or lazy from the format's trigger, and the control tokens kept in the text — and
 // returns msgs with the tools described in the system message when the format wants it.
 // The chat and responses endpoints share it.
-func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, b *Backend, msgs []Message) ([]Message, error) {
+func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, m *Model, msgs []Message) ([]Message, error) {
 	// A format whose calls open with a control token needs it in the text.
 	params.KeepSpecialTokens = p.format.ControlPrefix
-	con, err := p.constraint(b, parallel)
+	con, err := p.constraint(m, parallel)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, b *Backen
 		params.LazyConstraint, params.LazyTrigger = con, p.format.Trigger
 	} else if con != nil {
 		if params.Constraint != nil {
-			return nil, invalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", p.choice)
+			return nil, InvalidParam("tool_choice", "tool_choice %s cannot be combined with a JSON response_format", p.choice)
 		}
 		params.Constraint = con
 	}

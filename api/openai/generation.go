@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"encoding/json"
@@ -9,9 +9,9 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// maxTotalSeqs bounds the sequences of one HTTP request: prompts × best_of. (Every other
+// MaxTotalSeqs bounds the sequences of one HTTP request: prompts × best_of. (Every other
 // limit is the engine's: see engine.Limits.Check.)
-const maxTotalSeqs = 1024
+const MaxTotalSeqs = 1024
 
 // Wire types of request numbers: counts and token ids are 32-bit integers.
 const (
@@ -75,15 +75,16 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// generation is what a decoded request of either endpoint asks of the engine.
-type generation struct {
-	model        string
-	stream       bool
-	includeUsage bool
-	params       engine.SamplingParams
-	// names renames the engine's parameters in its errors to the endpoint's
-	// (chat's messages, top_logprobs and max_completion_tokens).
-	names map[string]string
+// Generation is what a decoded request of any generation endpoint asks of the engine.
+type Generation struct {
+	// Model is the model the request names.
+	Model        string
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage
+	Params       engine.SamplingParams
+	// Names renames the engine's parameters in its errors to the endpoint's (chat's
+	// messages, top_logprobs and max_completion_tokens): see WireError.
+	Names map[string]string
 }
 
 // maxTokensParam is one member that may carry max_tokens (chat has two names for it).
@@ -96,32 +97,32 @@ type maxTokensParam struct {
 // c. Only wire types are checked here: the engine owns every limit on the values (its
 // errors are renamed to the endpoint's members by names). Of the members in maxTokens,
 // the last one present wins.
-func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensParam) generation {
-	g := generation{names: map[string]string{}}
+func (w *generationRequest) parse(c *check, m *Model, maxTokens ...maxTokensParam) Generation {
+	g := Generation{Names: map[string]string{}}
 	p := engine.DefaultSamplingParams()
-	b.Defaults.apply(&p)
+	m.Defaults.apply(&p)
 
 	model, ok := c.str("model", w.Model)
 	if !c.failed() && (!ok || model == "") {
-		c.fail(invalidParam("model", "model is required"))
+		c.fail(InvalidParam("model", "model is required"))
 	}
-	g.model = model
+	g.Model = model
 
 	for _, m := range maxTokens {
 		if m.v.Set {
 			p.MaxTokens = int(c.integer(m.name, m.v, int64(p.MaxTokens), minInt32, maxInt32))
-			g.names["max_tokens"] = m.name
+			g.Names["max_tokens"] = m.name
 		}
 	}
 	p.Temperature = float32(c.number("temperature", w.Temperature, float64(p.Temperature)))
 	p.TopP = float32(c.number("top_p", w.TopP, float64(p.TopP)))
 	p.N = int(c.integer("n", w.N, 1, minInt32, maxInt32))
-	g.stream = c.boolean("stream", w.Stream, false)
+	g.Stream = c.boolean("stream", w.Stream, false)
 	if shape(c, "stream_options", "an object", w.StreamOptions) {
-		g.includeUsage = c.boolean("stream_options.include_usage", w.StreamOptions.V.IncludeUsage, false)
+		g.IncludeUsage = c.boolean("stream_options.include_usage", w.StreamOptions.V.IncludeUsage, false)
 		c.boolean("stream_options.include_obfuscation", w.StreamOptions.V.IncludeObfuscation, false)
-		if !c.failed() && !g.stream {
-			c.fail(invalidParam("stream_options", "stream_options is only allowed when stream is true"))
+		if !c.failed() && !g.Stream {
+			c.fail(InvalidParam("stream_options", "stream_options is only allowed when stream is true"))
 		}
 	}
 	p.Stop = parseStop(c, w.Stop)
@@ -140,8 +141,8 @@ func (w *generationRequest) parse(c *check, b *Backend, maxTokens ...maxTokensPa
 	p.MinTokens = int(c.integer("min_tokens", w.MinTokens, 0, minInt32, maxInt32))
 	p.IgnoreEOS = c.boolean("ignore_eos", w.IgnoreEOS, false)
 	p.StopTokenIDs = c.tokenIDList("stop_token_ids", w.StopTokenIDs)
-	p.Constraint = responseConstraint(c, b, w.ResponseFormat)
-	g.params = p
+	p.Constraint = responseConstraint(c, m, w.ResponseFormat)
+	g.Params = p
 	return g
 }
 
@@ -151,7 +152,7 @@ func parseStop(c *check, o opt[stopList]) []string {
 		return nil
 	}
 	if !o.OK {
-		c.fail(invalidParam("stop", "stop must be a string or an array of strings, got %s", o.kind()))
+		c.fail(InvalidParam("stop", "stop must be a string or an array of strings, got %s", o.kind()))
 		return nil
 	}
 	return o.V
@@ -163,7 +164,7 @@ func parseLogitBias(c *check, o opt[map[string]opt[float64]]) map[int32]float32 
 		return nil
 	}
 	if !o.OK {
-		c.fail(invalidParam("logit_bias", "logit_bias must be an object mapping token ids to numbers, got %s", o.kind()))
+		c.fail(InvalidParam("logit_bias", "logit_bias must be an object mapping token ids to numbers, got %s", o.kind()))
 		return nil
 	}
 	keys := slices.Sorted(maps.Keys(o.V)) // the first bad entry is the same one every time
@@ -171,7 +172,7 @@ func parseLogitBias(c *check, o opt[map[string]opt[float64]]) map[int32]float32 
 	for _, k := range keys {
 		id, err := strconv.ParseInt(k, 10, 32)
 		if err != nil {
-			c.fail(invalidParam("logit_bias", "logit_bias key %q is not a token id", k))
+			c.fail(InvalidParam("logit_bias", "logit_bias key %q is not a token id", k))
 			return nil
 		}
 		v := o.V[k]
@@ -180,13 +181,10 @@ func parseLogitBias(c *check, o opt[map[string]opt[float64]]) map[int32]float32 
 			if v.Set {
 				kind = v.kind()
 			}
-			c.fail(invalidParam("logit_bias", "logit_bias value for %q must be a number, got %s", k, kind))
+			c.fail(InvalidParam("logit_bias", "logit_bias value for %q must be a number, got %s", k, kind))
 			return nil
 		}
 		out[int32(id)] = float32(v.V)
 	}
 	return out
 }
-
-// vocab is the tokenizer's vocabulary size.
-func (b *Backend) vocab() int { return b.Tokenizer.VocabSize() }

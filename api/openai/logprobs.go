@@ -1,14 +1,34 @@
-package api
+package openai
 
 import (
+	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// completionLogprobs is the logprobs object of a completion choice.
-type completionLogprobs struct {
+// jsonFloat is a logprob on the wire: NaN (no value, e.g. the first prompt token) is null,
+// and -Inf (a token masked out) is -9999 because JSON has no infinities.
+type jsonFloat float64
+
+// MarshalJSON implements json.Marshaler.
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	x := float64(f)
+	switch {
+	case math.IsNaN(x):
+		return []byte("null"), nil
+	case math.IsInf(x, -1) || x < -9999:
+		return []byte("-9999.0"), nil
+	case math.IsInf(x, 1):
+		return []byte("0"), nil
+	}
+	return strconv.AppendFloat(nil, x, 'g', -1, 32), nil
+}
+
+// CompletionLogprobs is the logprobs object of a completion choice.
+type CompletionLogprobs struct {
 	Tokens        []string               `json:"tokens"`
 	TokenLogprobs []jsonFloat            `json:"token_logprobs"`
 	TopLogprobs   []map[string]jsonFloat `json:"top_logprobs"`
@@ -16,7 +36,7 @@ type completionLogprobs struct {
 }
 
 // add appends token logprobs; offset is the running text offset (in characters).
-func (l *completionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
+func (l *CompletionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
 	for _, t := range tls {
 		l.Tokens = append(l.Tokens, t.Text)
 		l.TokenLogprobs = append(l.TokenLogprobs, jsonFloat(t.Logprob))
@@ -40,7 +60,7 @@ func (l *completionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
 // character share that character's offset, the text after it is counted in characters,
 // and special tokens (left out of the text) take the offset without advancing it;
 // otherwise each token counts the characters of its display text.
-func (l *completionLogprobs) addGenerated(tls []engine.TokenLogprob, acc *seqAcc, tok Tokenizer) {
+func (l *CompletionLogprobs) addGenerated(tls []engine.TokenLogprob, acc *seqAcc, tok Tokenizer) {
 	tb, ok := tok.(TokenByter)
 	if !ok {
 		l.add(tls, &acc.offset)
@@ -78,7 +98,7 @@ func (l *completionLogprobs) addGenerated(tls []engine.TokenLogprob, acc *seqAcc
 // U+FFFD, one per byte) share that character's offset. A token whose text is not at the
 // current position (BOS, which the prompt string does not contain) takes the offset
 // without advancing it.
-func (l *completionLogprobs) addPrompt(tls []engine.TokenLogprob, text string) {
+func (l *CompletionLogprobs) addPrompt(tls []engine.TokenLogprob, text string) {
 	pos := 0   // bytes into text
 	start := 0 // byte index of the character holding pos
 	runes := 0 // characters in text[:start]
@@ -126,14 +146,64 @@ func matchTokenText(text, tok string) int {
 
 func isNaN32(f float32) bool { return f != f }
 
-func newCompletionLogprobs() *completionLogprobs {
-	return &completionLogprobs{Tokens: []string{}, TokenLogprobs: []jsonFloat{}, TopLogprobs: []map[string]jsonFloat{}, TextOffset: []int{}}
+func newCompletionLogprobs() *CompletionLogprobs {
+	return &CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []jsonFloat{}, TopLogprobs: []map[string]jsonFloat{}, TextOffset: []int{}}
 }
 
 // appendAll appends another logprobs object's entries.
-func (l *completionLogprobs) appendAll(o *completionLogprobs) {
+func (l *CompletionLogprobs) appendAll(o *CompletionLogprobs) {
 	l.Tokens = append(l.Tokens, o.Tokens...)
 	l.TokenLogprobs = append(l.TokenLogprobs, o.TokenLogprobs...)
 	l.TopLogprobs = append(l.TopLogprobs, o.TopLogprobs...)
 	l.TextOffset = append(l.TextOffset, o.TextOffset...)
+}
+
+// chatLogprob is one entry of a chat choice's logprobs.content.
+type chatLogprob struct {
+	Token       string         `json:"token"`
+	Logprob     jsonFloat      `json:"logprob"`
+	Bytes       []int          `json:"bytes"`
+	TopLogprobs []chatTopEntry `json:"top_logprobs"`
+}
+
+type chatTopEntry struct {
+	Token   string    `json:"token"`
+	Logprob jsonFloat `json:"logprob"`
+	Bytes   []int     `json:"bytes"`
+}
+
+type chatLogprobs struct {
+	Content []chatLogprob `json:"content"`
+}
+
+func textBytes(s string) []int {
+	out := make([]int, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = int(s[i])
+	}
+	return out
+}
+
+// tokenBytes is the "bytes" of a logprobs entry: the token's own bytes when tok can
+// tell them, else the bytes of its display text.
+func tokenBytes(tok Tokenizer, id int32, text string) []int {
+	if tb, ok := tok.(TokenByter); ok {
+		if b := tb.TokenBytes(id); b != nil {
+			return textBytes(string(b))
+		}
+	}
+	return textBytes(text)
+}
+
+// toChatLogprobs converts engine logprobs to the chat wire format.
+func toChatLogprobs(tls []engine.TokenLogprob, tok Tokenizer) []chatLogprob {
+	out := make([]chatLogprob, 0, len(tls))
+	for _, t := range tls {
+		e := chatLogprob{Token: t.Text, Logprob: jsonFloat(t.Logprob), Bytes: tokenBytes(tok, t.ID, t.Text), TopLogprobs: make([]chatTopEntry, 0, len(t.Top))}
+		for _, a := range t.Top {
+			e.TopLogprobs = append(e.TopLogprobs, chatTopEntry{Token: a.Text, Logprob: jsonFloat(a.Logprob), Bytes: tokenBytes(tok, a.ID, a.Text)})
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"bytes"
@@ -13,31 +13,31 @@ import (
 
 // Limits of a /v1/responses request (the stored size is the store's limit).
 const (
-	maxInputItems     = 2048 // items of input, and of a conversation continued with previous_response_id
+	MaxInputItems     = 2048 // items of input, and of a conversation continued with previous_response_id
 	maxMetadataKeys   = 16
 	maxMetadataKey    = 64  // characters
 	maxMetadataValue  = 512 // characters
 	maxResponseIDSize = 128 // bytes
 )
 
-// parsedResponses is a validated /v1/responses request.
-type parsedResponses struct {
-	generation
-	prompt     []int32
+// ParsedResponses is a validated /v1/responses request.
+type ParsedResponses struct {
+	Generation
+	Prompt     []int32
 	tools      *toolPlan // nil: no tool calls asked for
-	store      bool
-	background bool
-	previousID string
-	// input is this request's input as items (ids assigned); context the items of the
+	Store      bool
+	Background bool
+	PreviousID string
+	// Input is this request's input as items (ids assigned); Context the items of the
 	// conversation previous_response_id continues.
-	input, context []respItem
-	// echo is the response object's copy of the request: instructions, tools, text, ...
-	echo responseObject
+	Input, Context []ResponseItem
+	// Echo is the response object's copy of the request: instructions, tools, text, ...
+	Echo Response
 }
 
-// conversationLookup returns the items of the stored conversation a response ends
+// ConversationLookup returns the items of the stored conversation a response ends
 // (its context, its input and its output), or an error for an unknown id.
-type conversationLookup func(id string) ([]respItem, error)
+type ConversationLookup func(id string) ([]ResponseItem, error)
 
 // builtinTools are OpenAI's hosted tools: refused by name.
 var builtinTools = map[string]bool{
@@ -46,12 +46,12 @@ var builtinTools = map[string]bool{
 	"mcp": true, "local_shell": true, "shell": true, "custom": true, "apply_patch": true,
 }
 
-// parseResponses validates a /v1/responses request, continues the conversation of
+// ParseResponses validates a /v1/responses request, continues the conversation of
 // previous_response_id (through lookup) and renders the prompt. defaultStore is what an
 // omitted store means.
-func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, defaultStore bool) (*parsedResponses, error) {
+func ParseResponses(w *ResponsesRequest, m *Model, lookup ConversationLookup, defaultStore bool) (*ParsedResponses, error) {
 	c := &check{}
-	r := &parsedResponses{}
+	r := &ParsedResponses{}
 	text, format := parseResponsesText(c, w.Text)
 	gw := generationRequest{Model: w.Model, Temperature: w.Temperature, TopP: w.TopP, Stream: w.Stream, Stop: w.Stop,
 		Seed: w.Seed, User: w.User, ResponseFormat: format, PresencePenalty: w.PresencePenalty,
@@ -59,15 +59,15 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 	// An omitted max_output_tokens leaves the whole context: the engine clips it to the room left.
 	maxOut := w.MaxOutputTokens
 	if !maxOut.Set {
-		maxOut = opt[jsonInt]{Set: true, OK: true, V: jsonInt{N: int64(max(b.MaxModelLen, 1))}}
+		maxOut = opt[jsonInt]{Set: true, OK: true, V: jsonInt{N: int64(max(m.MaxModelLen, 1))}}
 	}
-	r.generation = gw.parse(c, b, maxTokensParam{"max_output_tokens", maxOut})
+	r.Generation = gw.parse(c, m, maxTokensParam{"max_output_tokens", maxOut})
 	c.err = renameFormatError(c.err)
-	r.names["prompt"], r.names["logprobs"] = "input", "top_logprobs"
+	r.Names["prompt"], r.Names["logprobs"] = "input", "top_logprobs"
 	if shape(c, "stream_options", "an object", w.StreamOptions) {
 		c.boolean("stream_options.include_obfuscation", w.StreamOptions.V.IncludeObfuscation, false)
-		if !c.failed() && !r.stream {
-			c.fail(invalidParam("stream_options", "stream_options is only allowed when stream is true"))
+		if !c.failed() && !r.Stream {
+			c.fail(InvalidParam("stream_options", "stream_options is only allowed when stream is true"))
 		}
 	}
 	refuse(c, "max_tool_calls", w.MaxToolCalls, "max_tool_calls is not supported")
@@ -77,49 +77,49 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 	refuse(c, "moderation", w.Moderation, "moderation is not supported")
 	if t, ok := c.str("truncation", w.Truncation); ok && t != "disabled" {
 		if t == "auto" {
-			c.fail(unsupportedValue("truncation", "truncation \"auto\" is not supported; only \"disabled\" is"))
+			c.fail(UnsupportedValue("truncation", "truncation \"auto\" is not supported; only \"disabled\" is"))
 		} else {
-			c.fail(invalidParam("truncation", "truncation %q is not one of auto, disabled", t))
+			c.fail(InvalidParam("truncation", "truncation %q is not one of auto, disabled", t))
 		}
 	}
 	if shape(c, "include", "an array of strings", w.Include) && len(w.Include.V) > 0 {
-		c.fail(unsupportedValue("include", "include %q is not supported", w.Include.V[0]))
+		c.fail(UnsupportedValue("include", "include %q is not supported", w.Include.V[0]))
 	}
 	if shape(c, "reasoning", "an object", w.Reasoning) {
 		if e, ok := c.str("reasoning.effort", w.Reasoning.V.Effort); ok && e != "none" {
-			c.fail(unsupportedValue("reasoning.effort", "reasoning.effort %q is not supported: the model does not reason; only \"none\" is", e))
+			c.fail(UnsupportedValue("reasoning.effort", "reasoning.effort %q is not supported: the model does not reason; only \"none\" is", e))
 		}
 		if s := w.Reasoning.V.Summary; !c.failed() && len(s) > 0 && !isNull(s) {
-			c.fail(unsupportedParam("reasoning.summary", "reasoning.summary is not supported: the model does not reason"))
+			c.fail(UnsupportedParam("reasoning.summary", "reasoning.summary is not supported: the model does not reason"))
 		}
 	}
 	// The engine's logprobs rule judges the range (renamed top_logprobs); within it only
 	// 0 is supported.
 	if n := c.integer("top_logprobs", w.TopLogprobs, 0, minInt32, maxInt32); n > 0 && n <= engine.MaxLogprobs {
-		c.fail(unsupportedValue("top_logprobs", "top_logprobs is not supported by /v1/responses; only 0 is"))
+		c.fail(UnsupportedValue("top_logprobs", "top_logprobs is not supported by /v1/responses; only 0 is"))
 	} else if n != 0 {
-		r.params.Logprobs = int(n)
+		r.Params.Logprobs = int(n)
 	}
 	meta := parseMetadata(c, w.Metadata)
 	w.platformHints.check(c)
-	r.store = c.boolean("store", w.Store, defaultStore)
-	r.background = c.boolean("background", w.Background, false)
-	if r.background && !c.failed() {
+	r.Store = c.boolean("store", w.Store, defaultStore)
+	r.Background = c.boolean("background", w.Background, false)
+	if r.Background && !c.failed() {
 		switch {
-		case !r.store:
-			c.fail(invalidParam("background", "background requires store to be true"))
-		case r.stream:
-			c.fail(unsupportedValue("stream", "stream with background is not supported: poll GET /v1/responses/{id} instead"))
+		case !r.Store:
+			c.fail(InvalidParam("background", "background requires store to be true"))
+		case r.Stream:
+			c.fail(UnsupportedValue("stream", "stream with background is not supported: poll GET /v1/responses/{id} instead"))
 		}
 	}
 	prev, hasPrev := c.str("previous_response_id", w.PreviousResponseID)
 	if hasPrev && !c.failed() && (prev == "" || len(prev) > maxResponseIDSize) {
-		c.fail(invalidParam("previous_response_id", "previous_response_id must be a response id"))
+		c.fail(InvalidParam("previous_response_id", "previous_response_id must be a response id"))
 	}
 	instructions, hasInstr := c.str("instructions", w.Instructions)
 	input := parseInput(c, w.Input)
 	toolsEcho, features := convertTools(c, w)
-	plan, parallel := parseTools(c, features, b)
+	plan, parallel := parseTools(c, features, m)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -128,13 +128,13 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 		if err != nil {
 			return nil, err
 		}
-		r.context, r.previousID = ctx, prev
+		r.Context, r.PreviousID = ctx, prev
 	}
-	if len(r.context)+len(input) > maxInputItems {
-		return nil, invalidParam("input", "the conversation has %d items; at most %d are allowed", len(r.context)+len(input), maxInputItems)
+	if len(r.Context)+len(input) > MaxInputItems {
+		return nil, InvalidParam("input", "the conversation has %d items; at most %d are allowed", len(r.Context)+len(input), MaxInputItems)
 	}
-	r.input = input
-	msgs, err := itemsToMessages(append(append([]respItem(nil), r.context...), input...), len(r.context))
+	r.Input = input
+	msgs, err := itemsToMessages(append(append([]ResponseItem(nil), r.Context...), input...), len(r.Context))
 	if err != nil {
 		return nil, err
 	}
@@ -142,36 +142,36 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 		msgs = append([]Message{{Role: "system", Content: instructions}}, msgs...)
 	}
 	if plan != nil {
-		if msgs, err = plan.apply(&r.params, parallel, b, msgs); err != nil {
+		if msgs, err = plan.apply(&r.Params, parallel, m, msgs); err != nil {
 			return nil, renameFormatError(err)
 		}
 		r.tools = plan
 	}
-	if r.prompt, err = renderChat(b, msgs, true, plan); err != nil {
-		var pe *paramError
+	if r.Prompt, err = renderChat(m, msgs, true, plan); err != nil {
+		var pe *ParamError
 		if errors.As(err, &pe) {
-			pe.param, pe.msg = "input", strings.Replace(pe.msg, "messages", "input", 1)
+			pe.Param, pe.Message = "input", strings.Replace(pe.Message, "messages", "input", 1)
 		}
 		return nil, err
 	}
 
-	e := &r.echo
+	e := &r.Echo
 	if hasInstr {
 		e.Instructions = &instructions
 	}
 	if w.MaxOutputTokens.Set {
-		n := int64(r.params.MaxTokens)
+		n := int64(r.Params.MaxTokens)
 		e.MaxOutputTokens = &n
 	}
-	e.Model = r.model
+	e.Model = r.Model
 	e.ParallelToolCalls = parallel
 	if hasPrev {
 		e.PreviousResponseID = &prev
 	}
 	e.Reasoning = json.RawMessage(`{"effort":null,"summary":null}`)
-	e.Store = r.store
-	e.Background = r.background
-	e.Temperature, e.TopP = float64(r.params.Temperature), float64(r.params.TopP)
+	e.Store = r.Store
+	e.Background = r.Background
+	e.Temperature, e.TopP = float64(r.Params.Temperature), float64(r.Params.TopP)
 	e.Text = text
 	e.ToolChoice = json.RawMessage(`"auto"`)
 	if w.ToolChoice.Set {
@@ -189,12 +189,12 @@ func parseResponses(w *responsesRequest, b *Backend, lookup conversationLookup, 
 // renameFormatError reports an error of response_format (which text.format is decoded
 // into) under text.format's names.
 func renameFormatError(err error) error {
-	var pe *paramError
-	if !errors.As(err, &pe) || !strings.Contains(pe.param+pe.msg, "response_format") {
+	var pe *ParamError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Param+pe.Message, "response_format") {
 		return err
 	}
 	rn := strings.NewReplacer("response_format.json_schema.", "text.format.", "response_format", "text.format")
-	return &paramError{param: rn.Replace(pe.param), msg: rn.Replace(pe.msg), kind: pe.kind}
+	return &ParamError{Param: rn.Replace(pe.Param), Message: rn.Replace(pe.Message), Kind: pe.Kind}
 }
 
 // parseResponsesText validates text: {"format": {...}, "verbosity"}; it returns the
@@ -206,11 +206,11 @@ func parseResponsesText(c *check, o opt[json.RawMessage]) (json.RawMessage, opt[
 	}
 	var t responsesText
 	if jsonKind(o.V) != "an object" || decodeObject(o.V, &t) != nil {
-		c.fail(invalidParam("text", "text must be an object, got %s", jsonKind(o.V)))
+		c.fail(InvalidParam("text", "text must be an object, got %s", jsonKind(o.V)))
 		return echo, opt[responseFormat]{}
 	}
 	if v, ok := c.str("text.verbosity", t.Verbosity); ok && v != "medium" {
-		c.fail(unsupportedValue("text.verbosity", "text.verbosity %q is not supported; only \"medium\", the default, is", v))
+		c.fail(UnsupportedValue("text.verbosity", "text.verbosity %q is not supported; only \"medium\", the default, is", v))
 	}
 	if !shape(c, "text.format", "an object", t.Format) {
 		return echo, opt[responseFormat]{}
@@ -242,12 +242,12 @@ func parseMetadata(c *check, o opt[map[string]string]) map[string]string {
 		return out
 	}
 	if len(o.V) > maxMetadataKeys {
-		c.fail(invalidParam("metadata", "metadata has %d keys; at most %d are allowed", len(o.V), maxMetadataKeys))
+		c.fail(InvalidParam("metadata", "metadata has %d keys; at most %d are allowed", len(o.V), maxMetadataKeys))
 		return out
 	}
 	for k, v := range o.V {
 		if utf8.RuneCountInString(k) > maxMetadataKey || utf8.RuneCountInString(v) > maxMetadataValue {
-			c.fail(invalidParam("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue))
+			c.fail(InvalidParam("metadata", "metadata keys are at most %d characters and values at most %d", maxMetadataKey, maxMetadataValue))
 			return out
 		}
 		out[k] = v
@@ -259,7 +259,7 @@ func parseMetadata(c *check, o opt[map[string]string]) map[string]string {
 // "function", "name", "parameters", ...}) and returns them in the chat shape for
 // parseTools, with the tools as the response echoes them. Built-in tools are refused by
 // name.
-func convertTools(c *check, w *responsesRequest) ([]json.RawMessage, *chatFeatures) {
+func convertTools(c *check, w *ResponsesRequest) ([]json.RawMessage, *chatFeatures) {
 	f := &chatFeatures{ParallelToolCalls: w.ParallelToolCalls}
 	echo := []json.RawMessage{}
 	if shape(c, "tools", "an array", w.Tools) {
@@ -267,7 +267,7 @@ func convertTools(c *check, w *responsesRequest) ([]json.RawMessage, *chatFeatur
 		for i, raw := range w.Tools.V {
 			var m map[string]json.RawMessage
 			if jsonKind(raw) != "an object" || json.Unmarshal(raw, &m) != nil {
-				c.fail(invalidParam("tools", "tools[%d] must be an object", i))
+				c.fail(InvalidParam("tools", "tools[%d] must be an object", i))
 				return echo, f
 			}
 			var typ string
@@ -275,10 +275,10 @@ func convertTools(c *check, w *responsesRequest) ([]json.RawMessage, *chatFeatur
 			switch {
 			case typ == "function":
 			case builtinTools[typ]:
-				c.fail(unsupportedValue("tools", "tools[%d]: the built-in tool %q is not supported; only function tools are", i, typ))
+				c.fail(UnsupportedValue("tools", "tools[%d]: the built-in tool %q is not supported; only function tools are", i, typ))
 				return echo, f
 			default:
-				c.fail(invalidParam("tools", "tools[%d].type must be \"function\"", i))
+				c.fail(InvalidParam("tools", "tools[%d].type must be \"function\"", i))
 				return echo, f
 			}
 			delete(m, "type")
@@ -302,7 +302,7 @@ func convertTools(c *check, w *responsesRequest) ([]json.RawMessage, *chatFeatur
 		case named.Type == "function":
 			tc = json.RawMessage(`{"type":"function","function":{"name":` + string(compactJSON(named.Name)) + `}}`)
 		case named.Type == "allowed_tools" || builtinTools[named.Type] || strings.HasPrefix(named.Type, "web_search"):
-			c.fail(unsupportedValue("tool_choice", "tool_choice {\"type\": %q} is not supported", named.Type))
+			c.fail(UnsupportedValue("tool_choice", "tool_choice {\"type\": %q} is not supported", named.Type))
 			return echo, f
 		}
 	}
@@ -323,39 +323,39 @@ var unsupportedItems = map[string]bool{
 
 // parseInput validates input: a string (one user message) or an array of items —
 // messages, function_call and function_call_output — and returns them as items with ids.
-func parseInput(c *check, o opt[json.RawMessage]) []respItem {
+func parseInput(c *check, o opt[json.RawMessage]) []ResponseItem {
 	if c.failed() {
 		return nil
 	}
 	if !o.Set {
-		c.fail(invalidParam("input", "input is required"))
+		c.fail(InvalidParam("input", "input is required"))
 		return nil
 	}
 	switch jsonKind(o.V) {
 	case "a string":
 		var s string
 		_ = json.Unmarshal(o.V, &s)
-		return []respItem{{Type: "message", ID: newID("msg_"), Status: statusCompleted, Role: "user",
-			Content: []respContent{{Type: "input_text", Text: s}}}}
+		return []ResponseItem{{Type: "message", ID: NewID("msg_"), Status: StatusCompleted, Role: "user",
+			Content: []ResponseContent{{Type: "input_text", Text: s}}}}
 	case "an array":
 	default:
-		c.fail(invalidParam("input", "input must be a string or an array of items, got %s", jsonKind(o.V)))
+		c.fail(InvalidParam("input", "input must be a string or an array of items, got %s", jsonKind(o.V)))
 		return nil
 	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(o.V, &raws); err != nil {
-		c.fail(invalidParam("input", "input is not a valid array: %v", err))
+		c.fail(InvalidParam("input", "input is not a valid array: %v", err))
 		return nil
 	}
 	if len(raws) == 0 {
-		c.fail(invalidParam("input", "input must not be empty"))
+		c.fail(InvalidParam("input", "input must not be empty"))
 		return nil
 	}
-	if len(raws) > maxInputItems {
-		c.fail(invalidParam("input", "input has %d items; at most %d are allowed", len(raws), maxInputItems))
+	if len(raws) > MaxInputItems {
+		c.fail(InvalidParam("input", "input has %d items; at most %d are allowed", len(raws), MaxInputItems))
 		return nil
 	}
-	out := make([]respItem, 0, len(raws))
+	out := make([]ResponseItem, 0, len(raws))
 	for i, raw := range raws {
 		it := parseInputItem(c, fmt.Sprintf("input[%d]", i), raw)
 		if c.failed() {
@@ -367,11 +367,11 @@ func parseInput(c *check, o opt[json.RawMessage]) []respItem {
 }
 
 // parseInputItem validates one input item.
-func parseInputItem(c *check, name string, raw json.RawMessage) respItem {
+func parseInputItem(c *check, name string, raw json.RawMessage) ResponseItem {
 	var w inputItem
 	if jsonKind(raw) != "an object" || decodeObject(raw, &w) != nil {
-		c.fail(invalidParam(name, "%s must be an object, got %s", name, jsonKind(raw)))
-		return respItem{}
+		c.fail(InvalidParam(name, "%s must be an object, got %s", name, jsonKind(raw)))
+		return ResponseItem{}
 	}
 	typ, ok := c.str(name+".type", w.Type)
 	if !ok && !c.failed() {
@@ -380,12 +380,12 @@ func parseInputItem(c *check, name string, raw json.RawMessage) respItem {
 	id, _ := c.str(name+".id", w.ID)
 	c.str(name+".status", w.Status)
 	if c.failed() {
-		return respItem{}
+		return ResponseItem{}
 	}
 	required := func(field string, o opt[string]) string {
 		v, ok := c.str(name+"."+field, o)
 		if !c.failed() && !ok {
-			c.fail(invalidParam(name+"."+field, "%s.%s is required", name, field))
+			c.fail(InvalidParam(name+"."+field, "%s.%s is required", name, field))
 		}
 		return v
 	}
@@ -393,40 +393,40 @@ func parseInputItem(c *check, name string, raw json.RawMessage) respItem {
 	case "message":
 		role := required("role", w.Role)
 		if !c.failed() && !inputRoles[role] {
-			c.fail(invalidParam(name+".role", "%s.role %q is not one of user, assistant, system, developer", name, role))
+			c.fail(InvalidParam(name+".role", "%s.role %q is not one of user, assistant, system, developer", name, role))
 		}
 		parts := parseInputContent(c, name+".content", w.Content, role)
 		if id == "" {
-			id = newID("msg_")
+			id = NewID("msg_")
 		}
-		return respItem{Type: "message", ID: id, Status: statusCompleted, Role: role, Content: parts}
+		return ResponseItem{Type: "message", ID: id, Status: StatusCompleted, Role: role, Content: parts}
 	case "function_call":
 		callID := required("call_id", w.CallID)
 		fname := required("name", w.Name)
 		args := required("arguments", w.Arguments)
 		if id == "" {
-			id = newID("fc_")
+			id = NewID("fc_")
 		}
-		return respItem{Type: "function_call", ID: id, Status: statusCompleted, CallID: callID, Name: fname, Arguments: &args}
+		return ResponseItem{Type: "function_call", ID: id, Status: StatusCompleted, CallID: callID, Name: fname, Arguments: &args}
 	case "function_call_output":
 		callID := required("call_id", w.CallID)
 		out := parseCallOutput(c, name+".output", w.Output)
 		if id == "" {
-			id = newID("fco_")
+			id = NewID("fco_")
 		}
-		return respItem{Type: "function_call_output", ID: id, Status: statusCompleted, CallID: callID, Output: &out}
+		return ResponseItem{Type: "function_call_output", ID: id, Status: StatusCompleted, CallID: callID, Output: &out}
 	}
 	if unsupportedItems[typ] {
-		c.fail(unsupportedValue(name+".type", "input items of type %q are not supported; only message, function_call and function_call_output are", typ))
+		c.fail(UnsupportedValue(name+".type", "input items of type %q are not supported; only message, function_call and function_call_output are", typ))
 	} else {
-		c.fail(invalidParam(name+".type", "%s.type %q is not one of message, function_call, function_call_output", name, typ))
+		c.fail(InvalidParam(name+".type", "%s.type %q is not one of message, function_call, function_call_output", name, typ))
 	}
-	return respItem{}
+	return ResponseItem{}
 }
 
 // parseInputContent validates a message's content: a string or an array of input_text
 // (or output_text) parts.
-func parseInputContent(c *check, name string, o opt[json.RawMessage], role string) []respContent {
+func parseInputContent(c *check, name string, o opt[json.RawMessage], role string) []ResponseContent {
 	if c.failed() {
 		return nil
 	}
@@ -434,31 +434,31 @@ func parseInputContent(c *check, name string, o opt[json.RawMessage], role strin
 	if role == "assistant" {
 		textType = "output_text"
 	}
-	mk := func(text string) respContent {
+	mk := func(text string) ResponseContent {
 		if textType == "output_text" {
 			return outputText(text)
 		}
-		return respContent{Type: textType, Text: text}
+		return ResponseContent{Type: textType, Text: text}
 	}
 	if !o.Set {
-		c.fail(invalidParam(name, "%s is required", name))
+		c.fail(InvalidParam(name, "%s is required", name))
 		return nil
 	}
 	var s string
 	if jsonKind(o.V) == "a string" && json.Unmarshal(o.V, &s) == nil {
-		return []respContent{mk(s)}
+		return []ResponseContent{mk(s)}
 	}
 	var parts []json.RawMessage
 	if jsonKind(o.V) != "an array" || json.Unmarshal(o.V, &parts) != nil {
-		c.fail(invalidParam(name, "%s must be a string or an array of content parts, got %s", name, jsonKind(o.V)))
+		c.fail(InvalidParam(name, "%s must be a string or an array of content parts, got %s", name, jsonKind(o.V)))
 		return nil
 	}
-	out := make([]respContent, 0, len(parts))
+	out := make([]ResponseContent, 0, len(parts))
 	for k, raw := range parts {
 		pname := fmt.Sprintf("%s[%d]", name, k)
 		var p inputPart
 		if jsonKind(raw) != "an object" || decodeObject(raw, &p) != nil {
-			c.fail(invalidParam(pname, "%s must be an object, got %s", pname, jsonKind(raw)))
+			c.fail(InvalidParam(pname, "%s must be an object, got %s", pname, jsonKind(raw)))
 			return nil
 		}
 		typ, ok := c.str(pname+".type", p.Type)
@@ -466,15 +466,15 @@ func parseInputContent(c *check, name string, o opt[json.RawMessage], role strin
 		case c.failed():
 			return nil
 		case !ok:
-			c.fail(invalidParam(pname+".type", "%s.type is required", pname))
+			c.fail(InvalidParam(pname+".type", "%s.type is required", pname))
 			return nil
 		case typ != "input_text" && typ != "output_text":
-			c.fail(unsupportedValue(pname+".type", "content part type %q is not supported; only input_text and output_text are", typ))
+			c.fail(UnsupportedValue(pname+".type", "content part type %q is not supported; only input_text and output_text are", typ))
 			return nil
 		}
 		text, ok := c.str(pname+".text", p.Text)
 		if !c.failed() && !ok {
-			c.fail(invalidParam(pname+".text", "%s.text is required", pname))
+			c.fail(InvalidParam(pname+".text", "%s.text is required", pname))
 		}
 		if c.failed() {
 			return nil
@@ -491,7 +491,7 @@ func parseCallOutput(c *check, name string, o opt[json.RawMessage]) string {
 		return ""
 	}
 	if !o.Set {
-		c.fail(invalidParam(name, "%s is required", name))
+		c.fail(InvalidParam(name, "%s is required", name))
 		return ""
 	}
 	parts := parseInputContent(c, name, o, "user")
@@ -507,7 +507,7 @@ func parseCallOutput(c *check, name string, o opt[json.RawMessage]) string {
 // assistant message just before them), function_call_output items as tool messages.
 // Every function_call_output must answer an earlier function_call; from is the index
 // of the first item of this request (for the error's name).
-func itemsToMessages(items []respItem, from int) ([]Message, error) {
+func itemsToMessages(items []ResponseItem, from int) ([]Message, error) {
 	var out []Message
 	names := map[string]string{} // call_id -> function name
 	for i, it := range items {
@@ -533,7 +533,7 @@ func itemsToMessages(items []respItem, from int) ([]Message, error) {
 		case "function_call_output":
 			name, ok := names[it.CallID]
 			if !ok {
-				return nil, invalidParam(fmt.Sprintf("input[%d].call_id", i-from), "no function_call with call_id %q comes before this function_call_output", it.CallID)
+				return nil, InvalidParam(fmt.Sprintf("input[%d].call_id", i-from), "no function_call with call_id %q comes before this function_call_output", it.CallID)
 			}
 			output := ""
 			if it.Output != nil {

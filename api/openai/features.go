@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"encoding/json"
@@ -33,7 +33,7 @@ type jsonSchemaFormat struct {
 // for: nil for {"type":"text"}, any JSON object for json_object, and for json_schema
 // JSON that validates against the schema (compiled once per schema and kept in the
 // backend's cache). A schema the compiler cannot honour is a 400 naming the keyword.
-func responseConstraint(c *check, b *Backend, o opt[responseFormat]) *structured.Constraint {
+func responseConstraint(c *check, m *Model, o opt[responseFormat]) *structured.Constraint {
 	if !shape(c, "response_format", "an object", o) {
 		return nil
 	}
@@ -42,31 +42,31 @@ func responseConstraint(c *check, b *Backend, o opt[responseFormat]) *structured
 	case c.failed():
 		return nil
 	case !ok:
-		c.fail(invalidParam("response_format.type", "response_format.type is required"))
+		c.fail(InvalidParam("response_format.type", "response_format.type is required"))
 		return nil
 	case typ == "text":
 		return nil
 	case typ != "json_object" && typ != "json_schema":
-		c.fail(invalidParam("response_format.type", "response_format.type %q is not one of text, json_object, json_schema", typ))
+		c.fail(InvalidParam("response_format.type", "response_format.type %q is not one of text, json_object, json_schema", typ))
 		return nil
 	}
-	if b.Formats == nil {
-		c.fail(unsupportedValue("response_format", "response_format {\"type\": %q} is not supported by this server", typ))
+	if m.Formats == nil {
+		c.fail(UnsupportedValue("response_format", "response_format {\"type\": %q} is not supported by this server", typ))
 		return nil
 	}
 	if typ == "json_object" {
-		return b.Formats.JSONObject()
+		return m.Formats.JSONObject()
 	}
 	if !shape(c, "response_format.json_schema", "an object", o.V.JSONSchema) {
 		if !c.failed() {
-			c.fail(invalidParam("response_format.json_schema", "response_format.json_schema is required with type json_schema"))
+			c.fail(InvalidParam("response_format.json_schema", "response_format.json_schema is required with type json_schema"))
 		}
 		return nil
 	}
 	js := o.V.JSONSchema.V
 	name, ok := c.str("response_format.json_schema.name", js.Name)
 	if !c.failed() && (!ok || !validSchemaName(name)) {
-		c.fail(invalidParam("response_format.json_schema.name", "response_format.json_schema.name must be 1 to 64 letters, digits, underscores and dashes"))
+		c.fail(InvalidParam("response_format.json_schema.name", "response_format.json_schema.name must be 1 to 64 letters, digits, underscores and dashes"))
 	}
 	c.str("response_format.json_schema.description", js.Description)
 	strict := c.boolean("response_format.json_schema.strict", js.Strict, false)
@@ -77,12 +77,12 @@ func responseConstraint(c *check, b *Backend, o opt[responseFormat]) *structured
 	if len(schema) == 0 || string(schema) == "null" {
 		schema = json.RawMessage(`{}`) // OpenAI: no schema means any JSON value
 	}
-	con, err := b.Formats.Schema(schema, strict)
+	con, err := m.Formats.Schema(schema, strict)
 	switch {
 	case errors.Is(err, structured.ErrUnsupported):
-		c.fail(unsupportedValue("response_format.json_schema.schema", "%s", strings.TrimPrefix(err.Error(), "structured: ")))
+		c.fail(UnsupportedValue("response_format.json_schema.schema", "%s", strings.TrimPrefix(err.Error(), "structured: ")))
 	case err != nil:
-		c.fail(invalidParam("response_format.json_schema.schema", "%s", strings.TrimPrefix(err.Error(), "structured: ")))
+		c.fail(InvalidParam("response_format.json_schema.schema", "%s", strings.TrimPrefix(err.Error(), "structured: ")))
 	}
 	return con
 }
@@ -142,10 +142,10 @@ func (h *platformHints) check(c *check) {
 	c.str("safety_identifier", h.SafetyIdentifier)
 	c.str("prompt_cache_key", h.PromptCacheKey)
 	if r, ok := c.str("prompt_cache_retention", h.PromptCacheRetention); ok && !slices.Contains([]string{"in_memory", "24h"}, r) {
-		c.fail(invalidParam("prompt_cache_retention", "prompt_cache_retention %q is not one of in_memory, 24h", r))
+		c.fail(InvalidParam("prompt_cache_retention", "prompt_cache_retention %q is not one of in_memory, 24h", r))
 	}
 	if h.PromptCacheOptions.Set && !c.failed() && jsonKind(h.PromptCacheOptions.V) != "an object" {
-		c.fail(invalidParam("prompt_cache_options", "prompt_cache_options must be an object, got %s", jsonKind(h.PromptCacheOptions.V)))
+		c.fail(InvalidParam("prompt_cache_options", "prompt_cache_options must be an object, got %s", jsonKind(h.PromptCacheOptions.V)))
 	}
 }
 
@@ -153,7 +153,7 @@ func (h *platformHints) check(c *check) {
 func (f *chatFeatures) check(c *check) {
 	// tools, tool_choice and parallel_tool_calls: parseTools.
 	if shape(c, "functions", "an array", f.Functions) && len(f.Functions.V) > 0 {
-		c.fail(unsupportedParam("functions", "functions are not supported: Conveyor does not call functions"))
+		c.fail(UnsupportedParam("functions", "functions are not supported: Conveyor does not call functions"))
 	}
 	checkChoice(c, "function_call", f.FunctionCall, "a function")
 
@@ -165,9 +165,9 @@ func (f *chatFeatures) check(c *check) {
 			switch m {
 			case "text":
 			case "audio":
-				c.fail(unsupportedValue("modalities", "modalities %q is not supported; only [\"text\"] is", m))
+				c.fail(UnsupportedValue("modalities", "modalities %q is not supported; only [\"text\"] is", m))
 			default:
-				c.fail(invalidParam("modalities", "modalities %q is not one of text, audio", m))
+				c.fail(InvalidParam("modalities", "modalities %q is not one of text, audio", m))
 			}
 		}
 	}
@@ -176,13 +176,13 @@ func (f *chatFeatures) check(c *check) {
 	refuse(c, "web_search_options", f.WebSearch, "web search is not supported")
 	refuse(c, "moderation", f.Moderation, "moderation is not supported")
 	if effort, ok := c.str("reasoning_effort", f.ReasoningEffort); ok && effort != "none" {
-		c.fail(unsupportedValue("reasoning_effort", "reasoning_effort %q is not supported: the model does not reason; only \"none\" is", effort))
+		c.fail(UnsupportedValue("reasoning_effort", "reasoning_effort %q is not supported: the model does not reason; only \"none\" is", effort))
 	}
 	if v, ok := c.str("verbosity", f.Verbosity); ok && v != "medium" {
-		c.fail(unsupportedValue("verbosity", "verbosity %q is not supported; only \"medium\", the default, is", v))
+		c.fail(UnsupportedValue("verbosity", "verbosity %q is not supported; only \"medium\", the default, is", v))
 	}
 	if c.boolean("store", f.Store, false) {
-		c.fail(unsupportedValue("store", "store is not supported: Conveyor keeps no completions (send false or leave it out)"))
+		c.fail(UnsupportedValue("store", "store is not supported: Conveyor keeps no completions (send false or leave it out)"))
 	}
 	shape(c, "metadata", "an object of strings", f.Metadata)
 	f.platformHints.check(c)
@@ -197,20 +197,20 @@ func checkChoice(c *check, name string, o opt[json.RawMessage], what string) {
 	var s string
 	switch {
 	case jsonKind(o.V) == "an object":
-		c.fail(unsupportedValue(name, "%s naming %s is not supported: Conveyor does not call tools", name, what))
+		c.fail(UnsupportedValue(name, "%s naming %s is not supported: Conveyor does not call tools", name, what))
 	case jsonKind(o.V) != "a string" || json.Unmarshal(o.V, &s) != nil:
-		c.fail(invalidParam(name, "%s must be a string or an object, got %s", name, jsonKind(o.V)))
+		c.fail(InvalidParam(name, "%s must be a string or an object, got %s", name, jsonKind(o.V)))
 	case s == "none" || s == "auto":
 	case s == "required":
-		c.fail(unsupportedValue(name, "%s \"required\" is not supported: Conveyor does not call tools", name))
+		c.fail(UnsupportedValue(name, "%s \"required\" is not supported: Conveyor does not call tools", name))
 	default:
-		c.fail(invalidParam(name, "%s %q is not one of none, auto, required", name, s))
+		c.fail(InvalidParam(name, "%s %q is not one of none, auto, required", name, s))
 	}
 }
 
 // refuse fails for any value of a member Conveyor does not implement.
 func refuse(c *check, name string, o opt[json.RawMessage], msg string) {
 	if !c.failed() && o.Set {
-		c.fail(unsupportedParam(name, "%s", msg))
+		c.fail(UnsupportedParam(name, "%s", msg))
 	}
 }

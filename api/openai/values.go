@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"bytes"
@@ -132,7 +132,7 @@ func (c *check) integer(name string, o opt[jsonInt], def, lo, hi int64) int64 {
 		return def
 	}
 	if n := o.V.N; n < lo || n > hi {
-		c.fail(invalidParam(name, "%s must be between %d and %d, got %d", name, lo, hi, n))
+		c.fail(InvalidParam(name, "%s must be between %d and %d, got %d", name, lo, hi, n))
 		return def
 	}
 	return o.V.N
@@ -142,7 +142,7 @@ func (c *check) integer(name string, o opt[jsonInt], def, lo, hi int64) int64 {
 // a number too large to be any count, or not integral.
 func intError(name string, v json.RawMessage, lo, hi int64) error {
 	if jsonKind(v) != "a number" {
-		return invalidParam(name, "%s must be an integer, got %s", name, jsonKind(v))
+		return InvalidParam(name, "%s must be an integer, got %s", name, jsonKind(v))
 	}
 	lit := string(bytes.TrimSpace(v))
 	if len(lit) > 40 {
@@ -151,9 +151,9 @@ func intError(name string, v json.RawMessage, lo, hi int64) error {
 	fl, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
 	if (err == nil || errors.Is(err, strconv.ErrRange)) && fl == math.Trunc(fl) {
 		// integral but beyond int64 (or beyond 2^53 written with an exponent)
-		return invalidParam(name, "%s must be between %d and %d, got %s", name, lo, hi, lit)
+		return InvalidParam(name, "%s must be between %d and %d, got %s", name, lo, hi, lit)
 	}
-	return invalidParam(name, "%s must be an integer, got %s", name, lit)
+	return InvalidParam(name, "%s must be an integer, got %s", name, lit)
 }
 
 // number returns a number parameter; def when omitted.
@@ -162,7 +162,7 @@ func (c *check) number(name string, o opt[float64], def float64) float64 {
 		return def
 	}
 	if !o.OK {
-		c.fail(invalidParam(name, "%s must be a number, got %s", name, o.kind()))
+		c.fail(InvalidParam(name, "%s must be a number, got %s", name, o.kind()))
 		return def
 	}
 	return o.V
@@ -174,7 +174,7 @@ func (c *check) boolean(name string, o opt[bool], def bool) bool {
 		return def
 	}
 	if !o.OK {
-		c.fail(invalidParam(name, "%s must be a boolean, got %s", name, o.kind()))
+		c.fail(InvalidParam(name, "%s must be a boolean, got %s", name, o.kind()))
 		return def
 	}
 	return o.V
@@ -186,7 +186,7 @@ func (c *check) str(name string, o opt[string]) (s string, ok bool) {
 		return "", false
 	}
 	if !o.OK {
-		c.fail(invalidParam(name, "%s must be a string, got %s", name, o.kind()))
+		c.fail(InvalidParam(name, "%s must be a string, got %s", name, o.kind()))
 		return "", false
 	}
 	return o.V, true
@@ -199,7 +199,7 @@ func shape[T any](c *check, name, what string, o opt[T]) bool {
 		return false
 	}
 	if !o.OK {
-		c.fail(invalidParam(name, "%s must be %s, got %s", name, what, o.kind()))
+		c.fail(InvalidParam(name, "%s must be %s, got %s", name, what, o.kind()))
 		return false
 	}
 	return true
@@ -212,10 +212,10 @@ func tokenIDs(param, name string, ids []jsonInt) ([]int32, error) {
 	out := make([]int32, len(ids))
 	for i, id := range ids {
 		if !id.ok() {
-			return nil, invalidParam(param, "%s[%d] must be an integer token id, got %s", name, i, jsonKind(id.bad))
+			return nil, InvalidParam(param, "%s[%d] must be an integer token id, got %s", name, i, jsonKind(id.bad))
 		}
 		if id.N < minInt32 || id.N > maxInt32 {
-			return nil, invalidParam(param, "%s[%d] = %d is not a token id", name, i, id.N)
+			return nil, InvalidParam(param, "%s[%d] = %d is not a token id", name, i, id.N)
 		}
 		out[i] = int32(id.N)
 	}

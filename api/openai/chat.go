@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"encoding/json"
@@ -8,8 +8,8 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// chatRequest is the wire schema of POST /v1/chat/completions.
-type chatRequest struct {
+// ChatRequest is the wire schema of POST /v1/chat/completions.
+type ChatRequest struct {
 	generationRequest
 	MaxCompletionTokens opt[jsonInt]            `json:"max_completion_tokens"`
 	Messages            opt[[]opt[chatMessage]] `json:"messages"`
@@ -72,69 +72,69 @@ type contentPart struct {
 // chatRoles are the message roles the server accepts.
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
-// parsedChat is a validated /v1/chat/completions request.
-type parsedChat struct {
-	generation
-	prompt []int32
+// ParsedChat is a validated /v1/chat/completions request.
+type ParsedChat struct {
+	Generation
+	Prompt []int32   // the messages rendered through the chat template
 	tools  *toolPlan // nil: no tool calls asked for
 }
 
-// parseChat validates a /v1/chat/completions request and renders its prompt.
-func parseChat(w *chatRequest, b *Backend) (*parsedChat, error) {
+// ParseChat validates a /v1/chat/completions request and renders its prompt.
+func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 	c := &check{}
-	g := w.parse(c, b, maxTokensParam{"max_tokens", w.MaxTokens}, maxTokensParam{"max_completion_tokens", w.MaxCompletionTokens})
-	g.names["prompt"], g.names["logprobs"] = "messages", "top_logprobs"
-	r := &parsedChat{generation: g}
+	g := w.parse(c, m, maxTokensParam{"max_tokens", w.MaxTokens}, maxTokensParam{"max_completion_tokens", w.MaxCompletionTokens})
+	g.Names["prompt"], g.Names["logprobs"] = "messages", "top_logprobs"
+	r := &ParsedChat{Generation: g}
 	logprobs := c.boolean("logprobs", w.Logprobs, false)
 	top := c.integer("top_logprobs", w.TopLogprobs, engine.NoLogprobs, minInt32, maxInt32)
 	addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
 	w.chatFeatures.check(c)
 	msgs := parseMessages(c, w.Messages)
-	plan, parallel := parseTools(c, &w.chatFeatures, b)
+	plan, parallel := parseTools(c, &w.chatFeatures, m)
 	if c.err != nil {
 		return nil, c.err
 	}
 	switch {
 	case top < 0 && top != engine.NoLogprobs:
-		r.params.Logprobs = int(top) // as sent: the engine's logprobs rule refuses it, named top_logprobs
+		r.Params.Logprobs = int(top) // as sent: the engine's logprobs rule refuses it, named top_logprobs
 	case top >= 0 && !logprobs:
-		return nil, invalidParam("top_logprobs", "top_logprobs requires logprobs to be true")
+		return nil, InvalidParam("top_logprobs", "top_logprobs requires logprobs to be true")
 	case logprobs:
-		r.params.Logprobs = 0 // the chosen token's logprob, no alternatives
+		r.Params.Logprobs = 0 // the chosen token's logprob, no alternatives
 		if top != engine.NoLogprobs {
-			r.params.Logprobs = int(top)
+			r.Params.Logprobs = int(top)
 		}
 	}
 	if plan != nil {
 		var err error
-		if msgs, err = plan.apply(&r.params, parallel, b, msgs); err != nil {
+		if msgs, err = plan.apply(&r.Params, parallel, m, msgs); err != nil {
 			return nil, err
 		}
 		r.tools = plan
 	}
-	ids, err := renderChat(b, msgs, addGen, plan)
+	ids, err := renderChat(m, msgs, addGen, plan)
 	if err != nil {
 		return nil, err
 	}
-	r.prompt = ids
+	r.Prompt = ids
 	return r, nil
 }
 
 // renderChat renders messages through the chat template into token ids, with the
 // request's tools when the template can take them.
-func renderChat(b *Backend, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
+func renderChat(m *Model, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
 	var ids []int32
 	var err error
-	if tt, ok := b.Tokenizer.(ToolTemplater); ok && plan != nil {
+	if tt, ok := m.Tokenizer.(ToolTemplater); ok && plan != nil {
 		ids, err = tt.EncodeChatTools(msgs, addGen, plan.raw)
 	} else {
-		ids, err = b.Tokenizer.EncodeChat(msgs, addGen)
+		ids, err = m.Tokenizer.EncodeChat(msgs, addGen)
 	}
 	if err != nil {
-		return nil, invalidParam("messages", "the messages could not be rendered with the chat template: %v", err)
+		return nil, InvalidParam("messages", "the messages could not be rendered with the chat template: %v", err)
 	}
 	if len(ids) == 0 {
-		return nil, invalidParam("messages", "the rendered messages have no tokens")
+		return nil, InvalidParam("messages", "the rendered messages have no tokens")
 	}
 	return ids, nil
 }
@@ -145,14 +145,14 @@ func parseMessages(c *check, o opt[[]opt[chatMessage]]) []Message {
 		return nil
 	}
 	if !o.Set {
-		c.fail(invalidParam("messages", "messages is required"))
+		c.fail(InvalidParam("messages", "messages is required"))
 		return nil
 	}
 	if !shape(c, "messages", "an array", o) {
 		return nil
 	}
 	if len(o.V) == 0 {
-		c.fail(invalidParam("messages", "messages must not be empty"))
+		c.fail(InvalidParam("messages", "messages must not be empty"))
 		return nil
 	}
 	out := make([]Message, 0, len(o.V))
@@ -162,17 +162,17 @@ func parseMessages(c *check, o opt[[]opt[chatMessage]]) []Message {
 			if e.Set {
 				kind = e.kind()
 			}
-			c.fail(invalidParam("messages", "messages[%d] must be an object, got %s", i, kind))
+			c.fail(InvalidParam("messages", "messages[%d] must be an object, got %s", i, kind))
 			return nil
 		}
 		m := e.V
 		prefix := fmt.Sprintf("messages[%d].", i)
 		role, ok := c.str(prefix+"role", m.Role)
 		if !c.failed() && !ok {
-			c.fail(invalidParam(prefix+"role", "messages[%d].role is required", i))
+			c.fail(InvalidParam(prefix+"role", "messages[%d].role is required", i))
 		}
 		if !c.failed() && !chatRoles[role] {
-			c.fail(invalidParam(prefix+"role", "messages[%d].role %q is not one of system, developer, user, assistant, tool", i, role))
+			c.fail(InvalidParam(prefix+"role", "messages[%d].role %q is not one of system, developer, user, assistant, tool", i, role))
 		}
 		content, parts := parseContent(c, prefix+"content", m.Content, role)
 		name, _ := c.str(prefix+"name", m.Name)
@@ -204,25 +204,25 @@ func parseToolCalls(c *check, name string, o opt[[]opt[chatToolCall]]) []ToolCal
 			if e.Set {
 				kind = e.kind()
 			}
-			c.fail(invalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
+			c.fail(InvalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
 			return nil
 		}
 		pname := fmt.Sprintf("%s[%d].", name, k)
 		id, _ := c.str(pname+"id", e.V.ID)
 		typ, ok := c.str(pname+"type", e.V.Type)
 		if !c.failed() && ok && typ != "function" {
-			c.fail(invalidParam(pname+"type", "%stype must be \"function\", got %q", pname, typ))
+			c.fail(InvalidParam(pname+"type", "%stype must be \"function\", got %q", pname, typ))
 		}
 		fn := e.V.Function
 		if !c.failed() && !fn.Set {
-			c.fail(invalidParam(pname+"function", "%sfunction is required", pname))
+			c.fail(InvalidParam(pname+"function", "%sfunction is required", pname))
 		}
 		if !shape(c, pname+"function", "an object", fn) {
 			return nil
 		}
 		fname, ok := c.str(pname+"function.name", fn.V.Name)
 		if !c.failed() && !ok {
-			c.fail(invalidParam(pname+"function.name", "%sfunction.name is required", pname))
+			c.fail(InvalidParam(pname+"function.name", "%sfunction.name is required", pname))
 		}
 		args := ""
 		if a := fn.V.Arguments; !c.failed() && a.Set {
@@ -232,7 +232,7 @@ func parseToolCalls(c *check, name string, o opt[[]opt[chatToolCall]]) []ToolCal
 			case "an object":
 				args = string(a.V)
 			default:
-				c.fail(invalidParam(pname+"function.arguments", "%sfunction.arguments must be a string, got %s", pname, jsonKind(a.V)))
+				c.fail(InvalidParam(pname+"function.arguments", "%sfunction.arguments must be a string, got %s", pname, jsonKind(a.V)))
 			}
 		}
 		if c.failed() {
@@ -252,7 +252,7 @@ func parseContent(c *check, name string, o opt[messageContent], role string) (st
 	}
 	if !o.Set {
 		if role != "assistant" {
-			c.fail(invalidParam(name, "%s is required", name))
+			c.fail(InvalidParam(name, "%s is required", name))
 		}
 		return "", nil
 	}
@@ -270,21 +270,21 @@ func parseContent(c *check, name string, o opt[messageContent], role string) (st
 			if p.Set {
 				kind = p.kind()
 			}
-			c.fail(invalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
+			c.fail(InvalidParam(name, "%s[%d] must be an object, got %s", name, k, kind))
 			return "", nil
 		}
 		pname := fmt.Sprintf("%s[%d].", name, k)
 		typ, _ := c.str(pname+"type", p.V.Type)
 		if !c.failed() && typ != "text" {
 			if typ == "" {
-				c.fail(invalidParam(pname+"type", "%stype is required", pname))
+				c.fail(InvalidParam(pname+"type", "%stype is required", pname))
 			} else {
-				c.fail(unsupportedParam(pname+"type", "content part type %q is not supported; only \"text\" parts are", typ))
+				c.fail(UnsupportedParam(pname+"type", "content part type %q is not supported; only \"text\" parts are", typ))
 			}
 		}
 		text, ok := c.str(pname+"text", p.V.Text)
 		if !c.failed() && !ok {
-			c.fail(invalidParam(pname+"text", "%stext is required", pname))
+			c.fail(InvalidParam(pname+"text", "%stext is required", pname))
 		}
 		if c.failed() {
 			return "", nil

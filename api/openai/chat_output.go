@@ -1,60 +1,10 @@
-package api
+package openai
 
 import (
 	"strings"
 
 	"github.com/conveyor-llm/conveyor/engine"
 )
-
-// chatLogprob is one entry of a chat choice's logprobs.content.
-type chatLogprob struct {
-	Token       string         `json:"token"`
-	Logprob     jsonFloat      `json:"logprob"`
-	Bytes       []int          `json:"bytes"`
-	TopLogprobs []chatTopEntry `json:"top_logprobs"`
-}
-
-type chatTopEntry struct {
-	Token   string    `json:"token"`
-	Logprob jsonFloat `json:"logprob"`
-	Bytes   []int     `json:"bytes"`
-}
-
-type chatLogprobs struct {
-	Content []chatLogprob `json:"content"`
-}
-
-func textBytes(s string) []int {
-	out := make([]int, len(s))
-	for i := 0; i < len(s); i++ {
-		out[i] = int(s[i])
-	}
-	return out
-}
-
-// tokenBytes is the "bytes" of a logprobs entry: the token's own bytes when tok can
-// tell them, else the bytes of its display text.
-func tokenBytes(tok Tokenizer, id int32, text string) []int {
-	if tb, ok := tok.(TokenByter); ok {
-		if b := tb.TokenBytes(id); b != nil {
-			return textBytes(string(b))
-		}
-	}
-	return textBytes(text)
-}
-
-// toChatLogprobs converts engine logprobs to the chat wire format.
-func toChatLogprobs(tls []engine.TokenLogprob, tok Tokenizer) []chatLogprob {
-	out := make([]chatLogprob, 0, len(tls))
-	for _, t := range tls {
-		e := chatLogprob{Token: t.Text, Logprob: jsonFloat(t.Logprob), Bytes: tokenBytes(tok, t.ID, t.Text), TopLogprobs: make([]chatTopEntry, 0, len(t.Top))}
-		for _, a := range t.Top {
-			e.TopLogprobs = append(e.TopLogprobs, chatTopEntry{Token: a.Text, Logprob: jsonFloat(a.Logprob), Bytes: tokenBytes(tok, a.ID, a.Text)})
-		}
-		out = append(out, e)
-	}
-	return out
-}
 
 type chatMessageOut struct {
 	Role      string        `json:"role"`
@@ -103,7 +53,7 @@ type chatAcc struct {
 	callsFrom int
 }
 
-// chatOutput is the converter of /v1/chat/completions. Streamed, a choice opens with a
+// chatOutput is the Converter of /v1/chat/completions. Streamed, a choice opens with a
 // delta {"role":"assistant","content":""}, carries its text in content deltas and ends
 // with an empty delta and the finish reason.
 //
@@ -125,16 +75,24 @@ type chatOutput struct {
 	rejected func(reason string)
 }
 
-func newChatOutput(req *parsedChat, tok Tokenizer, id string, created int64, model string, rejected func(reason string)) *chatOutput {
-	object := "chat.completion"
-	if req.stream {
-		object = "chat.completion.chunk"
-	}
-	base := newEnvelope[chatChoice](id, object, created, model, req.stream && req.includeUsage)
-	return &chatOutput{stream: req.stream, tok: tok, wantLP: req.params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.params.N), tools: req.tools, rejected: rejected}
+// NewChatOutput is the converter of a /v1/chat/completions request answered as the
+// chat.completion id, created and served under model; rejected, when not nil, counts the
+// replies whose tool calls failed their check, by reason (RejectUnknownTool,
+// RejectInvalidArguments).
+func NewChatOutput(req *ParsedChat, tok Tokenizer, id string, created int64, model string, rejected func(reason string)) Converter {
+	return newChatOutput(req, tok, id, created, model, rejected)
 }
 
-func (o *chatOutput) add(_ int, ev *engine.Event) []any {
+func newChatOutput(req *ParsedChat, tok Tokenizer, id string, created int64, model string, rejected func(reason string)) *chatOutput {
+	object := "chat.completion"
+	if req.Stream {
+		object = "chat.completion.chunk"
+	}
+	base := newEnvelope[chatChoice](id, object, created, model, req.Stream && req.IncludeUsage)
+	return &chatOutput{stream: req.Stream, tok: tok, wantLP: req.Params.Logprobs >= 0, base: base, accs: make([]chatAcc, req.Params.N), tools: req.tools, rejected: rejected}
+}
+
+func (o *chatOutput) Add(_ int, ev *engine.Event) []any {
 	a := &o.accs[ev.Index]
 	if !o.stream || o.tools != nil {
 		a.text.WriteString(ev.Text)
@@ -178,7 +136,7 @@ func (o *chatOutput) add(_ int, ev *engine.Event) []any {
 	return chunks
 }
 
-func (o *chatOutput) body(u usageJSON) any {
+func (o *chatOutput) Body(u Usage) any {
 	var choices []chatChoice
 	for j := range o.accs {
 		text := o.accs[j].text.String()
@@ -207,7 +165,7 @@ func (o *chatOutput) body(u usageJSON) any {
 	return o.base.final(choices, u)
 }
 
-func (o *chatOutput) usageChunk(u usageJSON) any {
+func (o *chatOutput) UsageChunk(u Usage) any {
 	return o.base.final([]chatChoice{}, u)
 }
 

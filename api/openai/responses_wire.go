@@ -1,9 +1,9 @@
-package api
+package openai
 
 import "encoding/json"
 
-// responsesRequest is the wire schema of POST /v1/responses.
-type responsesRequest struct {
+// ResponsesRequest is the wire schema of POST /v1/responses.
+type ResponsesRequest struct {
 	Model           opt[string]          `json:"model"`
 	Input           opt[json.RawMessage] `json:"input"` // a string or an array of items
 	Instructions    opt[string]          `json:"instructions"`
@@ -82,40 +82,40 @@ type inputPart struct {
 	Text opt[string] `json:"text"`
 }
 
-// respItem is an item as the server returns it: an output item, an input item of
+// ResponseItem is an item as the server returns it: an output item, an input item of
 // /input_items, and an element of a stored conversation.
-type respItem struct {
-	Type      string        `json:"type"` // message, function_call, function_call_output
-	ID        string        `json:"id"`
-	Status    string        `json:"status,omitempty"`
-	Role      string        `json:"role,omitempty"`
-	Content   []respContent `json:"content,omitempty"`
-	CallID    string        `json:"call_id,omitempty"`
-	Name      string        `json:"name,omitempty"`
-	Arguments *string       `json:"arguments,omitempty"`
-	Output    *string       `json:"output,omitempty"`
+type ResponseItem struct {
+	Type      string            `json:"type"` // message, function_call, function_call_output
+	ID        string            `json:"id"`
+	Status    string            `json:"status,omitempty"`
+	Role      string            `json:"role,omitempty"`
+	Content   []ResponseContent `json:"content,omitempty"`
+	CallID    string            `json:"call_id,omitempty"`
+	Name      string            `json:"name,omitempty"`
+	Arguments *string           `json:"arguments,omitempty"`
+	Output    *string           `json:"output,omitempty"`
 }
 
 // MarshalJSON implements json.Marshaler: a message always carries its content array,
 // empty while a streamed message has no part yet.
-func (it respItem) MarshalJSON() ([]byte, error) {
-	type plain respItem // without this method
+func (it ResponseItem) MarshalJSON() ([]byte, error) {
+	type plain ResponseItem // without this method
 	if it.Type != "message" {
 		return json.Marshal(plain(it))
 	}
 	content := it.Content
 	if content == nil {
-		content = []respContent{}
+		content = []ResponseContent{}
 	}
 	return json.Marshal(struct {
 		plain
-		Content []respContent `json:"content"`
+		Content []ResponseContent `json:"content"`
 	}{plain(it), content})
 }
 
-// respContent is one content part of a message item: input_text, or output_text with
+// ResponseContent is one content part of a message item: input_text, or output_text with
 // its (always empty) annotations and logprobs.
-type respContent struct {
+type ResponseContent struct {
 	Type        string          `json:"type"`
 	Text        string          `json:"text"`
 	Annotations json.RawMessage `json:"annotations,omitempty"`
@@ -124,25 +124,25 @@ type respContent struct {
 
 var emptyArray = json.RawMessage("[]")
 
-func outputText(text string) respContent {
-	return respContent{Type: "output_text", Text: text, Annotations: emptyArray, Logprobs: emptyArray}
+func outputText(text string) ResponseContent {
+	return ResponseContent{Type: "output_text", Text: text, Annotations: emptyArray, Logprobs: emptyArray}
 }
 
-// responseObject is the response object: what POST returns, GET reads and the stream's
+// Response is the response object: what POST returns, GET reads and the stream's
 // response.* events carry.
-type responseObject struct {
+type Response struct {
 	ID                 string             `json:"id"`
 	Object             string             `json:"object"`
 	CreatedAt          int64              `json:"created_at"`
 	CompletedAt        *int64             `json:"completed_at"`
 	Status             string             `json:"status"`
 	Background         bool               `json:"background"`
-	Error              *responseError     `json:"error"`
-	IncompleteDetails  *incompleteDetails `json:"incomplete_details"`
+	Error              *ResponseError     `json:"error"`
+	IncompleteDetails  *IncompleteDetails `json:"incomplete_details"`
 	Instructions       *string            `json:"instructions"`
 	MaxOutputTokens    *int64             `json:"max_output_tokens"`
 	Model              string             `json:"model"`
-	Output             []respItem         `json:"output"`
+	Output             []ResponseItem     `json:"output"`
 	OutputText         string             `json:"output_text"`
 	ParallelToolCalls  bool               `json:"parallel_tool_calls"`
 	PreviousResponseID *string            `json:"previous_response_id"`
@@ -154,23 +154,23 @@ type responseObject struct {
 	ToolChoice         json.RawMessage    `json:"tool_choice"`
 	Tools              []json.RawMessage  `json:"tools"`
 	Truncation         string             `json:"truncation"`
-	Usage              *responseUsage     `json:"usage"`
+	Usage              *ResponseUsage     `json:"usage"`
 	User               *string            `json:"user"`
 	Metadata           map[string]string  `json:"metadata"`
 }
 
-// responseError is a failed response's error.
-type responseError struct {
+// ResponseError is a failed response's error.
+type ResponseError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
-type incompleteDetails struct {
+type IncompleteDetails struct {
 	Reason string `json:"reason"`
 }
 
-// responseUsage is the Responses API's usage object.
-type responseUsage struct {
+// ResponseUsage is the Responses API's usage object.
+type ResponseUsage struct {
 	InputTokens        int `json:"input_tokens"`
 	InputTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
@@ -184,40 +184,40 @@ type responseUsage struct {
 
 // Response statuses.
 const (
-	statusQueued     = "queued"
-	statusInProgress = "in_progress"
-	statusCompleted  = "completed"
-	statusIncomplete = "incomplete"
-	statusFailed     = "failed"
-	statusCancelled  = "cancelled"
+	StatusQueued     = "queued"
+	StatusInProgress = "in_progress"
+	StatusCompleted  = "completed"
+	StatusIncomplete = "incomplete"
+	StatusFailed     = "failed"
+	StatusCancelled  = "cancelled"
 )
 
-// responseEvent is one event of a streamed response; each type uses some members.
-type responseEvent struct {
-	Type           string          `json:"type"`
-	SequenceNumber int             `json:"sequence_number"`
-	Response       *responseObject `json:"response,omitempty"`
-	OutputIndex    *int            `json:"output_index,omitempty"`
-	ContentIndex   *int            `json:"content_index,omitempty"`
-	ItemID         string          `json:"item_id,omitempty"`
-	Item           *respItem       `json:"item,omitempty"`
-	Part           *respContent    `json:"part,omitempty"`
-	Delta          *string         `json:"delta,omitempty"`
-	Text           *string         `json:"text,omitempty"`
-	Arguments      *string         `json:"arguments,omitempty"`
-	Name           string          `json:"name,omitempty"`
-	Logprobs       json.RawMessage `json:"logprobs,omitempty"`
+// ResponseEvent is one event of a streamed response; each type uses some members.
+type ResponseEvent struct {
+	Type           string           `json:"type"`
+	SequenceNumber int              `json:"sequence_number"`
+	Response       *Response        `json:"response,omitempty"`
+	OutputIndex    *int             `json:"output_index,omitempty"`
+	ContentIndex   *int             `json:"content_index,omitempty"`
+	ItemID         string           `json:"item_id,omitempty"`
+	Item           *ResponseItem    `json:"item,omitempty"`
+	Part           *ResponseContent `json:"part,omitempty"`
+	Delta          *string          `json:"delta,omitempty"`
+	Text           *string          `json:"text,omitempty"`
+	Arguments      *string          `json:"arguments,omitempty"`
+	Name           string           `json:"name,omitempty"`
+	Logprobs       json.RawMessage  `json:"logprobs,omitempty"`
 	// The error event's members.
 	Code    *string `json:"code,omitempty"`
 	Message string  `json:"message,omitempty"`
 	Param   *string `json:"param,omitempty"`
 }
 
-// itemList is a page of /v1/responses/{id}/input_items.
-type itemList struct {
-	Object  string     `json:"object"`
-	Data    []respItem `json:"data"`
-	FirstID *string    `json:"first_id"`
-	LastID  *string    `json:"last_id"`
-	HasMore bool       `json:"has_more"`
+// ItemList is a page of /v1/responses/{id}/input_items.
+type ItemList struct {
+	Object  string         `json:"object"`
+	Data    []ResponseItem `json:"data"`
+	FirstID *string        `json:"first_id"`
+	LastID  *string        `json:"last_id"`
+	HasMore bool           `json:"has_more"`
 }

@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"encoding/json"
@@ -50,7 +50,7 @@ func (s *callStream) advance(index int, text string) []chatChoice {
 			s.pos += m[1]
 			s.state = seekArgs
 			i := len(s.calls)
-			s.calls = append(s.calls, toolCallOut{ID: newID("call_"), Type: "function", Function: toolCallFunction{Name: name}})
+			s.calls = append(s.calls, toolCallOut{ID: NewID("call_"), Type: "function", Function: toolCallFunction{Name: name}})
 			out = append(out, chatChoice{Index: index, Delta: &chatDelta{ToolCalls: []toolCallOut{{Index: &i, ID: s.calls[i].ID,
 				Type: "function", Function: toolCallFunction{Name: name, Arguments: ""}}}}})
 		case seekArgs:
