@@ -2,31 +2,32 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/conveyor-llm/conveyor/api/openai"
+	"github.com/conveyor-llm/conveyor/api/responses"
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
 // The /v1/responses endpoint (OpenAI's Responses API) runs on the chat endpoint's
-// machinery: the request is decoded once (openai.ResponsesRequest), its input items become chat
-// messages rendered through the chat template, its sampling members go through
-// generationRequest.parse, text.format through response_format's constraint, and its
-// function tools through the chat tool plan (parseTools, toolPlan.apply). The
-// generation is read by the chat openai.Converter in streaming mode, whose deltas
-// responseBuilder turns into output items and, streamed, into the Responses events.
+// machinery: the request is decoded once and validated by openai.ParseResponses, whose
+// input items become chat messages rendered through the chat template and whose
+// sampling members, text.format and function tools go through the chat endpoint's
+// rules and tool plan. The generation is read by openai.ResponseBuilder, which turns
+// the chat converter's deltas into output items and, streamed, into the Responses
+// events (responseStream, sse.go).
 //
-// State lives in a respstore.Store (ResponsesConfig.Store): a stored response is written
-// once it ends (before its last event or its body is sent, so that a client that got it
-// can continue from it at once), a background one also when it is queued and when it
-// starts. Without a store, store:true, background and previous_response_id are 400s that
-// say why.
+// State lives in package api/responses over a respstore.Store (responses.Config.Store):
+// a stored response is written once it ends (before its last event or its body is sent,
+// so that a client that got it can continue from it at once), a background one also when
+// it is queued and when it starts. Without a store, store:true, background and
+// previous_response_id are 400s that say why.
 
 // responseRoutes registers the /v1/responses routes.
 func (s *Server) responseRoutes(r gin.IRoutes) {
@@ -41,14 +42,14 @@ func (s *Server) responseRoutes(r gin.IRoutes) {
 func (s *Server) handleResponsesCreate(c *gin.Context) {
 	rt := s.resp
 	b, req, ok := openRequest(s, c, func(w *openai.ResponsesRequest, m *openai.Model) (*openai.ParsedResponses, error) {
-		return openai.ParseResponses(w, m, rt.lookup, !rt.cfg.NoStoreByDefault)
+		return openai.ParseResponses(w, m, rt.Lookup, rt.DefaultStore())
 	})
 	if !ok {
 		return
 	}
 	releaseBody(c)
-	if req.Store && rt.cfg.Store == nil {
-		writeError(c.Writer, openai.UnsupportedValue("store", "store is not available on this server (%s): send \"store\": false", rt.cfg.Unavailable))
+	if err := rt.CheckStore(req.Store); err != nil {
+		writeError(c.Writer, err)
 		return
 	}
 	if req.Model != s.cfg.ModelName {
@@ -58,10 +59,12 @@ func (s *Server) handleResponsesCreate(c *gin.Context) {
 	resp := req.Echo
 	resp.ID, resp.Object, resp.CreatedAt, resp.Status, resp.Output = openai.NewID("resp_"), "response", time.Now().Unix(), openai.StatusInProgress, []openai.ResponseItem{}
 	c.Set(completionIDKey, resp.ID)
-	sr := &storedResponse{Response: resp, Input: req.Input, Context: req.Context}
-	if err := rt.checkStorable(req, sr); err != nil {
-		writeError(c.Writer, err)
-		return
+	sr := &responses.Stored{Response: resp, Input: req.Input, Context: req.Context}
+	if req.Store {
+		if err := rt.CheckStorable(sr, req.Params.MaxTokens); err != nil {
+			writeError(c.Writer, err)
+			return
+		}
 	}
 	if req.Background {
 		s.startBackground(c, b, req, sr)
@@ -87,7 +90,7 @@ func (s *Server) handleResponsesCreate(c *gin.Context) {
 		return // the client went away: nothing is delivered, nothing is kept
 	}
 	if err == nil && req.Store {
-		if perr := rt.put(sr); perr != nil {
+		if perr := rt.Put(sr); perr != nil {
 			err = perr
 			sr.Response.Status, sr.Response.Error = openai.StatusFailed, &openai.ResponseError{Code: "server_error", Message: perr.Error()}
 		}
@@ -103,72 +106,35 @@ func (s *Server) handleResponsesCreate(c *gin.Context) {
 	st.finish(&sr.Response, err)
 }
 
-// startBackground submits a background response, stores it as queued, answers with it
-// and runs it on its own goroutine under the runtime's context.
-func (s *Server) startBackground(c *gin.Context, b *Backend, req *openai.ParsedResponses, sr *storedResponse) {
-	rt := s.resp
-	ctx, cancel := context.WithCancel(rt.ctx)
+// startBackground submits a background response and hands it to the runtime, which
+// stores it as queued and runs it on its own goroutine; the answer is the queued
+// response. The response outlives the request that starts it: its context keeps none of
+// the request's cancellation.
+func (s *Server) startBackground(c *gin.Context, b *Backend, req *openai.ParsedResponses, sr *responses.Stored) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request.Context()))
 	jobs, err := s.submitAll(ctx, b, sr.Response.ID, [][]int32{req.Prompt}, req.Params, req.Names)
 	if err != nil {
 		cancel()
 		writeError(c.Writer, err)
 		return
 	}
-	refuse := func(err error) {
+	queued, err := s.resp.Start(sr, cancel, func() {
+		if err := s.generateResponse(ctx, b, req, jobs, &sr.Response, nil); err != nil {
+			sr.Response.Status, sr.Response.Error = openai.StatusFailed, &openai.ResponseError{Code: errorCode(err), Message: err.Error()}
+		}
+	})
+	if err != nil {
 		abortJobs(b, jobs)
 		for _, j := range jobs {
 			go j.drain()
 		}
 		cancel()
+		if errors.Is(err, responses.ErrClosed) {
+			err = fmt.Errorf("the server is shutting down: %w", errNotReady)
+		}
 		writeError(c.Writer, err)
-	}
-	sr.Response.Status = openai.StatusQueued
-	if err := rt.put(sr); err != nil {
-		refuse(err)
 		return
 	}
-	run := &backgroundRun{cancel: cancel, done: make(chan struct{})}
-	rt.mu.Lock()
-	if rt.closing {
-		rt.mu.Unlock()
-		_ = rt.cfg.Store.Delete(sr.Response.ID)
-		refuse(fmt.Errorf("the server is shutting down: %w", errNotReady))
-		return
-	}
-	rt.running[sr.Response.ID] = run
-	rt.wg.Add(1) // under mu, so that shutdown's Wait never races an Add
-	rt.mu.Unlock()
-	queued := sr.Response
-	go func() {
-		defer rt.wg.Done()
-		defer close(run.done)
-		defer cancel()
-		started := *sr
-		started.Response.Status = openai.StatusInProgress
-		if err := rt.put(&started); err != nil {
-			rt.log.Error("responses: storing a background response", "id", sr.Response.ID, "err", err)
-		}
-		sr.Response.Status = openai.StatusInProgress
-		err := s.generateResponse(ctx, b, req, jobs, &sr.Response, nil)
-		rt.mu.Lock()
-		cancelled := run.cancelled
-		delete(rt.running, sr.Response.ID)
-		rt.mu.Unlock()
-		switch {
-		case cancelled:
-			sr.Response.Status = openai.StatusCancelled
-		case err != nil:
-			_, body := classify(err)
-			code := "server_error"
-			if body.Error.Code != nil {
-				code = *body.Error.Code
-			}
-			sr.Response.Status, sr.Response.Error = openai.StatusFailed, &openai.ResponseError{Code: code, Message: err.Error()}
-		}
-		if err := rt.put(sr); err != nil {
-			rt.log.Error("responses: storing a background response", "id", sr.Response.ID, "err", err)
-		}
-	}()
 	writeJSON(c.Writer, http.StatusOK, queued)
 }
 
@@ -232,46 +198,73 @@ func (s *Server) generateResponse(ctx context.Context, b *Backend, req *openai.P
 	}
 }
 
-// responseStream writes a streamed response's events as OpenAI does: `event: <type>`
-// and `data: <json>` per event, each with the next sequence_number, and no [DONE].
-type responseStream struct {
-	sse *sseWriter
-	seq int
-}
-
-func (st *responseStream) send(ev openai.ResponseEvent) {
-	ev.SequenceNumber = st.seq
-	st.seq++
-	b, err := json.Marshal(ev)
-	if err != nil {
+// handleResponsesGet serves GET /v1/responses/{id}.
+func (s *Server) handleResponsesGet(c *gin.Context) {
+	if v := c.Query("stream"); v != "" && v != "false" {
+		writeError(c.Writer, openai.UnsupportedValue("stream", "streaming a stored response again is not supported"))
 		return
 	}
-	buf := make([]byte, 0, len(b)+len(ev.Type)+16)
-	buf = append(buf, "event: "...)
-	buf = append(buf, ev.Type...)
-	buf = append(buf, "\ndata: "...)
-	buf = append(buf, b...)
-	buf = append(buf, "\n\n"...)
-	_ = st.sse.write(buf)
+	sr, err := s.resp.Get(c.Param("id"))
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	writeJSON(c.Writer, http.StatusOK, sr.Response)
 }
 
-// finish sends the terminal event: response.completed or response.incomplete, or on
-// failure an error event and response.failed.
-func (st *responseStream) finish(resp *openai.Response, err error) {
+// handleResponsesDelete serves DELETE /v1/responses/{id}; a running background response
+// is cancelled first.
+func (s *Server) handleResponsesDelete(c *gin.Context) {
+	id := c.Param("id")
+	if err := s.resp.Delete(id); err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	writeJSON(c.Writer, http.StatusOK, openai.ResponseDeleted{ID: id, Object: "response.deleted", Deleted: true})
+}
+
+// handleResponsesCancel serves POST /v1/responses/{id}/cancel: a background response
+// that has not finished ends as cancelled; a finished one is returned as it is.
+func (s *Server) handleResponsesCancel(c *gin.Context) {
+	sr, err := s.resp.Cancel(c.Param("id"))
 	if err != nil {
-		_, body := classify(err)
-		st.send(openai.ResponseEvent{Type: "error", Code: body.Error.Code, Message: body.Error.Message, Param: body.Error.Param})
-		code := "server_error"
-		if body.Error.Code != nil {
-			code = *body.Error.Code
+		writeError(c.Writer, err)
+		return
+	}
+	writeJSON(c.Writer, http.StatusOK, sr.Response)
+}
+
+// handleResponsesInputItems serves GET /v1/responses/{id}/input_items: the input items
+// of that request, paginated as OpenAI's lists: limit 1..100 (20), order asc or desc
+// (desc), after an item id.
+func (s *Server) handleResponsesInputItems(c *gin.Context) {
+	limit := 20
+	if v, ok := c.GetQuery("limit"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			writeError(c.Writer, openai.InvalidParam("limit", "limit must be an integer between 1 and 100, got %q", v))
+			return
 		}
-		resp.Status, resp.Error = openai.StatusFailed, &openai.ResponseError{Code: code, Message: body.Error.Message}
-		st.send(openai.ResponseEvent{Type: "response.failed", Response: resp})
+		limit = n
+	}
+	order := c.DefaultQuery("order", "desc")
+	if order != "asc" && order != "desc" {
+		writeError(c.Writer, openai.InvalidParam("order", "order must be asc or desc, got %q", order))
 		return
 	}
-	typ := "response.completed"
-	if resp.Status == openai.StatusIncomplete {
-		typ = "response.incomplete"
+	sr, err := s.resp.Get(c.Param("id"))
+	if err != nil {
+		writeError(c.Writer, err)
+		return
 	}
-	st.send(openai.ResponseEvent{Type: typ, Response: resp})
+	var after *string
+	if v, ok := c.GetQuery("after"); ok {
+		after = &v
+	}
+	page, err := sr.InputPage(limit, order, after)
+	if err != nil {
+		writeError(c.Writer, err)
+		return
+	}
+	writeJSON(c.Writer, http.StatusOK, page)
 }

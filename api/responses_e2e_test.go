@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	apiresponses "github.com/conveyor-llm/conveyor/api/responses"
 	"github.com/conveyor-llm/conveyor/api/respstore"
 )
 
@@ -22,7 +23,7 @@ func startResponsesE2E(t *testing.T) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := startE2E(t, func(c *Config) { c.Responses = ResponsesConfig{Store: st} }, nil)
+	e := startE2E(t, func(c *Config) { c.Responses = apiresponses.Config{Store: st} }, nil)
 	t.Cleanup(func() { st.Close() }) // runs after the server's cleanup
 	return e
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	apiopenai "github.com/conveyor-llm/conveyor/api/openai"
+	apiresponses "github.com/conveyor-llm/conveyor/api/responses"
 	"github.com/conveyor-llm/conveyor/api/respstore"
 )
 
@@ -45,7 +46,7 @@ func newRespServer(t *testing.T, dir string) *respServer {
 		r.st = st
 	}
 	r.srv = newTestServer(t, r.eng, func(c *Config) {
-		c.Responses = ResponsesConfig{Store: r.st, Unavailable: "no --data-dir was given"}
+		c.Responses = apiresponses.Config{Store: r.st, Unavailable: "no --data-dir was given"}
 	})
 	hs := httptest.NewServer(r.srv.Handler())
 	r.base = hs.URL
@@ -54,7 +55,7 @@ func newRespServer(t *testing.T, dir string) *respServer {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r.srv.resp.shutdown(ctx)
+		r.srv.resp.Shutdown(ctx)
 		r.eng.wg.Wait()
 		if r.st != nil {
 			r.st.Close()
@@ -480,7 +481,7 @@ func TestResponsesRestart(t *testing.T) {
 
 	r2 := newRespServer(t, dir)
 	got, err := r2.client.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
-	if err != nil || got.Status != "failed" || got.Error.Message != restartFailure {
+	if err != nil || got.Status != "failed" || got.Error.Message != apiresponses.RestartFailure {
 		t.Fatalf("unfinished response after restart: %v %s", err, got.RawJSON())
 	}
 	got, err = r2.client.Responses.Get(ctx, done.ID, responses.ResponseGetParams{})
@@ -505,7 +506,7 @@ func TestResponsesTooLargeToStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	s := newTestServer(t, newFakeEngine(), func(c *Config) { c.Responses = ResponsesConfig{Store: st} })
+	s := newTestServer(t, newFakeEngine(), func(c *Config) { c.Responses = apiresponses.Config{Store: st} })
 	big := strings.Repeat("x", 3000)
 	rec := do(t, s.Handler(), "POST", "/v1/responses", `{"model":"test-model","max_output_tokens":4,"input":"`+big+`"}`)
 	if e := errorObject(t, rec.Body.Bytes()); rec.Code != 400 || e["param"] != "input" || !strings.Contains(e["message"].(string), "too large to store") {
@@ -536,7 +537,7 @@ func TestResponsesStoreDiskFull(t *testing.T) {
 		failed.Add(1)
 		return fmt.Errorf("write responses.db: %w", syscall.ENOSPC)
 	}
-	r.srv.resp.putFault.Store(&full)
+	r.srv.resp.SetPutFault(full)
 	_, err = r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input, MaxOutputTokens: openai.Int(3)})
 	e := apiError(t, err)
 	if e.StatusCode != 500 || !strings.Contains(e.Message, "no space left on device") || strings.Contains(e.Message, "responses.db") {
@@ -572,7 +573,7 @@ func TestResponsesStoreDiskFull(t *testing.T) {
 		return len(r.eng.live) == 0
 	})
 
-	r.srv.resp.putFault.Store(nil)
+	r.srv.resp.SetPutFault(nil)
 	after, err := r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input,
 		MaxOutputTokens: openai.Int(3), PreviousResponseID: openai.String(before.ID)})
 	if err != nil {

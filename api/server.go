@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/conveyor-llm/conveyor/api/openai"
+	"github.com/conveyor-llm/conveyor/api/responses"
 	"github.com/conveyor-llm/conveyor/api/webui"
 )
 
@@ -58,8 +59,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics is the registry /metrics serves; nil means a new one.
 	Metrics *Metrics
-	// Responses configures the state of /v1/responses (responses_state.go).
-	Responses ResponsesConfig
+	// Responses configures the state of /v1/responses (package api/responses).
+	Responses responses.Config
 }
 
 // DefaultConfig returns the defaults used by `conveyor serve`.
@@ -123,7 +124,7 @@ type Server struct {
 	// active counts generation handlers, so a forced shutdown can wait for them to return.
 	active sync.WaitGroup
 	// resp is the /v1/responses state: its store and the background responses running.
-	resp *responsesRuntime
+	resp *responses.Runtime
 
 	mu         sync.Mutex
 	httpSrv    *http.Server
@@ -143,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
-	s.resp = newResponsesRuntime(cfg.Responses, s.log)
+	s.resp = responses.New(cfg.Responses, s.log)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -195,7 +196,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // The caller shuts the engine down afterwards.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	defer s.resp.shutdown(ctx)
+	defer s.resp.Shutdown(ctx)
 	s.mu.Lock()
 	srv, cancel := s.httpSrv, s.cancelBase
 	s.mu.Unlock()

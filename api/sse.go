@@ -3,6 +3,8 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/conveyor-llm/conveyor/api/openai"
 )
 
 // sseWriter writes Server-Sent Events the way OpenAI clients expect: `data: <json>` and a
@@ -81,4 +83,44 @@ func (s *sseWriter) fail(err error) {
 	_, body := classify(err)
 	_ = s.data(body)
 	_ = s.done()
+}
+
+// responseStream writes a streamed response's events as OpenAI does: `event: <type>`
+// and `data: <json>` per event, each with the next sequence_number, and no [DONE].
+type responseStream struct {
+	sse *sseWriter
+	seq int
+}
+
+func (st *responseStream) send(ev openai.ResponseEvent) {
+	ev.SequenceNumber = st.seq
+	st.seq++
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 0, len(b)+len(ev.Type)+16)
+	buf = append(buf, "event: "...)
+	buf = append(buf, ev.Type...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	_ = st.sse.write(buf)
+}
+
+// finish sends the terminal event: response.completed or response.incomplete, or on
+// failure an error event and response.failed.
+func (st *responseStream) finish(resp *openai.Response, err error) {
+	if err != nil {
+		_, body := classify(err)
+		st.send(openai.ResponseEvent{Type: "error", Code: body.Error.Code, Message: body.Error.Message, Param: body.Error.Param})
+		resp.Status, resp.Error = openai.StatusFailed, &openai.ResponseError{Code: errorCode(err), Message: body.Error.Message}
+		st.send(openai.ResponseEvent{Type: "response.failed", Response: resp})
+		return
+	}
+	typ := "response.completed"
+	if resp.Status == openai.StatusIncomplete {
+		typ = "response.incomplete"
+	}
+	st.send(openai.ResponseEvent{Type: typ, Response: resp})
 }

@@ -221,3 +221,10 @@ type ItemList struct {
 	LastID  *string        `json:"last_id"`
 	HasMore bool           `json:"has_more"`
 }
+
+// ResponseDeleted is DELETE /v1/responses/{id}'s answer.
+type ResponseDeleted struct {
+	Deleted bool   `json:"deleted"`
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+}

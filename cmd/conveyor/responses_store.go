@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/responses"
 	"github.com/conveyor-llm/conveyor/api/respstore"
 )
 
@@ -66,18 +66,18 @@ func parseRetention(s string) (maxAge time.Duration, maxRecords int, err error) 
 // opened (no data dir, not writable, locked by another server) is not an error: the
 // server runs without it, says so here, and refuses store:true with a 400 giving the
 // reason. A malformed --responses-retention is an error.
-func (o *serveOptions) openResponseStore(log *slog.Logger, getenv func(string) string) (api.ResponsesConfig, func(), error) {
+func (o *serveOptions) openResponseStore(log *slog.Logger, getenv func(string) string) (responses.Config, func(), error) {
 	maxAge, maxRecords, err := parseRetention(o.responsesRetention)
 	if err != nil {
-		return api.ResponsesConfig{}, func() {}, fmt.Errorf("%s: %w", o.name(), err)
+		return responses.Config{}, func() {}, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	dir := o.dataDir
 	if dir == "auto" {
 		dir = defaultDataDir(getenv)
 	}
-	unavailable := func(reason string) (api.ResponsesConfig, func(), error) {
+	unavailable := func(reason string) (responses.Config, func(), error) {
 		log.Warn("responses: no response store; /v1/responses refuses store:true (send store:false)", "reason", reason)
-		return api.ResponsesConfig{Unavailable: reason}, func() {}, nil
+		return responses.Config{Unavailable: reason}, func() {}, nil
 	}
 	if dir == "" {
 		return unavailable("no --data-dir was given")
@@ -89,7 +89,7 @@ func (o *serveOptions) openResponseStore(log *slog.Logger, getenv func(string) s
 		return unavailable(strings.TrimPrefix(err.Error(), "respstore: "))
 	}
 	log.Info("responses: store open", "path", st.Path(), "max_age", maxAge, "max_records", maxRecords)
-	return api.ResponsesConfig{Store: st}, func() {
+	return responses.Config{Store: st}, func() {
 		if err := st.Close(); err != nil {
 			log.Error("responses: closing the store", "err", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
+	"github.com/conveyor-llm/conveyor/api/responses"
 	"golang.org/x/term"
 )
 
@@ -173,7 +174,7 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 			return err
 		}
 		// A batch's results are its output file: /v1/responses lines keep nothing.
-		acfg.Responses = api.ResponsesConfig{Unavailable: "run-batch keeps no responses", NoStoreByDefault: true}
+		acfg.Responses = responses.Config{Unavailable: "run-batch keeps no responses", NoStoreByDefault: true}
 		ecfg, err := o.model.engineConfig(nil)
 		if err != nil {
 			return err
