@@ -1,7 +1,19 @@
-// Package api is Conveyor's OpenAI-compatible HTTP front end: request parsing and
-// validation, the OpenAI wire types, Server-Sent Events, the one table that maps errors
-// to HTTP statuses, Prometheus metrics, API-key auth and graceful shutdown. gin is used
-// here and nowhere else.
+// Package api is Conveyor's OpenAI-compatible HTTP server: the routes and their handlers,
+// the middleware (request ids and logs, panic recovery, API-key auth, body limits), the one
+// table that maps errors to HTTP statuses, Server-Sent Events, Prometheus metrics, health
+// and graceful shutdown. gin is used here and nowhere else.
+//
+// The HTTP layer is three packages, by job, the way Ollama's server and openai packages
+// and vLLM's entrypoints/openai read. Imports point one way, down:
+//
+//	api             server, routes, handlers, middleware, statuses, SSE, metrics, health
+//	api/responses   the Responses API's state: stored responses, background runs (over api/respstore)
+//	api/openai      the OpenAI wire types and their pure converters (no gin, no I/O)
+//
+// api/openai decodes and validates each endpoint's body into an engine request and turns
+// engine events into response JSON; api/responses keeps what /v1/responses remembers; this
+// package owns everything that touches the connection: reading the body, submitting to the
+// engine, waiting, writing, aborting.
 //
 // # Routes
 //
@@ -9,7 +21,7 @@
 //	POST /v1/chat/completions   messages rendered through the model's chat template
 //	POST /v1/responses          OpenAI's Responses API on the chat path (responses.go);
 //	                            GET, DELETE /v1/responses/{id}, GET .../input_items,
-//	                            POST .../cancel read the store (package api/respstore)
+//	                            POST .../cancel read the store (package api/responses)
 //	GET  /v1/models, /v1/models/{id}
 //	POST /tokenize              {"prompt"} or {"messages"} -> {"tokens","count","max_model_len"}
 //	POST /detokenize            {"tokens"} -> {"prompt"}
@@ -23,38 +35,23 @@
 // "Authorization: Bearer <key>"; /health, /metrics and the page's static files stay open
 // so that probes and scrapers need no secret.
 //
-// # Requests
+// # Handlers
 //
-// Each endpoint's body has a wire struct mirroring the OpenAI schema (completionRequest,
-// chatRequest, tokenizeRequest, detokenizeRequest; the members both generation endpoints
-// share are generationRequest). The body is decoded into it once, member names matched
-// exactly (OpenAI's names are case-sensitive) and unknown members ignored; the union
-// members (prompt, stop, content) have their own types. No member's type fails the
-// decoding: a value of the wrong type is kept, and parseCompletion / parseChat, which
-// read the struct in one fixed order into the engine request, report it as a 400 that
-// names the parameter (`"max_tokens":"ten"` -> param "max_tokens"). null counts as
-// omitted and the OpenAI defaults apply to everything omitted (max_tokens 16,
-// temperature 1, top_p 1, n 1). Ranges are checked before anything reaches the engine; a
-// prompt that leaves no room for one completion token is a 400 stating the context length
-// and the prompt's size. A longer max_tokens is clipped by the engine to the room left.
-// Several prompts become one engine request each (choice index = prompt_index*n + j);
-// best_of > n generates best_of sequences and returns the n with the highest cumulative
-// logprob.
+// Every handler that takes a body opens the same way (openRequest): the model must be
+// loaded and the server not draining (503 otherwise), the body is read once (413 over
+// Config.MaxBodyBytes, 415 compressed) and decoded into the endpoint's wire struct, and
+// the endpoint's parser in package openai validates it into the engine request; any
+// failure is written as the OpenAI error object with its status. A generation handler
+// then checks the model, submits one engine request per prompt (engine.Submit) and hands
+// the events to one loop, runGeneration, which serves both generation endpoints, streamed
+// or not, through the endpoint's openai.Converter. The handlers talk to the engine and the
+// tokenizer through two small interfaces, Engine (Submit, Abort, Stats) and
+// openai.Tokenizer, so handler tests run on fakes.
 //
-// Every OpenAI parameter the server accepts is one it acts on. One it does not implement
-// is a 400 naming it, code unsupported_parameter (functions, audio, prediction,
-// web_search_options, moderation, suffix) or unsupported_value where other values are
-// served (a JSON Schema keyword the structured-output compiler does not implement under
-// strict, modalities with audio, store true, reasoning_effort other than "none",
-// verbosity other than "medium"). response_format json_object and json_schema constrain
-// decoding (package engine/structured); tools, tool_choice and parallel_tool_calls call
-// tools in the model's format (tools.go, package api/toolcall). Members that change
-// nothing in what is generated or returned are accepted: user, safety_identifier,
-// metadata, service_tier, the prompt-cache hints, stream_options.include_obfuscation,
-// empty functions.
-//
-// The handlers talk to the engine and the tokenizer through two small interfaces,
-// Engine (Submit, Abort, Stats) and Tokenizer, so handler tests run on fakes.
+// The events of a request's engine requests arrive merged on one channel: a goroutine per
+// engine request records each event (usage, metrics) and forwards it, and once the handler
+// stops listening only drains it until the engine closes the channel, so no goroutine
+// outlives the engine request it reads.
 //
 // # Streaming
 //
@@ -66,34 +63,24 @@
 // queue (429 with Retry-After), a prompt too long, an engine failure on the first step —
 // is a plain JSON error with its status; after it, an error is sent in-band as
 // `data: {"error":{...}}` followed by [DONE]. Normal chunks never carry an "error" key.
-// With stream_options.include_usage every chunk carries "usage": null and one last
-// chunk has "choices": [] and the usage. A client that goes away cancels the request's
-// context; the handler aborts its engine requests, which free their KV blocks at the
-// next step.
+// A client that goes away cancels the request's context; the handler aborts its engine
+// requests, which free their KV blocks at the next step.
 //
 // /v1/responses streams as OpenAI's Responses API does instead: each event is named
 // (`event: response.output_text.delta`) and numbered (sequence_number), a failure is an
-// error event and response.failed, and no [DONE] follows (responses.go).
-//
-// One loop, runGeneration, serves both endpoints, streamed or not; a converter per
-// endpoint says what an engine event becomes in a stream and what the finished sequences
-// become as one body. The events of a request's engine requests arrive merged on one
-// channel: a goroutine per engine request records each event (usage, metrics) and
-// forwards it, and once the handler stops listening only drains it until the engine
-// closes the channel, so no goroutine outlives the engine request it reads.
+// error event and response.failed, and no [DONE] follows (responseStream).
 //
 // # Errors
 //
-// Requests are decoded here and checked for wire types only: every limit on a value is
-// the engine's (engine.Limits.Check), and an engine.ParamError it returns is reported
-// with the parameter renamed to the endpoint's member (wireError).
-//
 // Every error body is {"error":{"message","type","param","code"}}. statusTable maps
 // errors (errors.Is) to a status: engine.ErrInvalidRequest and engine.ErrPromptTooLong
-// 400, a bad API key 401, an unknown model or route 404, a wrong method 405, a body over
-// Config.MaxBodyBytes 413, a body with a Content-Encoding 415, engine.ErrOverloaded 429,
-// engine.ErrModel and engine.ErrInternal (a recovered panic) 500 (the server keeps serving),
-// engine.ErrClosed and "still loading" 503.
+// 400, openai.ErrUnsupported and openai.ErrUnsupportedValue 400, a bad API key 401,
+// openai.ErrModelNotFound and openai.ErrNotFound (a route, a stored response) 404, a wrong
+// method 405, a body over Config.MaxBodyBytes 413, a body with a Content-Encoding 415,
+// engine.ErrOverloaded 429, engine.ErrModel and engine.ErrInternal (a recovered panic) 500
+// (the server keeps serving), engine.ErrClosed and "still loading" 503. The parameter is
+// the one an openai.ParamError or an engine.ParamError names.
+//
 // A body over the limit is refused from its Content-Length before it is read, or at the
 // limit while it is read (chunked); the 413 carries "Connection: close", and the server
 // then reads and discards up to 64 MiB more of the body, so that a client that writes
@@ -109,8 +96,9 @@
 // Server.Shutdown turns /health to 503, refuses new generation requests, closes the
 // listener and lets in-flight requests finish until its context ends; then it cancels
 // every remaining request (streams get an in-band 503 error, sequences are aborted) and
-// closes the connections. The caller shuts the engine down afterwards. Open connections
-// are capped by Config.MaxConnections (further clients wait in the accept backlog);
+// closes the connections. Background responses get the same deadline (see package
+// api/responses). The caller shuts the engine down afterwards. Open connections are capped
+// by Config.MaxConnections (further clients wait in the accept backlog);
 // ReadHeaderTimeout and IdleTimeout bound slow and idle clients.
 //
 // # Metrics
@@ -124,7 +112,8 @@
 // are read from engine.Stats at scrape time. The handlers record
 // conveyor_request_success_total{finished_reason} and the histograms
 // conveyor_time_to_first_token_seconds, conveyor_inter_token_latency_seconds,
-// conveyor_e2e_request_latency_seconds and conveyor_request_queue_time_seconds;
+// conveyor_e2e_request_latency_seconds and conveyor_request_queue_time_seconds, and the
+// chat converter reports conveyor_tool_calls_rejected_total{reason};
 // Metrics.OnStep, wired to the engine's Config.OnStep, records conveyor_batch_size and
 // conveyor_step_duration_seconds.
 //
@@ -140,7 +129,7 @@
 //	go srv.Serve(ln)              // /health answers 503 while the model loads
 //	eng, _ := engine.New(ecfg, runner, tok) // ecfg.OnStep = srv.Metrics().OnStep
 //	eng.Start(ctx)
-//	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: api.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
+//	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: openai.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
 //	...
 //	srv.Shutdown(drainCtx) // then eng.Shutdown(ctx)
 package api

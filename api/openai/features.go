@@ -103,7 +103,7 @@ func validSchemaName(name string) bool {
 // chatFeatures are the chat members beyond sampling: tools, other modalities, and the
 // hints and bookkeeping of OpenAI's platform.
 type chatFeatures struct {
-	// Tool calling (tools.go: parseTools); the deprecated functions are refused.
+	// Tool calling (toolplan.go: parseTools); the deprecated functions are refused.
 	Tools             opt[[]json.RawMessage] `json:"tools"`
 	ToolChoice        opt[json.RawMessage]   `json:"tool_choice"`
 	Functions         opt[[]json.RawMessage] `json:"functions"`
