@@ -33,6 +33,48 @@ func weatherPlan(t *testing.T, choice string) *toolPlan {
 	return p
 }
 
+// reply is what a client reads of a chat answer's first choice: its content, its tool
+// calls' arguments and its finish reason.
+type reply struct {
+	content string
+	args    []string
+	finish  string
+}
+
+// readReply reads o's answer: from chunks when it streamed, else from its body.
+func readReply(o *chatOutput, stream bool, chunks []any) reply {
+	var r reply
+	if !stream {
+		ch := o.Body(Usage{}).(chatResponse).Choices[0]
+		if ch.Message.Content != nil {
+			r.content = *ch.Message.Content
+		}
+		for _, tc := range ch.Message.ToolCalls {
+			r.args = append(r.args, tc.Function.Arguments)
+		}
+		r.finish = *ch.FinishReason
+		return r
+	}
+	var content strings.Builder
+	for _, c := range chunks {
+		ch := c.(chatResponse).Choices[0]
+		if ch.Delta.Content != nil {
+			content.WriteString(*ch.Delta.Content)
+		}
+		for _, tc := range ch.Delta.ToolCalls {
+			if tc.ID != "" {
+				r.args = append(r.args, "")
+			}
+			r.args[*tc.Index] += tc.Function.Arguments
+		}
+		if ch.FinishReason != nil {
+			r.finish = *ch.FinishReason
+		}
+	}
+	r.content = content.String()
+	return r
+}
+
 // TestParsedCallsAreValidated: a reply's calls come back as tool_calls only when each
 // names an offered tool and its arguments validate against the tool's full parameters
 // schema; otherwise the reply is content with its own finish reason, and the rejection
@@ -61,31 +103,8 @@ func TestParsedCallsAreValidated(t *testing.T) {
 			var out []any
 			out = append(out, o.Add(0, &engine.Event{Text: tc.text[:half]})...)
 			out = append(out, o.Add(0, &engine.Event{Text: tc.text[half:], FinishReason: engine.FinishStop})...)
-			var content strings.Builder
-			var calls int
-			var finish string
-			if mode.stream {
-				for _, c := range out {
-					ch := c.(chatResponse).Choices[0]
-					if ch.Delta.Content != nil {
-						content.WriteString(*ch.Delta.Content)
-					}
-					for _, tcall := range ch.Delta.ToolCalls {
-						if tcall.ID != "" {
-							calls++
-						}
-					}
-					if ch.FinishReason != nil {
-						finish = *ch.FinishReason
-					}
-				}
-			} else {
-				ch := o.Body(Usage{}).(chatResponse).Choices[0]
-				if ch.Message.Content != nil {
-					content.WriteString(*ch.Message.Content)
-				}
-				calls, finish = len(ch.Message.ToolCalls), *ch.FinishReason
-			}
+			r := readReply(o, mode.stream, out)
+			content, calls, finish := r.content, len(r.args), r.finish
 			where := tc.name + " (" + mode.choice + map[bool]string{true: ", streamed)", false: ")"}[mode.stream]
 			if tc.reject == "" {
 				if calls == 0 || finish != "tool_calls" || len(rejected) != 0 {
@@ -93,8 +112,8 @@ func TestParsedCallsAreValidated(t *testing.T) {
 				}
 				continue
 			}
-			if calls != 0 || finish != "stop" || content.String() != tc.text {
-				t.Errorf("%s: %d calls, finish %q, content %q; want the reply as content with finish stop", where, calls, finish, content.String())
+			if calls != 0 || finish != "stop" || content != tc.text {
+				t.Errorf("%s: %d calls, finish %q, content %q; want the reply as content with finish stop", where, calls, finish, content)
 			}
 			if len(rejected) != 1 || rejected[0] != tc.reject {
 				t.Errorf("%s: rejections %v, want one %q", where, rejected, tc.reject)
@@ -133,41 +152,14 @@ func TestCutCallIsNoCall(t *testing.T) {
 			}
 			out = append(out, o.Add(0, ev)...)
 		}
-		var content strings.Builder
-		var args []string
-		var finish string
-		if mode.stream {
-			for _, c := range out {
-				ch := c.(chatResponse).Choices[0]
-				if ch.Delta.Content != nil {
-					content.WriteString(*ch.Delta.Content)
-				}
-				for _, tc := range ch.Delta.ToolCalls {
-					if tc.ID != "" {
-						args = append(args, "")
-					}
-					args[*tc.Index] += tc.Function.Arguments
-				}
-				if ch.FinishReason != nil {
-					finish = *ch.FinishReason
-				}
-			}
-		} else {
-			ch := o.Body(Usage{}).(chatResponse).Choices[0]
-			if ch.Message.Content != nil {
-				content.WriteString(*ch.Message.Content)
-			}
-			for _, tc := range ch.Message.ToolCalls {
-				args = append(args, tc.Function.Arguments)
-			}
-			finish = *ch.FinishReason
-		}
+		r := readReply(o, mode.stream, out)
+		content, args, finish := r.content, r.args, r.finish
 		where := fmt.Sprintf("%s (streamed %v, arguments streamed %v)", mode.choice, mode.stream, mode.streamArgs)
 		sent := mode.stream && mode.streamArgs // the cut call's id, name and first arguments went out
 		if want := 1 + map[bool]int{true: 1}[sent]; finish != "length" || len(args) != want || args[0] != `{"city":"Paris"}` {
 			t.Errorf("%s: finish %q, calls' arguments %q; want length and the first call (and the cut one's deltas: %v)", where, finish, args, sent)
 		}
-		if got := strings.TrimSpace(content.String()); got != strings.TrimSpace(prose) {
+		if got := strings.TrimSpace(content); got != strings.TrimSpace(prose) {
 			t.Errorf("%s: content %q, want %q", where, got, strings.TrimSpace(prose))
 		}
 		if o.accs[0].cutSent != sent {
