@@ -165,6 +165,7 @@ type ResponseError struct {
 	Message string `json:"message"`
 }
 
+// IncompleteDetails says why a response is incomplete ("max_output_tokens").
 type IncompleteDetails struct {
 	Reason string `json:"reason"`
 }
@@ -182,7 +183,7 @@ type ResponseUsage struct {
 	TotalTokens int `json:"total_tokens"`
 }
 
-// Response statuses.
+// Statuses of a Response (and of its items: in_progress, completed, incomplete).
 const (
 	StatusQueued     = "queued"
 	StatusInProgress = "in_progress"
