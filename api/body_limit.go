@@ -38,7 +38,7 @@ const (
 func (s *Server) limitBody(c *gin.Context) {
 	r := c.Request
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		writeError(c.Writer, openai.Errorf(errBodyTooLarge, "request body is larger than %d bytes", s.cfg.MaxBodyBytes))
+		writeError(c.Writer, openai.Errorf(openai.ErrBodyTooLarge, "request body is larger than %d bytes", s.cfg.MaxBodyBytes))
 		c.Abort()
 		if !expectsContinue(r) {
 			s.discardBody(c, r.Body)

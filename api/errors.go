@@ -10,17 +10,6 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// Errors of the HTTP layer itself. Together with the engine's sentinel errors and the
-// converters' (package openai) they are mapped to a status, an OpenAI error type and a
-// code by statusTable, the one place that decides what a failure looks like on the wire.
-var (
-	errMethodNotAllowed = errors.New("method not allowed")
-	errUnauthorized     = errors.New("unauthorized")
-	errBodyTooLarge     = errors.New("request body too large")
-	errContentEncoding  = errors.New("unsupported content encoding")
-	errNotReady         = errors.New("server not ready")
-)
-
 // statusEntry is one row of the error table.
 type statusEntry struct {
 	target error
@@ -29,21 +18,23 @@ type statusEntry struct {
 	code   string
 }
 
-// statusTable maps errors (matched with errors.Is, first match wins) to HTTP statuses.
+// statusTable maps errors (matched with errors.Is, first match wins) to HTTP statuses: the
+// engine's sentinel errors and the kinds of failure package openai names. It is the one
+// place that decides what a failure looks like on the wire.
 var statusTable = []statusEntry{
 	{engine.ErrPromptTooLong, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"},
 	{engine.ErrInvalidRequest, http.StatusBadRequest, "invalid_request_error", "invalid_value"},
 	{openai.ErrUnsupported, http.StatusBadRequest, "invalid_request_error", "unsupported_parameter"},
 	{openai.ErrUnsupportedValue, http.StatusBadRequest, "invalid_request_error", "unsupported_value"},
-	{errUnauthorized, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key"},
+	{openai.ErrUnauthorized, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key"},
 	{openai.ErrModelNotFound, http.StatusNotFound, "invalid_request_error", "model_not_found"},
 	{openai.ErrNotFound, http.StatusNotFound, "invalid_request_error", "not_found"},
-	{errMethodNotAllowed, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed"},
-	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"},
-	{errContentEncoding, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_content_encoding"},
+	{openai.ErrMethodNotAllowed, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed"},
+	{openai.ErrBodyTooLarge, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large"},
+	{openai.ErrContentEncoding, http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_content_encoding"},
 	{engine.ErrOverloaded, http.StatusTooManyRequests, "rate_limit_error", "overloaded"},
 	{engine.ErrClosed, http.StatusServiceUnavailable, "server_error", "unavailable"},
-	{errNotReady, http.StatusServiceUnavailable, "server_error", "unavailable"},
+	{openai.ErrNotReady, http.StatusServiceUnavailable, "server_error", "unavailable"},
 	{engine.ErrModel, http.StatusInternalServerError, "server_error", "model_error"},
 	{engine.ErrInternal, http.StatusInternalServerError, "server_error", "internal_error"},
 }

@@ -98,7 +98,7 @@ func (s *Server) requireKey(c *gin.Context) {
 		if auth != "" {
 			msg = "incorrect API key provided"
 		}
-		writeError(c.Writer, openai.Errorf(errUnauthorized, "%s", msg))
+		writeError(c.Writer, openai.Errorf(openai.ErrUnauthorized, "%s", msg))
 		c.Abort()
 		return
 	}

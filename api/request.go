@@ -36,13 +36,13 @@ func openRequest[W, R any](s *Server, c *gin.Context, parse func(w *W, m *openai
 func readBody(r *http.Request, dst any) error {
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
 		// RFC 9110 section 8.4.1: a server refuses an encoding it does not decode with 415.
-		return openai.Errorf(errContentEncoding, "Content-Encoding %q is not supported; send the JSON body uncompressed", enc)
+		return openai.Errorf(openai.ErrContentEncoding, "Content-Encoding %q is not supported; send the JSON body uncompressed", enc)
 	}
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return openai.Errorf(errBodyTooLarge, "request body is larger than %d bytes", mbe.Limit)
+			return openai.Errorf(openai.ErrBodyTooLarge, "request body is larger than %d bytes", mbe.Limit)
 		}
 		return openai.InvalidParam("", "could not read the request body: %v", err)
 	}

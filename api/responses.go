@@ -129,9 +129,6 @@ func (s *Server) startBackground(c *gin.Context, b *Backend, req *openai.ParsedR
 			go j.drain()
 		}
 		cancel()
-		if errors.Is(err, responses.ErrClosed) {
-			err = fmt.Errorf("the server is shutting down: %w", errNotReady)
-		}
 		writeError(c.Writer, err)
 		return
 	}
@@ -205,11 +202,16 @@ func (s *Server) handleResponsesGet(c *gin.Context) {
 		return
 	}
 	sr, err := s.resp.Get(c.Param("id"))
+	writeStored(c.Writer, sr, err)
+}
+
+// writeStored writes the stored response sr, or err.
+func writeStored(w http.ResponseWriter, sr *responses.Stored, err error) {
 	if err != nil {
-		writeError(c.Writer, err)
+		writeError(w, err)
 		return
 	}
-	writeJSON(c.Writer, http.StatusOK, sr.Response)
+	writeJSON(w, http.StatusOK, sr.Response)
 }
 
 // handleResponsesDelete serves DELETE /v1/responses/{id}; a running background response
@@ -227,11 +229,7 @@ func (s *Server) handleResponsesDelete(c *gin.Context) {
 // that has not finished ends as cancelled; a finished one is returned as it is.
 func (s *Server) handleResponsesCancel(c *gin.Context) {
 	sr, err := s.resp.Cancel(c.Param("id"))
-	if err != nil {
-		writeError(c.Writer, err)
-		return
-	}
-	writeJSON(c.Writer, http.StatusOK, sr.Response)
+	writeStored(c.Writer, sr, err)
 }
 
 // handleResponsesInputItems serves GET /v1/responses/{id}/input_items: the input items

@@ -231,11 +231,11 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // ready returns the backend, or an error for 503 while loading or draining.
 func (s *Server) ready() (*Backend, error) {
 	if s.draining.Load() {
-		return nil, fmt.Errorf("the server is shutting down: %w", errNotReady)
+		return nil, fmt.Errorf("the server is shutting down: %w", openai.ErrNotReady)
 	}
 	b := s.backend.Load()
 	if b == nil {
-		return nil, fmt.Errorf("the model is still loading: %w", errNotReady)
+		return nil, fmt.Errorf("the model is still loading: %w", openai.ErrNotReady)
 	}
 	return b, nil
 }
@@ -279,7 +279,7 @@ func (s *Server) routes() http.Handler {
 		writeError(c.Writer, openai.Errorf(openai.ErrNotFound, "no route for %s %s", c.Request.Method, c.Request.URL.Path))
 	})
 	r.NoMethod(func(c *gin.Context) {
-		writeError(c.Writer, openai.Errorf(errMethodNotAllowed, "method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
+		writeError(c.Writer, openai.Errorf(openai.ErrMethodNotAllowed, "method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
 	})
 	return r
 }

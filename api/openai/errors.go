@@ -7,9 +7,10 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// Kinds of failure the converters report besides the engine's sentinel errors; the HTTP
-// layer's one table (api's statusTable) maps each to a status, an OpenAI error type and a
-// code.
+// The kinds of failure the OpenAI error object reports besides the engine's sentinel
+// errors: what the converters find wrong with a request, and what the server refuses
+// before or around them. The HTTP layer's one table (api's statusTable) maps each to a
+// status, an OpenAI error type and a code.
 var (
 	// ErrUnsupported is a parameter the server understands but does not implement.
 	ErrUnsupported = errors.New("unsupported parameter")
@@ -20,6 +21,17 @@ var (
 	ErrModelNotFound = errors.New("model not found")
 	// ErrNotFound is anything else that does not exist: a route, a stored response.
 	ErrNotFound = errors.New("not found")
+	// ErrMethodNotAllowed is a route asked for with a method it does not answer.
+	ErrMethodNotAllowed = errors.New("method not allowed")
+	// ErrUnauthorized is a missing or wrong API key.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrBodyTooLarge is a request body over the server's limit.
+	ErrBodyTooLarge = errors.New("request body too large")
+	// ErrContentEncoding is a compressed request body.
+	ErrContentEncoding = errors.New("unsupported content encoding")
+	// ErrNotReady is a server that cannot serve yet or any more: its model is loading, or
+	// it is shutting down.
+	ErrNotReady = errors.New("server not ready")
 )
 
 // kindError carries a message and a kind to classify.

@@ -27,7 +27,7 @@
 // starting request's, without its cancellation, since the response outlives the request
 // — and the runtime holds only the function that cancels it. Shutdown lets running
 // responses finish until its context ends, then cancels them (they are stored as failed)
-// and waits; no response starts once it has begun (ErrClosed). A response the store
+// and waits; no response starts once it has begun (openai.ErrNotReady). A response the store
 // holds as queued or in progress when New opens it was left so by a process that ended
 // before it finished: it is stored as failed (RestartFailure).
 //

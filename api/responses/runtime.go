@@ -36,9 +36,6 @@ type Stored struct {
 	Context []openai.ResponseItem `json:"context,omitempty"`
 }
 
-// ErrClosed is Start's refusal once Shutdown has begun.
-var ErrClosed = errors.New("responses: shutting down")
-
 // Runtime is the server's /v1/responses state: the store and the background responses
 // running in this process.
 type Runtime struct {
@@ -261,7 +258,7 @@ func (rt *Runtime) cancelRun(id string) bool {
 // deadline), filling sr.Response in — its output, status and, on failure, error. The
 // response is stored as in progress when it starts and again when it ends, as generate
 // left it or as cancelled. Start returns the queued response to answer with, or what
-// kept it from starting: the store's error, or ErrClosed once Shutdown has begun (then
+// kept it from starting: the store's error, or openai.ErrNotReady once Shutdown has begun (then
 // nothing stays stored). The caller owns cancel until Start succeeds.
 func (rt *Runtime) Start(sr *Stored, cancel context.CancelFunc, generate func()) (openai.Response, error) {
 	sr.Response.Status = openai.StatusQueued
@@ -273,7 +270,7 @@ func (rt *Runtime) Start(sr *Stored, cancel context.CancelFunc, generate func())
 	if rt.closing {
 		rt.mu.Unlock()
 		_ = rt.cfg.Store.Delete(sr.Response.ID)
-		return openai.Response{}, ErrClosed
+		return openai.Response{}, fmt.Errorf("the server is shutting down: %w", openai.ErrNotReady)
 	}
 	rt.running[sr.Response.ID] = r
 	rt.wg.Add(1) // under mu, so that Shutdown's Wait never races an Add

@@ -77,7 +77,7 @@ func TestBackgroundLifecycle(t *testing.T) {
 	}
 	_, cancelC := context.WithCancel(context.Background())
 	defer cancelC()
-	if _, err := rt.Start(stored("resp_c"), cancelC, func() { t.Error("ran after Shutdown") }); !errors.Is(err, ErrClosed) {
+	if _, err := rt.Start(stored("resp_c"), cancelC, func() { t.Error("ran after Shutdown") }); !errors.Is(err, openai.ErrNotReady) {
 		t.Fatalf("start after shutdown: %v", err)
 	}
 	if _, err := rt.Get("resp_c"); !errors.Is(err, openai.ErrNotFound) {
