@@ -159,6 +159,7 @@ func TestResponsesErrors(t *testing.T) {
 		{`{"model":"test-model","store":false,"input":"x","top_logprobs":3}`, "top_logprobs", "unsupported_value"},
 		{`{"model":"test-model","store":false,"input":"x","truncation":"auto"}`, "truncation", "unsupported_value"},
 		{`{"model":"test-model","store":false,"input":"x","conversation":"conv_1"}`, "conversation", "unsupported_parameter"},
+		{`{"model":"test-model","store":false,"input":"x","prompt_cache_retention":"forever"}`, "prompt_cache_retention", "invalid_value"},
 		{`{"model":"test-model","store":false,"input":"x","background":true}`, "background", "invalid_value"},
 		{`{"model":"test-model","store":false,"input":"x","stream_options":{}}`, "stream_options", "invalid_value"},
 	}
