@@ -393,6 +393,9 @@ func TestResponsesInputItemsPages(t *testing.T) {
 	if rec := do(t, r.srv.Handler(), "GET", "/v1/responses/"+id+"/input_items?limit=0", ""); rec.Code != 400 {
 		t.Fatalf("limit=0: %d", rec.Code)
 	}
+	if rec := do(t, r.srv.Handler(), "GET", "/v1/responses/"+id+"/input_items?after=", ""); rec.Code != 400 || !strings.Contains(rec.Body.String(), `"param":"after"`) {
+		t.Fatalf("an empty after: %d %s", rec.Code, rec.Body)
+	}
 }
 
 func TestResponsesBackgroundCancel(t *testing.T) {
