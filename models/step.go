@@ -74,6 +74,9 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		return nil, fmt.Errorf("%w: %s's step graph is float32 for the CPU: rebuild it with `conveyor build-model --dtype float16` "+
 			"(or bfloat16) to serve it on %s", ErrModelDir, dir, dev.Name())
 	}
+	if kv := opts.KVCacheDType; kv != "" && kv != KVCacheAuto && kv != man.DType {
+		return nil, fmt.Errorf("%w: --kv-cache-dtype %s: the step graph's cache is its own type, %s (leave it auto)", ErrModelDir, kv, man.DType)
+	}
 	if man.Quantization == "int8" {
 		// Every product runs on Int8Linear's own threads: ONNX Runtime's pool must not spin
 		// beside them (as the paged segments of int8 builds, pagedOpenOptions).

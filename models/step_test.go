@@ -86,6 +86,10 @@ func TestOpenDevices(t *testing.T) {
 			t.Errorf("device %q attention %q: opened %s on %s, want %s", tc.device, tc.attention, m.Attention(), m.Device(), tc.want)
 		}
 	}
+	if _, err := Open(cpuDir, RunnerOptions{ORTLib: lib, Attention: AttentionGraph, KVCacheDType: "float16"}); err == nil ||
+		!strings.Contains(err.Error(), "the step graph's cache is its own type, float32") {
+		t.Errorf("a float16 cache for a float32 step graph: %v", err)
+	}
 	if _, err := open(gpuDir, DeviceCUDA, ""); !errors.Is(err, cvort.ErrNoDevice) {
 		t.Errorf("cuda without the provider: %v, want ErrNoDevice", err)
 	}
