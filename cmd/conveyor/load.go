@@ -53,7 +53,11 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	start := time.Now()
 	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
 	// default, the user's cache directory).
-	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), convert.Options{Quantize: quant})
+	opts := convert.Options{Quantize: quant}
+	if o.runner.Device == models.DeviceCUDA {
+		opts.StepDType = convert.Float16 // the GPU runs a 16-bit step graph
+	}
+	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), opts)
 	if err != nil {
 		return nil, err
 	}

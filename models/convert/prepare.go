@@ -81,8 +81,9 @@ func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err e
 
 // builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
 // paged/ was written; 4: int8 segments through Int8Linear, weights packed; 5: the
-// manifest's own_threads) is built anew rather than served as it was.
-const builtLayout = 5
+// manifest's own_threads; 6: step/, and dense int8 weights as uint8) is built anew rather
+// than served as it was.
+const builtLayout = 6
 
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.
@@ -96,6 +97,9 @@ func checkpointKey(dir string, o Options) (string, error) {
 	fmt.Fprintf(h, "layout %d\x00", builtLayout)
 	if o.Quantize.Bits != 0 {
 		fmt.Fprintf(h, "quantize %s/%d/%d\x00", o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel)
+	}
+	if o.StepDType != Float32 {
+		fmt.Fprintf(h, "step %s\x00", o.StepDType)
 	}
 	if _, err := io.Copy(h, cfg); err != nil {
 		return "", fmt.Errorf("models: %w", err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 // gpt2Dir is an ONNX model directory exported by Optimum.
@@ -47,6 +48,15 @@ func TestPrepare(t *testing.T) {
 	again, built, err := Prepare(hf, cache)
 	if err != nil || again != out || built {
 		t.Fatalf("second Prepare = %q, %v, %v; want %q reused", again, built, err, out)
+	}
+
+	// A build for the GPU (a float16 step graph) is cached apart.
+	half, built, err := PrepareWith(hf, cache, Options{StepDType: Float16})
+	if err != nil || half == out || !built {
+		t.Fatalf("PrepareWith(float16 step graph) = %q, %v, %v", half, built, err)
+	}
+	if man, err := modeldir.LoadStep(half); err != nil || man.DType != "float16" {
+		t.Fatalf("the GPU build's step graph: %+v, %v", man, err)
 	}
 
 	// A quantized build is cached apart, and records its quantization; asking a built
