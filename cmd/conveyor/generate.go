@@ -48,7 +48,7 @@ func runGenerate(args []string) error {
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	deviceFlags(fs, &o.device, &o.cudaProvider)
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
-	fs.StringVar(&o.attention, "attention", "", "attention path: paged or dense (default paged when the model has it)")
+	fs.StringVar(&o.attention, "attention", "", attentionHelp)
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor generate --model DIR --prompt TEXT [flags]\n\nflags:")
@@ -71,8 +71,8 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("generate: --temperature %v must be >= 0", o.temperature)
 	case o.threads < 0:
 		return fmt.Errorf("generate: --threads %d must be >= 0", o.threads)
-	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense:
-		return fmt.Errorf("generate: --attention %q: want paged or dense", o.attention)
+	case checkAttention(o.attention) != nil:
+		return fmt.Errorf("generate: %w", checkAttention(o.attention))
 	case checkDevice(o.device) != nil:
 		return fmt.Errorf("generate: %w", checkDevice(o.device))
 	case !promptSet:

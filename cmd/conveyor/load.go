@@ -101,6 +101,17 @@ func deviceFlags(fs *flag.FlagSet, device, cudaProvider *string) {
 	fs.StringVar(cudaProvider, "cuda-provider", "", "ONNX Runtime's CUDA provider library (default $"+cvort.CUDAProviderEnv+" or "+cvort.DefaultCUDAProvider+")")
 }
 
+// attentionHelp describes --attention for every command that takes it.
+const attentionHelp = "attention path: paged (per-layer segments with Conveyor's attention kernel between them, KV blocks read and written in place; graphs Conveyor builds), graph (the whole model as one step graph with PagedAttention; the GPU's path, and on CPUs Conveyor's own PagedAttention) or dense (the Optimum interface, any ONNX decoder); default: graph on a GPU, else paged when the model has it"
+
+// checkAttention checks an --attention value (the rule is RunnerOptions.Validate's).
+func checkAttention(attention string) error {
+	if (models.RunnerOptions{Attention: attention}).Validate() != nil {
+		return fmt.Errorf("--attention %q: want %s, %s or %s", attention, models.AttentionPaged, models.AttentionDense, models.AttentionGraph)
+	}
+	return nil
+}
+
 // checkDevice checks a --device value (the rule is RunnerOptions.Validate's).
 func checkDevice(device string) error {
 	if (models.RunnerOptions{Device: device}).Validate() != nil {

@@ -28,7 +28,7 @@ func runPerplexity(args []string) error {
 	context := fs.Int("context", 256, "window length: consecutive non-overlapping windows of context+1 tokens, each predicting its last context tokens")
 	chunk := fs.Int("chunk", 64, "feed each window in prompt chunks of this many tokens (later chunks read the earlier ones from the KV cache); 0 = whole windows")
 	maxWindows := fs.Int("max-windows", 0, "stop after this many windows; 0 = the whole file")
-	attention := fs.String("attention", "", "attention path: paged or dense (default paged when the model has it)")
+	attention := fs.String("attention", "", attentionHelp)
 	kvDType := fs.String("kv-cache-dtype", "", "KV cache element type: float32 or float16 (paged attention)")
 	quantize := fs.String("quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
 	ortLib := fs.String("ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")

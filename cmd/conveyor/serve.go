@@ -187,7 +187,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", models.KVCacheAuto, "KV cache element type: float32, float16 (half the memory per token: twice the blocks in the same --kv-cache-memory, half the bytes each step reads; paged attention only) or auto (float16 on the paged path, the graph's own type on the dense path)")
 	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "tool-call format for chat requests with tools: hermes, llama3_json, mistral or generic; default chosen from the chat template")
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 (per-channel) or int4 (block-quantized) linear layers; a built directory is served as it was built")
-	fs.StringVar(&o.attention, "attention", "", "attention path: paged (per-layer segments with Conveyor's attention kernel between them, KV blocks read and written in place; graphs Conveyor builds), graph (the whole model as one step graph with PagedAttention; the GPU's path, and on CPUs Conveyor's own PagedAttention) or dense (the Optimum interface, any ONNX decoder); default: graph on a GPU, else paged when the model has it")
+	fs.StringVar(&o.attention, "attention", "", attentionHelp)
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&o.genConfig, "generation-config", "none", "sampling defaults for fields a request leaves out: none (OpenAI's: temperature 1, top_p 1) or auto (the model's generation_config.json, as vLLM)")
@@ -263,8 +263,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("%s: --port %d is not a TCP port", o.name(), o.port)
 	case o.threads < 0:
 		return fmt.Errorf("%s: --threads %d must be >= 0", o.name(), o.threads)
-	case o.attention != "" && o.attention != models.AttentionPaged && o.attention != models.AttentionDense && o.attention != models.AttentionGraph:
-		return fmt.Errorf("%s: --attention %q: want paged, dense or graph", o.name(), o.attention)
+	case checkAttention(o.attention) != nil:
+		return fmt.Errorf("%s: %w", o.name(), checkAttention(o.attention))
 	case o.kvCacheDType != "" && o.kvCacheDType != models.KVCacheAuto && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":
 		return fmt.Errorf("%s: --kv-cache-dtype %q: want float32, float16 or auto", o.name(), o.kvCacheDType)
 	}
