@@ -140,6 +140,9 @@ func (r *StepRunner) Attention() string { return AttentionGraph }
 // Device names the device the graph runs on ("cpu", "cuda:0 (...)").
 func (r *StepRunner) Device() string { return r.dev.Name() }
 
+// DeviceMemory returns the GPU's free and total memory in bytes (an error on a CPU).
+func (r *StepRunner) DeviceMemory() (free, total int64, err error) { return r.dev.Memory() }
+
 // Close releases the session and the cache tensors.
 func (r *StepRunner) Close() error {
 	r.mu.Lock()

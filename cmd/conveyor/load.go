@@ -104,6 +104,33 @@ func deviceFlags(fs *flag.FlagSet, device, cudaProvider *string) {
 // attentionHelp describes --attention for every command that takes it.
 const attentionHelp = "attention path: paged (per-layer segments with Conveyor's attention kernel between them, KV blocks read and written in place; graphs Conveyor builds), graph (the whole model as one step graph with PagedAttention; the GPU's path, and on CPUs Conveyor's own PagedAttention) or dense (the Optimum interface, any ONNX decoder); default: graph on a GPU, else paged when the model has it"
 
+// activationReserveBytes is what gpuKVBudget leaves, beyond the model's weights, for a
+// step's activations and ONNX Runtime's workspace: 1 GiB, or 5% of the GPU if more.
+func activationReserveBytes(total int64) int64 { return max(1<<30, total/20) }
+
+// gpuKVBudget returns the KV-cache bytes that bring the process to util of its GPU's
+// memory, the model's weights already loaded: util·total − what is in use now (every
+// process's) − the activations' reserve. A model not on a GPU, or a fraction too small to
+// hold anything, is an error that says so.
+func gpuKVBudget(m models.Model, util float64) (int64, error) {
+	dm, ok := m.(interface {
+		DeviceMemory() (free, total int64, err error)
+	})
+	if !ok || !m.Spec().KVOnDevice {
+		return 0, fmt.Errorf("--gpu-memory-utilization sizes a cache in GPU memory, and the model runs on %s (--device cuda)", m.Device())
+	}
+	free, total, err := dm.DeviceMemory()
+	if err != nil {
+		return 0, err
+	}
+	kv := int64(util*float64(total)) - (total - free) - activationReserveBytes(total)
+	if kv <= 0 {
+		return 0, fmt.Errorf("--gpu-memory-utilization %v leaves no room for a KV cache: %s of %s in use with the weights loaded, %s kept for activations",
+			util, humanBytes(total-free), humanBytes(total), humanBytes(activationReserveBytes(total)))
+	}
+	return kv, nil
+}
+
 // checkAttention checks an --attention value (the rule is RunnerOptions.Validate's).
 func checkAttention(attention string) error {
 	if (models.RunnerOptions{Attention: attention}).Validate() != nil {
@@ -150,6 +177,15 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	runner, tok, dir := l.model, l.tok, l.dir
+	if o.gpuMemUtil > 0 {
+		kv, err := gpuKVBudget(runner, o.gpuMemUtil)
+		if err != nil {
+			runner.Close()
+			return nil, fmt.Errorf("%s: %w", o.name(), err)
+		}
+		ecfg.KVCacheBytes = kv
+		log.Info("KV cache sized from GPU memory", "gpu_memory_utilization", o.gpuMemUtil, "kv_cache_bytes", kv)
+	}
 	if !runner.Spec().KVOnDevice && o.mayServeOnGPU() { // auto chose the CPU: the cache is host memory
 		if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {
 			runner.Close()

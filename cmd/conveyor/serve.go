@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -49,6 +50,7 @@ type serveOptions struct {
 	maxNumSeqs      int
 	maxBatchedToks  int
 	kvCacheBytes    byteSize
+	gpuMemUtil      float64 // --gpu-memory-utilization; 0: --kv-cache-memory sizes the cache
 	blockSizeTokens int
 	maxBatchSize    int
 	maxBatchDelay   time.Duration
@@ -174,6 +176,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", ec.MaxNumSeqs, "sequences in one forward pass at most")
 	fs.IntVar(&o.maxBatchedToks, "max-num-batched-tokens", ec.MaxNumBatchedTokens, "tokens fed to the model in one step at most (long prompts are prefilled in chunks)")
 	fs.Var(&o.kvCacheBytes, "kv-cache-memory", "KV-cache memory budget in bytes; suffixes KiB/MiB/GiB (1024) or KB/MB/GB (1000)")
+	fs.Float64Var(&o.gpuMemUtil, "gpu-memory-utilization", 0, "on a GPU, size the KV cache so that the process uses this fraction of the GPU's memory (vLLM's flag; 0.9 leaves a tenth to others), instead of --kv-cache-memory; 0 = off")
 	fs.StringVar(&o.targetStepTime, "target-step-time", "auto", "bound on a step's time while sequences decode (prompt chunks are sized from measured step times): auto (3× the decode rows' own time, at least 20ms), off, or a duration such as 50ms; --max-num-batched-tokens stays the upper bound")
 	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
@@ -263,6 +266,10 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("%s: --port %d is not a TCP port", o.name(), o.port)
 	case o.threads < 0:
 		return fmt.Errorf("%s: --threads %d must be >= 0", o.name(), o.threads)
+	case o.gpuMemUtil < 0 || o.gpuMemUtil > 1 || math.IsNaN(o.gpuMemUtil):
+		return fmt.Errorf("%s: --gpu-memory-utilization %v: want a fraction in (0, 1], or 0 for --kv-cache-memory", o.name(), o.gpuMemUtil)
+	case o.gpuMemUtil > 0 && o.device == models.DeviceCPU:
+		return fmt.Errorf("%s: --gpu-memory-utilization sizes a cache in GPU memory: not with --device cpu", o.name())
 	case checkAttention(o.attention) != nil:
 		return fmt.Errorf("%s: %w", o.name(), checkAttention(o.attention))
 	case o.kvCacheDType != "" && o.kvCacheDType != models.KVCacheAuto && o.kvCacheDType != "float32" && o.kvCacheDType != "float16":

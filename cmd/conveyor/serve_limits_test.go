@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conveyor-llm/conveyor/models"
 )
 
 // TestServeHTTPLimitFlags: the header cap and the connection timeouts reach api.Config.
@@ -81,4 +83,47 @@ func TestKVCacheMemoryOverAvailableRefused(t *testing.T) {
 	if _, err := parseServeFlags([]string{"--kv-cache-memory", "4GiB", "--device", "cuda"}, env(nil), io.Discard); err != nil {
 		t.Fatalf("serve --device cuda --kv-cache-memory 4GiB with 2GiB of host memory available: %v", err)
 	}
+}
+
+// TestGPUMemoryUtilization: the fraction is checked, refused on the CPU, and turned into
+// a KV budget from the GPU's figures with the weights loaded.
+func TestGPUMemoryUtilization(t *testing.T) {
+	for _, args := range [][]string{
+		{"--gpu-memory-utilization", "1.5"}, {"--gpu-memory-utilization", "-0.1"},
+		{"--gpu-memory-utilization", "0.9", "--device", "cpu"},
+	} {
+		if _, err := parseServeFlags(args, env(nil), io.Discard); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: %v, want a one-line error", args, err)
+		}
+	}
+	if _, err := parseServeFlags([]string{"--gpu-memory-utilization", "0.9", "--device", "cuda"}, env(nil), io.Discard); err != nil {
+		t.Errorf("--gpu-memory-utilization 0.9 --device cuda: %v", err)
+	}
+
+	const gib = int64(1) << 30
+	gpu := &fakeGPUModel{free: 78 * gib, total: 80 * gib} // 2 GiB of weights loaded
+	kv, err := gpuKVBudget(gpu, 0.9)
+	if want := int64(0.9*float64(80*gib)) - 2*gib - 4*gib; err != nil || kv != want {
+		t.Errorf("budget at 0.9 of 80 GiB with 2 GiB used: %d, %v; want %d (4 GiB kept for activations)", kv, err, want)
+	}
+	if _, err := gpuKVBudget(gpu, 0.05); err == nil || !strings.Contains(err.Error(), "leaves no room") {
+		t.Errorf("a fraction below what is in use: %v", err)
+	}
+	gpu.onHost = true
+	if _, err := gpuKVBudget(gpu, 0.9); err == nil || !strings.Contains(err.Error(), "--device cuda") {
+		t.Errorf("a model on the CPU: %v", err)
+	}
+}
+
+// fakeGPUModel reports GPU memory figures; nothing else of it is used.
+type fakeGPUModel struct {
+	models.Model
+	free, total int64
+	onHost      bool
+}
+
+func (m *fakeGPUModel) Spec() models.Spec { return models.Spec{KVOnDevice: !m.onHost} }
+func (m *fakeGPUModel) Device() string    { return "cuda:0 (test)" }
+func (m *fakeGPUModel) DeviceMemory() (free, total int64, err error) {
+	return m.free, m.total, nil
 }

@@ -40,8 +40,9 @@ var ErrNoDevice = errors.New("ort: device unavailable")
 // Device is where a session runs and where device tensors live: the host (CPU) or one
 // device of an execution provider (an OrtEpDevice of the process's environment).
 type Device struct {
-	ep   *C.OrtEpDevice // nil for the CPU
-	name string
+	ep     *C.OrtEpDevice // nil for the CPU
+	name   string
+	cudaID int // the CUDA runtime's device number
 }
 
 var cpuDevice = &Device{name: "cpu"}
@@ -85,7 +86,12 @@ func OpenCUDA(providerLib string, deviceID int) (*Device, error) {
 	if err := registerCUDA(path); err != nil {
 		return nil, err
 	}
-	return findDevice(cudaEP, "cuda", deviceID)
+	d, err := findDevice(cudaEP, "cuda", deviceID)
+	if err != nil {
+		return nil, err
+	}
+	d.cudaID = deviceID
+	return d, nil
 }
 
 // registerCUDA registers the provider library at path under "cuda", unless it is.

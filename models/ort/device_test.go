@@ -155,3 +155,9 @@ func TestOpenCUDA(t *testing.T) {
 	}
 	t.Logf("device %s", d.Name())
 }
+
+func TestHostHasNoDeviceMemory(t *testing.T) {
+	if _, _, err := CPU().Memory(); err == nil {
+		t.Fatal("CPU().Memory() answered")
+	}
+}
