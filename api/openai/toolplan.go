@@ -36,8 +36,8 @@ type toolPlan struct {
 	streamArgs bool
 }
 
-// maxParallelCalls bounds the calls of one reply under a required or named choice with
-// parallel_tool_calls.
+// maxParallelCalls bounds the calls of one reply under tool_choice required (or auto,
+// once a call opens) with parallel_tool_calls.
 const maxParallelCalls = 4
 
 // wireTool is one element of tools.
@@ -256,10 +256,12 @@ func (p *toolPlan) reply(text string, cut bool) (rc replyCalls, reason string) {
 	return replyCalls{content: content, calls: out, cut: at >= 0}, ""
 }
 
-// constraint returns the constraint of the calls: one to maxParallelCalls calls (one
-// without parallel_tool_calls) in the model's format, each to a listed tool (the named
-// one) with arguments that validate against its parameters. With auto it is applied
-// lazily, from the format's trigger on (nil when the format has none).
+// constraint returns the constraint of the calls in the model's format, each to a listed
+// tool with arguments that validate against its parameters: under a named tool_choice
+// exactly one call of the named function, whatever parallel_tool_calls says (as OpenAI
+// documents a named choice and vLLM builds it), the grammar ending the reply after it;
+// otherwise one to maxParallelCalls calls (one without parallel_tool_calls). With auto
+// it is applied lazily, from the format's trigger on (nil when the format has none).
 func (p *toolPlan) constraint(m *Model, parallel bool) (*structured.Constraint, error) {
 	if p.choice == "auto" && (p.format.Trigger.Text == "" || m.Formats == nil) {
 		return nil, nil
@@ -272,7 +274,7 @@ func (p *toolPlan) constraint(m *Model, parallel bool) (*structured.Constraint, 
 		return nil, InvalidParam("tool_choice", "%v", err)
 	}
 	most := 1
-	if parallel {
+	if parallel && p.choice != "named" {
 		most = maxParallelCalls
 	}
 	con, err := m.Formats.Wrapped(p.format.Prefix, schema, p.format.Suffix, p.format.Sep, 1, most, false)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/engine/structured"
 )
 
 // weatherPlan offers one tool whose parameters carry a keyword decoding does not
@@ -250,6 +251,46 @@ func TestCallArgumentsStream(t *testing.T) {
 		}
 		if tc.format.Name == "mistral" && len(names) != 2 {
 			t.Errorf("%s: %d calls streamed, want 2", where, len(names))
+		}
+	}
+}
+
+// TestNamedChoiceIsOneCall: under a named tool_choice the calls' grammar takes exactly one
+// call of the named function and then only the end of the reply, in every format and
+// whatever parallel_tool_calls says; under required with parallel_tool_calls a second
+// call may follow the first.
+func TestNamedChoiceIsOneCall(t *testing.T) {
+	const eos = 256
+	vocab := structured.NewVocabulary(eos+1, func(id int32) []byte { return []byte{byte(id)} }, func(int32) bool { return false }, []int32{eos})
+	m := &Model{Formats: structured.NewCache(vocab, 16)}
+	for _, f := range []toolcall.Format{toolcall.Hermes, toolcall.Generic, toolcall.Llama3JSON, toolcall.Mistral} {
+		call := f.Prefix + `{"name":"get_weather","` + f.ArgsKey + `":{"city":"Paris"}}` + f.Suffix
+		for _, tc := range []struct {
+			choice      string
+			parallel    bool
+			secondAfter bool // a second call may follow the first
+		}{{"named", true, false}, {"named", false, false}, {"required", true, true}, {"required", false, false}} {
+			where := fmt.Sprintf("%s, %s, parallel_tool_calls %v", f.Name, tc.choice, tc.parallel)
+			p := weatherPlan(t, tc.choice)
+			p.format = f
+			con, err := p.constraint(m, tc.parallel)
+			if err != nil || con == nil {
+				t.Fatalf("%s: constraint %v, %v", where, con, err)
+			}
+			mt := con.NewMatcher()
+			if !mt.AcceptBytes([]byte(call)) || !mt.Complete() {
+				t.Fatalf("%s: the grammar does not take one whole call %q", where, call)
+			}
+			mask := mt.Mask()
+			if !structured.Allowed(mask, eos) {
+				t.Errorf("%s: the reply cannot end after one call", where)
+			}
+			if n := structured.Count(mask); !tc.secondAfter && n != 1 {
+				t.Errorf("%s: %d tokens allowed after the call; want only the end of the reply", where, n)
+			}
+			if got := mt.AcceptBytes([]byte(f.Sep + call)); got != tc.secondAfter {
+				t.Errorf("%s: a second call accepted: %v, want %v", where, got, tc.secondAfter)
+			}
 		}
 	}
 }
