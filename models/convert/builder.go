@@ -288,13 +288,14 @@ func scaleEmbeddings(b *graphBuilder, m *modelPlan, x string) string {
 	return b.op("Mul", []string{x, b.constFloat32(nil, m.arch.embedScale)})
 }
 
-// rmsNorm appends x * 1/sqrt(mean(x^2) + eps) * weight over the last axis, in the node
-// pattern ONNX Runtime fuses into one SimplifiedLayerNormalization kernel.
+// rmsNorm appends x * 1/sqrt(mean(x^2) + eps) * weight over the last axis as one
+// SimplifiedLayerNormalization node (ONNX Runtime's RMSNorm kernel, on the CPU and on
+// CUDA) with stash_type 1: the mean of squares is computed in float32 whatever the
+// graph's float type, so a float16 or bfloat16 graph does not overflow squaring an
+// activation above 256 as a Pow/ReduceMean chain in float16 would.
 func rmsNorm(b *graphBuilder, x, weight string, eps float32) string {
-	sq := b.op("Pow", []string{x, b.constFloat32(nil, 2)})
-	mean := b.op("ReduceMean", []string{sq}, attrIntList("axes", -1), attrI("keepdims", 1))
-	std := b.op("Sqrt", []string{b.op("Add", []string{mean, b.constFloat32(nil, eps)})})
-	return b.op("Mul", []string{b.op("Div", []string{x, std}), weight})
+	return b.op("SimplifiedLayerNormalization", []string{x, weight},
+		attrI("axis", -1), attrF("epsilon", eps), attrI("stash_type", 1))
 }
 
 // norm appends the RMSNorm whose weight is the tensor name: times (offset + weight)
