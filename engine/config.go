@@ -47,7 +47,9 @@ type Config struct {
 	// KVCacheBytes is the memory budget of the paged KV cache (keys and values of every
 	// layer); the pool gets as many blocks as fit.
 	KVCacheBytes int64
-	// BlockSizeTokens is the number of tokens per KV block.
+	// BlockSizeTokens is the number of tokens per KV block; 0 = the model's default
+	// (models.Spec.BlockSize: 16 tokens, or the smallest its attention takes when larger).
+	// A size the model's attention cannot take is refused.
 	BlockSizeTokens int
 	// StorageParallelism is the number of goroutines the KV gather/scatter may use;
 	// 0 = GOMAXPROCS.
@@ -78,14 +80,13 @@ const DefaultMaxStepFailures = 3
 // DefaultConfig returns the scheduler's defaults (scheduler.DefaultConfig: continuous
 // batching of up to 256 sequences with a 2048-token step budget and chunked prefill, static
 // batches of 8 with a 50 ms delay, a queue of 1024 requests, prefix caching) with the
-// model's whole context, and a 1 GiB KV cache in 16-token blocks.
+// model's whole context, and a 1 GiB KV cache in blocks of the model's default size.
 func DefaultConfig() Config {
 	sc := scheduler.DefaultConfig()
 	sc.MaxModelLen = 0 // the model's context
 	return Config{
 		SchedulerConfig: sc,
 		KVCacheBytes:    1 << 30,
-		BlockSizeTokens: 16,
 	}
 }
 
@@ -96,8 +97,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.KVCacheBytes <= 0:
 		return fmt.Errorf("%w: KVCacheBytes %d must be > 0", ErrInvalidConfig, c.KVCacheBytes)
-	case c.BlockSizeTokens < 1 || c.BlockSizeTokens > 1<<16:
-		return fmt.Errorf("%w: BlockSizeTokens %d must be in [1, 65536]", ErrInvalidConfig, c.BlockSizeTokens)
+	case c.BlockSizeTokens < 0 || c.BlockSizeTokens > 1<<16:
+		return fmt.Errorf("%w: BlockSizeTokens %d must be in [1, 65536] (0: the model's default)", ErrInvalidConfig, c.BlockSizeTokens)
 	case c.MaxModelLen < 0:
 		return fmt.Errorf("%w: MaxModelLen %d must be >= 0", ErrInvalidConfig, c.MaxModelLen)
 	case c.StorageParallelism < 0:

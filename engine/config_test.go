@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -96,5 +97,40 @@ func TestUpdateErrorIsLoggedAndCounted(t *testing.T) {
 	}
 	if ev := <-ch; len(ev.TokenIDs) != 1 {
 		t.Fatalf("the step's event %+v", ev)
+	}
+}
+
+// TestBlockSizeFollowsTheModel: BlockSizeTokens 0 takes the model's default block size
+// (16, or the smallest its attention takes when larger: 256 for a GPU step graph with
+// heads of 64); a size the attention cannot take is refused with one line naming
+// --block-size, and one it can is kept.
+func TestBlockSizeFollowsTheModel(t *testing.T) {
+	for _, tc := range []struct {
+		min, asked, want int
+		refused          bool
+	}{
+		{0, 0, 16, false}, {0, 4, 4, false}, {0, 24, 24, false}, // paged and dense: any size
+		{16, 0, 16, false}, {16, 32, 32, false}, {16, 8, 0, true}, {16, 24, 0, true}, // the CPU step graph
+		{256, 0, 256, false}, {256, 512, 512, false}, {256, 16, 0, true}, {256, 384, 0, true}, // CUDA, heads of 64
+	} {
+		m := newFakeModel(1024)
+		m.spec.MinBlockSize = tc.min
+		cfg := testConfig()
+		cfg.BlockSizeTokens = tc.asked
+		cfg.KVCacheBytes = blockBytesFake(512) * 64
+		e, err := newEngine(cfg, m, fakeText{})
+		if tc.refused {
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), fmt.Sprintf("--block-size %d:", tc.asked)) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("min %d, asked %d: %v; want one line refusing --block-size", tc.min, tc.asked, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("min %d, asked %d: %v", tc.min, tc.asked, err)
+		}
+		if got := e.Stats().BlockSizeTokens; got != tc.want {
+			t.Errorf("min %d, asked %d: blocks of %d tokens, want %d", tc.min, tc.asked, got, tc.want)
+		}
+		e.Close()
 	}
 }

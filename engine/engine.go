@@ -128,6 +128,9 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.BlockSizeTokens, err = spec.BlockSize(cfg.BlockSizeTokens); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	maxLen := spec.MaxPositions
 	if cfg.MaxModelLen > 0 && cfg.MaxModelLen < maxLen {
 		maxLen = cfg.MaxModelLen

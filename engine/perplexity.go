@@ -21,7 +21,7 @@ type PerplexityOptions struct {
 	ChunkTokens int
 	// MaxWindows stops after this many windows (0 = all).
 	MaxWindows int
-	// BlockSizeTokens is the KV cache's block size (0 = 16).
+	// BlockSizeTokens is the KV cache's block size (0 = the model's default, Spec.BlockSize).
 	BlockSizeTokens int
 }
 
@@ -50,9 +50,9 @@ func Perplexity(model models.Model, stream []int32, o PerplexityOptions) (Perple
 	if chunk <= 0 || chunk > o.Context {
 		chunk = o.Context
 	}
-	bs := o.BlockSizeTokens
-	if bs <= 0 {
-		bs = 16
+	bs, err := spec.BlockSize(max(o.BlockSizeTokens, 0))
+	if err != nil {
+		return PerplexityResult{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	dt, err := kvDType(spec.KVDType)
 	if err != nil {

@@ -44,7 +44,7 @@ func TestPerplexity(t *testing.T) {
 			}
 			want /= float64(n)
 			for _, chunk := range []int{0, 7} {
-				res, err := Perplexity(m, stream, PerplexityOptions{Context: ctx, ChunkTokens: chunk, BlockSizeTokens: 4})
+				res, err := Perplexity(m, stream, PerplexityOptions{Context: ctx, ChunkTokens: chunk, BlockSizeTokens: max(4, m.Spec().MinBlockSize)})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -180,7 +180,9 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 func checkServingLayout(t *testing.T, m Model, ref *familyReference, check func(how string, seq, pos int, logits []float32)) {
 	t.Helper()
 	spec := m.Spec()
-	const bs = 4
+	// Small blocks, so that windows and prefixes cross them; the step graph's
+	// PagedAttention takes no fewer than 16 tokens.
+	bs := max(4, spec.MinBlockSize)
 	lay := kvcache.PlanLayout(spec.CacheWindows(), spec.NumLayers, spec.MaxPositions)
 	pool, err := kvcache.NewPool(lay.Pool(kvcache.PoolConfig{NumBlocks: 256, BlockSizeTokens: bs, EnablePrefixCaching: true}))
 	if err != nil {

@@ -19,6 +19,8 @@ type pagedAttentionCase struct {
 	a pagedattn.Attrs
 	d pagedattn.Dims
 	t pagedattn.Tensors
+	// slotMapping, when set, is given as input 10, which the CPU operator refuses.
+	slotMapping []int32
 }
 
 // newPagedAttentionCase makes a call with rows of (new tokens, past tokens): packed
@@ -84,7 +86,7 @@ func (c pagedAttentionCase) clone() pagedAttentionCase {
 	for _, s := range []*[]float32{&t.Query, &t.Key, &t.Value, &t.KeyCache, &t.ValueCache, &t.Cos, &t.Sin, &t.Out} {
 		*s = slices.Clone(*s)
 	}
-	for _, s := range []*[]int32{&t.CumSeqLens, &t.PastSeqLens, &t.BlockTable} {
+	for _, s := range []*[]int32{&t.CumSeqLens, &t.PastSeqLens, &t.BlockTable, &t.Metadata} {
 		*s = slices.Clone(*s)
 	}
 	c.t = t
@@ -92,8 +94,8 @@ func (c pagedAttentionCase) clone() pagedAttentionCase {
 }
 
 // pagedAttentionNode is a one-node graph of the com.conveyor PagedAttention operator
-// with c's attributes and inputs (key and value, cos and sin absent where c has none),
-// every dimension symbolic.
+// with c's attributes and its 17 inputs (key and value, cos and sin, slot_mapping and
+// attention_metadata absent where c has none; 11-15 absent), every dimension symbolic.
 func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 	f32, i32 := convert.OpFloat32, convert.OpInt32
 	name := func(present bool, n string) string {
@@ -116,6 +118,9 @@ func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 			{Name: "block_table", Elem: i32, Dims: []int64{-1, -1}},
 			{Name: name(c.t.Cos != nil, "cos_cache"), Elem: f32, Dims: []int64{-1, -1}},
 			{Name: name(c.t.Sin != nil, "sin_cache"), Elem: f32, Dims: []int64{-1, -1}},
+			{Name: name(c.slotMapping != nil, "slot_mapping"), Elem: i32, Dims: []int64{-1}},
+			{Elem: f32}, {Elem: f32}, {Elem: f32}, {Elem: f32}, {Elem: f32}, // head_sink, q/k norms, k/v scales
+			{Name: name(c.t.Metadata != nil, "attention_metadata"), Elem: i32, Dims: []int64{-1}},
 		},
 		Outputs: []convert.OpValue{
 			{Name: "output", Elem: f32, Dims: []int64{-1, -1}},
@@ -223,6 +228,12 @@ func runPagedAttentionOp(t *testing.T, s *ort.DynamicAdvancedSession, c pagedAtt
 		rs := ort.NewShape(int64(d.MaxPos), int64(d.RotaryDim/2))
 		ins = append(ins, tensor(rs, c.t.Cos), tensor(rs, c.t.Sin))
 	}
+	if c.slotMapping != nil {
+		ins = append(ins, tensor(ort.NewShape(int64(len(c.slotMapping))), c.slotMapping))
+	}
+	if c.t.Metadata != nil {
+		ins = append(ins, tensor(ort.NewShape(int64(len(c.t.Metadata))), c.t.Metadata))
+	}
 	outs := []ort.Value{tensor(ort.NewShape(T, int64(a.NumHeads)*D), c.t.Out), kc, vc}
 	if otherCaches {
 		outs[1] = tensor(cacheShape, slices.Clone(c.t.KeyCache))
@@ -241,12 +252,16 @@ var pagedAttentionOpCases = []struct {
 		return newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, 64, 16, 32, false,
 			[][2]int{{4, 0}, {3, 16}, {1, 5}, {0, 9}, {1, 37}})
 	}},
-	{"packed/bs5/window/softcap/interleaved", func() pagedAttentionCase {
-		return newPagedAttentionCase(pagedattn.Attrs{NumHeads: 6, KVNumHeads: 3, DoRotary: true, RotaryInterleaved: true,
-			LocalWindowSize: 6, Softcap: 30, Scale: 0.2}, 32, 5, 32, true, [][2]int{{4, 0}, {3, 16}, {1, 5}, {1, 37}})
+	{"packed/bs16/window/softcap/interleaved/metadata", func() pagedAttentionCase {
+		c := newPagedAttentionCase(pagedattn.Attrs{NumHeads: 6, KVNumHeads: 3, DoRotary: true, RotaryInterleaved: true,
+			LocalWindowSize: 6, Softcap: 30, Scale: 0.2}, 32, 16, 32, true, [][2]int{{4, 0}, {3, 16}, {1, 5}, {1, 37}})
+		c.t.Metadata = []int32{4, 38}
+		return c
 	}},
-	{"no-rotary", func() pagedAttentionCase {
-		return newPagedAttentionCase(pagedattn.Attrs{NumHeads: 4, KVNumHeads: 4}, 16, 8, 0, false, [][2]int{{20, 3}, {1, 30}})
+	{"no-rotary/bs32/unknown-metadata", func() pagedAttentionCase {
+		c := newPagedAttentionCase(pagedattn.Attrs{NumHeads: 4, KVNumHeads: 4}, 16, 32, 0, false, [][2]int{{20, 3}, {1, 30}})
+		c.t.Metadata = []int32{0, 0}
+		return c
 	}},
 }
 
@@ -306,11 +321,30 @@ func TestPagedAttentionOpRefusesBadInput(t *testing.T) {
 		{"cache of another head count", "key_cache and value_cache must both be", func(c *pagedAttentionCase) {
 			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 1, DoRotary: true}, 64, 16, 32, false, [][2]int{{2, 3}})
 		}},
+		// What ONNX Runtime's CUDA kernel refuses, refused here in its words.
+		{"rotary CUDA cannot take (Phi-3.5's 12 of a 16 head)", "cos_cache dimension 1 must be <= head_size / 2 and a multiple of 8", func(c *pagedAttentionCase) {
+			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, 16, 16, 12, false, [][2]int{{3, 2}})
+		}},
+		{"blocks of 8 tokens", "block_size must be a power of two and at least 16", func(c *pagedAttentionCase) {
+			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, 64, 8, 32, false, [][2]int{{3, 2}})
+		}},
+		{"head size not a multiple of 8", "head_size must be a multiple of 8", func(c *pagedAttentionCase) {
+			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2}, 20, 16, 0, false, [][2]int{{3, 2}})
+		}},
+		{"attention_metadata of 3 values", "Input 'attention_metadata' must have shape (2), got (3)", func(c *pagedAttentionCase) { c.t.Metadata = []int32{4, 38, 1} }},
+		{"negative attention_metadata", "'attention_metadata' entries must be non-negative, got [-1, 38]. Use 0 for 'unknown'.",
+			func(c *pagedAttentionCase) { c.t.Metadata = []int32{-1, 38} }},
+		{"slot_mapping", "input 10 (slot_mapping) is not supported", func(c *pagedAttentionCase) { c.slotMapping = make([]int32, c.d.Tokens) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := pagedAttentionOpCases[0].c()
+			// The session is the edited call's, but for "cache of another head count",
+			// whose point is a call of other head counts than its node's.
 			s := pagedAttentionOp(t, c)
 			tc.edit(&c)
+			if tc.name != "cache of another head count" {
+				s = pagedAttentionOp(t, c)
+			}
 			before := c.clone()
 			err := runPagedAttentionOp(t, s, c, false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

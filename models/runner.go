@@ -90,6 +90,32 @@ type Spec struct {
 	// then only describes it (kvcache.StorageConfig.NoArenas), and the model copies blocks
 	// itself (BlockCopier).
 	KVOnDevice bool
+	// MinBlockSize, when not 0, says the model's attention takes only KV blocks of a power
+	// of two of at least this many tokens (PagedAttention's 16 on the CPU; on a GPU the
+	// smallest with which ONNX Runtime runs FlashAttention for the head size).
+	MinBlockSize int
+}
+
+// DefaultBlockSize is the KV block size in tokens when none is asked for and the model's
+// attention takes any.
+const DefaultBlockSize = 16
+
+// BlockSize returns the KV block size to serve the model with: asked, or when asked is
+// 0 the model's default (DefaultBlockSize, or MinBlockSize when larger). A size the
+// model's attention cannot take is an error naming what it takes.
+func (s Spec) BlockSize(asked int) (int, error) {
+	if asked == 0 {
+		return max(DefaultBlockSize, s.MinBlockSize), nil
+	}
+	if s.MinBlockSize > 0 && (asked < s.MinBlockSize || asked&(asked-1) != 0) {
+		why := "the step graph's PagedAttention takes blocks of a power of two of at least %d tokens"
+		if s.KVOnDevice {
+			why = "on the GPU, blocks are a power of two of at least %d tokens, the smallest with which FlashAttention runs for heads of %d (the default)"
+			return 0, fmt.Errorf("--block-size %d: "+why, asked, s.MinBlockSize, s.HeadDim)
+		}
+		return 0, fmt.Errorf("--block-size %d: "+why, asked, s.MinBlockSize)
+	}
+	return asked, nil
 }
 
 // BlockCopier is implemented by a model whose KV cache lives on its device

@@ -9,6 +9,7 @@ import (
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // AttentionGraph runs the model's step graph (StepRunner): the whole model as one ONNX
@@ -44,6 +45,7 @@ type StepRunner struct {
 	table        []int32 // [rows][width]
 	width        int64
 	rows         []int64
+	meta         []int32      // attention_metadata [2]: the longest new-token run and the longest past+new
 	logits       []float32    // [R][vocab] on the host
 	argmax       []int64      // [R]
 	devLogits    *cvort.Value // [capacity][vocab] on a GPU, grown as needed
@@ -115,9 +117,17 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 			LayerWindows: man.Windows,
 			KVTokenMajor: true,
 			KVOnDevice:   !dev.IsCPU(),
+			MinBlockSize: pagedattn.MinBlockSize,
 		},
 	}
-	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepBlockTable, modeldir.StepLogitRows}
+	if !dev.IsCPU() {
+		// ONNX Runtime's CUDA PagedAttention runs FlashAttention only with blocks of a
+		// multiple of this size; with smaller ones a step with a prompt chunk runs
+		// memory-efficient attention over a dense copy of every row's context per layer.
+		r.spec.MinBlockSize = pagedattn.FlashBlockSize(man.HeadDim)
+	}
+	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepBlockTable, modeldir.StepLogitRows,
+		modeldir.StepAttentionMetadata}
 	r.outNames = []string{modeldir.StepLogits, modeldir.StepArgmax}
 	for l := range man.NumLayers {
 		r.inNames = append(r.inNames, modeldir.StepKeyCache(l), modeldir.StepValueCache(l))
@@ -195,7 +205,8 @@ func (r *StepRunner) Forward(b *Batch) (*Output, error) {
 
 // pack fills the step's small inputs from the batch: the packed tokens, the rows'
 // cumulative new-token counts, past lengths and block tables (padded with block 0, which
-// no position the graph reads names), and the tokens whose logits are wanted.
+// no position the graph reads names), the tokens whose logits are wanted, and
+// attention_metadata's exact bounds over the rows with new tokens.
 func (r *StepRunner) pack(b *Batch) {
 	bs := b.Cache.Config().BlockSizeTokens
 	rows := len(b.Seqs)
@@ -208,7 +219,9 @@ func (r *StepRunner) pack(b *Batch) {
 	}
 	r.table = grow(r.table, rows*width)
 	clear(r.table)
+	r.meta = append(r.meta[:0], 0, 0)
 	for i, s := range b.Seqs {
+		r.meta[0], r.meta[1] = max(r.meta[0], int32(len(s.Tokens))), max(r.meta[1], int32(s.PastLen+len(s.Tokens)))
 		start := len(r.ids)
 		for _, t := range s.Tokens {
 			r.ids = append(r.ids, int64(t))
@@ -249,6 +262,7 @@ func (r *StepRunner) run(b *Batch) error {
 		{cvort.Int32, []int64{int64(rows)}, unsafe.Pointer(&r.past[0]), 4 * rows},
 		{cvort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&r.table[0]), 4 * rows * int(width)},
 		{cvort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.rows[0]), 8 * n},
+		{cvort.Int32, []int64{2}, unsafe.Pointer(&r.meta[0]), 8},
 	}
 	r.ins, r.outs = r.ins[:0], r.outs[:0]
 	for _, s := range small {

@@ -26,8 +26,8 @@ func buildStepTestModel(t *testing.T, dtype convert.DType) string {
 
 func TestStepRunnerCopyBlocks(t *testing.T) {
 	m := openTestModel(t, buildStepTestModel(t, convert.Float32), AttentionGraph)
-	kv := newTestCache(m.Spec(), 1, 8, 4, 1)
-	if _, err := m.Forward(kv.batch([]int{0}, [][]int32{{1, 2, 3, 4, 5, 6}}, false)); err != nil {
+	kv := newTestCache(m.Spec(), 1, 8, 4, 1) // blocks of 16 tokens, the op's smallest
+	if _, err := m.Forward(kv.batch([]int{0}, [][]int32{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}}, false)); err != nil {
 		t.Fatal(err)
 	}
 	src, dst := kv.tables[0][1], kv.free[0] // the partial block, and a free one
@@ -38,7 +38,7 @@ func TestStepRunnerCopyBlocks(t *testing.T) {
 	if err := copier.CopyBlocks([]kvcache.CopyOp{{Src: src, Dst: dst}}); err != nil {
 		t.Fatal(err)
 	}
-	blockBytes := 4 * m.Spec().NumKVHeads * m.Spec().HeadDim * m.Spec().KVDType.Size()
+	blockBytes := kv.bs * m.Spec().NumKVHeads * m.Spec().HeadDim * m.Spec().KVDType.Size()
 	for l := range m.Spec().NumLayers {
 		for _, arena := range [][]byte{kv.storage.LayerK(l), kv.storage.LayerV(l)} {
 			s := arena[int(src)*blockBytes : int(src+1)*blockBytes]

@@ -26,7 +26,10 @@ type testCache struct {
 	rows []int
 }
 
+// newTestCache makes a cache of numBlocks blocks of blockSize tokens, or of the model's
+// smallest (Spec.MinBlockSize) when that is larger.
 func newTestCache(spec Spec, numSeqs, numBlocks, blockSize int, seed uint64) *testCache {
+	blockSize = max(blockSize, spec.MinBlockSize)
 	c := &testCache{spec: spec, bs: blockSize,
 		tables: make([][]kvcache.BlockID, numSeqs), lens: make([]int, numSeqs)}
 	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: numBlocks, BlockSizeTokens: blockSize,

@@ -357,6 +357,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 	}
 	pm := newPacedModel(runner, fastPace)
 	ecfg := engine.DefaultConfig()
+	ecfg.BlockSizeTokens = 16
 	// A pool of 256 blocks: room for the test's conversations, small enough that the
 	// page's KV bar visibly fills as sequences grow.
 	spec := runner.Spec()

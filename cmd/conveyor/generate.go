@@ -118,7 +118,11 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxNumSeqs = 1
 	ecfg.EnablePrefixCaching = false
-	total := min(len(ids)+o.maxTokens, spec.MaxPositions) + ecfg.BlockSizeTokens
+	bs, err := spec.BlockSize(ecfg.BlockSizeTokens)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	total := min(len(ids)+o.maxTokens, spec.MaxPositions) + bs
 	ecfg.KVCacheBytes = int64(total) * int64(spec.KVBytesPerToken())
 	eng, err := engine.New(ecfg, r, tok)
 	if err != nil {

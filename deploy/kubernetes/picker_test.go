@@ -140,6 +140,7 @@ func TestEndpointPickerReadsConveyor(t *testing.T) {
 	const maxNumSeqs, requests = 2, 8
 	srv := startServer(t)
 	ecfg := engine.DefaultConfig()
+	ecfg.BlockSizeTokens = 16
 	ecfg.KVCacheBytes = 8 << 20
 	ecfg.MaxNumSeqs = maxNumSeqs
 	eng := srv.loadTiny(t, ecfg)

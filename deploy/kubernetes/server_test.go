@@ -178,6 +178,7 @@ func TestEndpointPickerMetricsOnRealServer(t *testing.T) {
 	}
 
 	ecfg := engine.DefaultConfig()
+	ecfg.BlockSizeTokens = 16
 	ecfg.KVCacheBytes = 8 << 20
 	eng := srv.loadTiny(t, ecfg)
 

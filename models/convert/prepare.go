@@ -81,9 +81,10 @@ func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err e
 
 // builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
 // paged/ was written; 4: int8 segments through Int8Linear, weights packed; 5: the
-// manifest's own_threads; 6: step/, and dense int8 weights as uint8) is built anew rather
+// manifest's own_threads; 6: step/, and dense int8 weights as uint8; 7: RMSNorm as one node,
+// the step graph's attention_metadata and its own rotary where PagedAttention's cannot) is built anew rather
 // than served as it was.
-const builtLayout = 6
+const builtLayout = 7
 
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.

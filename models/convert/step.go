@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/conveyor-llm/conveyor/models/modeldir"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // The step graph: the whole model as one ONNX graph, run once per engine step over the
@@ -26,16 +27,17 @@ const stepGraphFile = "step.onnx"
 // pagedAttentionOp is the operator type of both PagedAttention implementations.
 const pagedAttentionOp = "PagedAttention"
 
-// BuildStep writes outDir/step/: the step graph of cfg with weights w, its float type
-// dtype, and its manifest.
-func BuildStep(cfg *Config, w Weights, outDir string, dtype DType) error {
-	return buildStep(cfg, w, outDir, Quantization{}, dtype, writeOptions{})
-}
-
+// buildStep writes outDir/step/: the step graph of cfg with weights w in float type
+// dtype, and its manifest. A model whose heads PagedAttention cannot take (a size not a
+// multiple of 8, or above pagedattn.MaxHeadDim) gets no step graph: its directory serves
+// on the other paths, and asking for the graph says it has none.
 func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DType, opts writeOptions) error {
 	m, err := planModel(cfg, w, q)
 	if err != nil {
 		return err
+	}
+	if !pagedattn.HeadFits(m.headDim) {
+		return nil
 	}
 	domain := modeldir.StepDomainConveyor
 	if dtype != Float32 {
@@ -84,31 +86,51 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 	past := b.input(modeldir.StepPastLens, onnxInt32, batch)
 	table := b.input(modeldir.StepBlockTable, onnxInt32, batch, symDim("max_blocks"))
 	sel := b.input(modeldir.StepLogitRows, onnxInt64, rows)
+	meta := b.input(modeldir.StepAttentionMetadata, onnxInt32, fixDim(2))
 	cacheDims := []onnxDim{symDim("num_blocks"), symDim("block_size"), fixDim(d.kvHeads), fixDim(d.headDim)}
 
 	embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
 	x := scaleEmbeddings(b, m, b.op("Gather", []string{embed, ids}, attrI("axis", 0)))
 	tables := map[string][2]string{} // cos and sin caches, one pair per distinct rotary
+	cachesOf := func(rot *rotaryPlan) [2]string {
+		key := fmt.Sprint(rot.dims, rot.factor, rot.invFreq)
+		t, ok := tables[key]
+		if !ok {
+			t = rotaryCaches(b, rot, m.contextLength(), len(tables))
+			tables[key] = t
+		}
+		return t
+	}
+	positions := "" // [T]: each packed token's position, when the graph rotates
 	var cacheOuts []string
 	for i := 0; i < d.layers; i++ {
 		b.prefix = fmt.Sprintf("l%d_", i)
 		qkv := attentionInput(b, m, i, x)
+		rot := m.arch.rotary[i]
+		nodeRotates := rot.dims > 0 && pagedattn.RotaryFits(d.headDim, rot.dims)
+		if rot.dims > 0 && !nodeRotates {
+			// PagedAttention's rotary cannot take this shape (CUDA refuses it): the graph
+			// turns the queries and keys itself, by the same cos and sin caches, and the
+			// node gets none.
+			if positions == "" {
+				positions = packedPositions(b, ids, cu, past)
+			}
+			qkv = rotatePacked(b, qkv, cachesOf(rot), positions, rot, d)
+		}
 		parts := b.opN("Split", 3, []string{qkv, b.ints(int64(d.heads*d.headDim), int64(d.kvHeads*d.headDim), int64(d.kvHeads*d.headDim))}, attrI("axis", -1))
 		kc := b.input(modeldir.StepKeyCache(i), onnxFloat, cacheDims...)
 		vc := b.input(modeldir.StepValueCache(i), onnxFloat, cacheDims...)
-		ins := []string{parts[0], parts[1], parts[2], kc, vc, cu, past, table}
+		// Inputs 0-7, cos and sin (8, 9) when the node rotates, nothing for 10-15, and
+		// attention_metadata (16).
+		ins := []string{parts[0], parts[1], parts[2], kc, vc, cu, past, table, "", ""}
 		attrs := []onnxAttr{attrI("num_heads", int64(d.heads)), attrI("kv_num_heads", int64(d.kvHeads)),
 			attrF("scale", 1)} // the attention scale is folded into the query projection
-		if rot := m.arch.rotary[i]; rot.dims > 0 {
-			key := fmt.Sprint(rot.dims, rot.factor, rot.invFreq)
-			t, ok := tables[key]
-			if !ok {
-				t = rotaryCaches(b, rot, m.contextLength(), len(tables))
-				tables[key] = t
-			}
-			ins = append(ins, t[0], t[1])
+		if nodeRotates {
+			t := cachesOf(rot)
+			ins[8], ins[9] = t[0], t[1]
 			attrs = append(attrs, attrI("do_rotary", 1))
 		}
+		ins = append(ins, "", "", "", "", "", "", meta)
 		if c := m.arch.attnSoftcap; c > 0 {
 			attrs = append(attrs, attrF("softcap", c))
 		}
@@ -158,6 +180,40 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 		DocString:    "a decoder as one step graph over packed rows with paged attention, for Conveyor",
 		Graph:        b.g,
 	}
+}
+
+// packedPositions returns [T]: the position of each of the step's packed tokens, t -
+// cu[r] + past[r] for the row r whose tokens [cu[r], cu[r+1]) hold t (the number of
+// rows that end at or before t).
+func packedPositions(b *graphBuilder, ids, cu, past string) string {
+	scalar := func(v int64) string { return b.constInt64(nil, v) }
+	n := b.op("Gather", []string{b.op("Shape", []string{ids}), scalar(0)}, attrI("axis", 0))
+	tok := b.op("Range", []string{scalar(0), n, scalar(1)}) // [T]
+	cu64 := b.op("Cast", []string{cu}, attrI("to", int64(onnxInt64)))
+	ends := b.op("Slice", []string{cu64, b.ints(1), b.ints(math.MaxInt64)}) // [B]
+	ended := b.op("GreaterOrEqual", []string{b.op("Unsqueeze", []string{tok, b.ints(1)}), b.op("Unsqueeze", []string{ends, b.ints(0)})})
+	row := b.op("ReduceSum", []string{b.op("Cast", []string{ended}, attrI("to", int64(onnxInt64))), b.ints(1)}, attrI("keepdims", 0))
+	start := b.op("Gather", []string{cu64, row}, attrI("axis", 0))
+	before := b.op("Gather", []string{b.op("Cast", []string{past}, attrI("to", int64(onnxInt64))), row}, attrI("axis", 0))
+	return b.op("Add", []string{b.op("Sub", []string{tok, start}), before})
+}
+
+// rotatePacked turns the queries and keys of the packed q|k|v [T, (heads+2·kv)·D] as
+// PagedAttention's do_rotary would with the cos and sin caches [positions, dims/2]:
+// rotate-half pairs over the first rot.dims values of each head, by the caches' rows
+// at the tokens' positions [T].
+func rotatePacked(b *graphBuilder, qkv string, caches [2]string, positions string, rot *rotaryPlan, d llamaDims) string {
+	NH, KV, D := int64(d.heads), int64(d.kvHeads), int64(d.headDim)
+	cos := b.op("Gather", []string{caches[0], positions}, attrI("axis", 0)) // [T, dims/2]
+	sin := b.op("Gather", []string{caches[1], positions}, attrI("axis", 0))
+	// rotate_half(x)·sin is swap(x)·(-sin | sin): the sign goes with the table.
+	cosFull := b.op("Unsqueeze", []string{b.op("Concat", []string{cos, cos}, attrI("axis", -1)), b.ints(1)}) // [T, 1, dims]
+	sinSigned := b.op("Unsqueeze", []string{b.op("Concat", []string{b.op("Neg", []string{sin}), sin}, attrI("axis", -1)), b.ints(1)})
+	heads := b.op("Reshape", []string{qkv, b.ints(-1, NH+2*KV, D)}) // [T, heads, D]
+	qkAndV := b.opN("Split", 2, []string{heads, b.ints(NH+KV, KV)}, attrI("axis", 1))
+	qk := applyRotary(b, qkAndV[0], cosFull, sinSigned, int64(rot.dims), D)
+	joined := b.op("Concat", []string{qk, qkAndV[1]}, attrI("axis", 1))
+	return b.op("Reshape", []string{joined, b.ints(-1, (NH+2*KV)*D)})
 }
 
 // rotaryCaches adds the cos and sin caches [positions, dims/2] of rot, each value times

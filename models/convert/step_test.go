@@ -3,8 +3,10 @@ package convert
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models/modeldir"
@@ -64,5 +66,62 @@ func TestStepGraphQuantizationOnTheGPU(t *testing.T) {
 	}
 	if _, err := ParseDType("float64"); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("ParseDType(float64): %v", err)
+	}
+}
+
+// TestStepGraphNodes: every PagedAttention node of a step graph takes the 17 inputs of
+// ONNX Runtime's contract, attention_metadata the 17th; it rotates (do_rotary, cos and
+// sin caches) only where the rotary fits CUDA's rule — a full rotary of 16-value heads
+// does, Phi-3.5's 0.75 of them does not, and there the graph rotates before the node —
+// and every RMSNorm, in float32 and float16 graphs alike, is one
+// SimplifiedLayerNormalization computed in float32 (stash_type 1), no Pow left.
+func TestStepGraphNodes(t *testing.T) {
+	for _, tc := range []struct {
+		family      string
+		nodeRotates bool
+	}{{"llama3", true}, {"phi35", false}, {"phi3", true}} {
+		cfg, err := LoadConfigFile(filepath.Join("..", "testdata", "families", tc.family, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := planModel(cfg, RandomWeights(cfg, 1), Quantization{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dtype := range []DType{Float32, Float16} {
+			domain := modeldir.StepDomainConveyor
+			if dtype != Float32 {
+				domain = modeldir.StepDomainMicrosoft
+			}
+			g := stepGraph(m, dtype, domain).Graph
+			where := fmt.Sprintf("%s, %v", tc.family, dtype)
+			counts := map[string]int{}
+			for _, n := range g.Nodes {
+				counts[n.OpType]++
+				switch n.OpType {
+				case pagedAttentionOp:
+					rotates := false
+					for _, a := range n.Attrs {
+						rotates = rotates || (a.Name == "do_rotary" && a.I == 1)
+					}
+					if len(n.Inputs) != 17 || n.Inputs[16] != modeldir.StepAttentionMetadata {
+						t.Fatalf("%s: %s has inputs %q; want 17, attention_metadata last", where, n.Name, n.Inputs)
+					}
+					if rotates != tc.nodeRotates || (n.Inputs[8] != "") != tc.nodeRotates || slices.ContainsFunc(n.Inputs[10:16], func(s string) bool { return s != "" }) {
+						t.Fatalf("%s: %s rotates: %v, inputs %q; want the node to rotate: %v", where, n.Name, rotates, n.Inputs, tc.nodeRotates)
+					}
+				case "SimplifiedLayerNormalization":
+					if !slices.ContainsFunc(n.Attrs, func(a onnxAttr) bool { return a.Name == "stash_type" && a.I == 1 }) {
+						t.Fatalf("%s: %s computes its statistics in the graph's type", where, n.Name)
+					}
+				}
+			}
+			if counts["Pow"] != 0 || counts["ReduceMean"] != 0 || counts["SimplifiedLayerNormalization"] < 2*cfg.NumHiddenLayers+1 {
+				t.Errorf("%s: RMSNorm not one node: %v", where, counts)
+			}
+			if tc.nodeRotates == (counts["Neg"] > 0) {
+				t.Errorf("%s: the graph rotates before the node: %v, want %v", where, counts["Neg"] > 0, !tc.nodeRotates)
+			}
+		}
 	}
 }

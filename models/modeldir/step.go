@@ -16,7 +16,8 @@ const StepDir = "step"
 const StepManifestFile = "step.json"
 
 // StepFormat is the step manifest format this package reads and writes.
-const StepFormat = 1
+// (2: the graph takes StepAttentionMetadata).
+const StepFormat = 2
 
 // Names of the step graph's inputs and outputs. The graph runs over the step's new
 // tokens packed row after row (T tokens of B rows, no padding):
@@ -26,6 +27,7 @@ const StepFormat = 1
 //	StepPastLens     [B]            int32  tokens row b already has in the cache
 //	StepBlockTable   [B, blocks]    int32  row b's position p is in block table[b][p/block_size]
 //	StepLogitRows    [R]            int64  the tokens (indices into T) whose logits are wanted
+//	StepAttentionMetadata [2]       int32  host: the longest new-token run and the longest past+new
 //	StepKeyCache(i)  [num_blocks, block_size, kv_heads, head_dim]  layer i's keys (and StepValueCache)
 //	->
 //	StepLogits          [R, vocab]  float32
@@ -41,8 +43,12 @@ const (
 	StepPastLens   = "past_seqlens"
 	StepBlockTable = "block_table"
 	StepLogitRows  = "logit_rows"
-	StepLogits     = "logits"
-	StepArgmax     = "argmax"
+	// StepAttentionMetadata is PagedAttention's input 16, attention_metadata: bounds that
+	// let ONNX Runtime's CUDA kernel size its launches without copying the lengths back
+	// and synchronising the stream in every layer.
+	StepAttentionMetadata = "attention_metadata"
+	StepLogits            = "logits"
+	StepArgmax            = "argmax"
 )
 
 // StepKeyCache and the others name layer i's cache inputs and outputs.
@@ -96,7 +102,7 @@ func (m *StepManifest) Validate() error {
 	}
 	switch {
 	case m.Format != StepFormat:
-		return bad("format %d, this build reads %d", m.Format, StepFormat)
+		return bad("format %d, this build reads %d: rebuild the model with `conveyor build-model`", m.Format, StepFormat)
 	case m.Graph == "":
 		return bad("no graph")
 	case m.DType != "float32" && m.DType != "float16" && m.DType != "bfloat16":

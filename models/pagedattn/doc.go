@@ -21,6 +21,15 @@
 //	7 block_table  int32 [B, max_blocks]: position p of row b is slot p%block_size of block block_table[b][p/block_size]
 //	8 cos_cache    [max_positions, rotary_dim/2]  (optional; required with do_rotary)
 //	9 sin_cache    [max_positions, rotary_dim/2]  (optional)
+//	10-15 slot_mapping, head_sink, q_norm_weight, k_norm_weight, k_scale, v_scale  (declared; refused when given)
+//	16 attention_metadata  int32 [2]  (optional): the call's longest new-token run and longest
+//	   past+new, each 0 for unknown
+//
+// The 17 inputs are com.microsoft.PagedAttention's, so a graph written for CUDA loads
+// here. Inputs 10-15 fail the run with NOT_IMPLEMENTED naming the input. The metadata
+// are bounds by which CUDA sizes its launches instead of copying the lengths back and
+// synchronising the stream in every layer; this kernel needs none, checks them as CUDA
+// does, and trusts them no further (CUDA may skip work a bound too small hides).
 //
 // Outputs: 0 output [T, num_heads·D]; 1 key_cache_out and 2 value_cache_out, which must be
 // the very buffers given as inputs 3 and 4 (the caller binds the same OrtValues as inputs
@@ -30,9 +39,58 @@
 // h/(num_heads/kv_num_heads)), scale (0 or absent: 1/sqrt(D)), softcap (0: none; else each
 // scaled score s becomes softcap·tanh(s/softcap)), local_window_size (see below),
 // do_rotary and rotary_interleaved. is_causal, smooth_softmax and rotary_offset are refused
-// at session creation unless they hold their defaults (1, 0, 0); inputs 10-16 of
-// com.microsoft.PagedAttention (slot mapping, head sinks, QK norms, quantized-cache scales,
-// attention metadata) do not exist here.
+// at session creation unless they hold their defaults (1, 0, 0).
+//
+// # What CUDA refuses, refused here
+//
+// The operator refuses every shape ONNX Runtime's CUDA PagedAttention refuses, in its
+// words, so that a model the CPU serves is one the GPU serves. The rules are read in ONNX
+// Runtime's sources (onnxruntime/contrib_ops/cuda/bert/paged_attention.cc, its helper
+// contrib_ops/cpu/bert/paged_attention_helper.h, and group_query_attention_helper.h)
+// and checked against the messages of the CUDA provider Conveyor ships (1.29.0, `make
+// ort-gpu`), which differs from later sources in taking attention_metadata of shape (2)
+// only.
+// contract.go gives the same rules to the model builder and the runners (HeadFits,
+// RotaryFits, BlockSizeFits), and TestContractMatchesKernel holds them to the kernel's:
+//
+//   - num_heads and kv_num_heads positive (PagedAttention's constructor); num_heads at
+//     most 1024, "num_heads should be no larger than" (CheckInputs: CUDA's threads per
+//     block); num_heads a multiple of kv_num_heads (CheckInputs).
+//   - head size a multiple of 8, "head_size must be a multiple of 8" (CheckInputs,
+//     Check_Q_K_V and Check_QKV), and at most 1024 (no backend takes more:
+//     memory-efficient attention's limit; ComputeInternal's "requires FlashAttention ...,
+//     MemoryEfficientAttention ... or the paged decode kernel").
+//   - block_size a power of two of at least 16, "block_size must be a power of two and
+//     at least 16" (CheckKVCache).
+//   - cos and sin caches, whenever both are given (do_rotary or not): head size a
+//     multiple of 16, "head_size shall be a multiple of 16", and the caches' width a
+//     multiple of 8 and at most head_size/2 — (head_size/16)·8 — "cos_cache dimension 1
+//     must be <= head_size / 2 and a multiple of 8" (CheckRotaryCaches). A rotary of 12
+//     in heads of 16 (Phi-3.5's and Phi-4-mini's factor 0.75 at that size) is refused:
+//     the model builder then rotates the queries and keys in the graph and gives the node
+//     no caches. With do_rotary, both caches: "cos_cache and sin_cache must be passed to
+//     PagedAttention when do_rotary = 1" (ComputeInternal).
+//   - key and value both given or both absent (Check_Q_K_V); cos and sin likewise
+//     (CheckInputs); the caches 4-D and alike, [*, block_size, kv_num_heads, head_size]
+//     (CheckKVCache); cumulative_sequence_length [B+1], past_seqlens [B] and block_table
+//     [B, *] (CheckSequenceLengthTensors, CheckBlockTable).
+//   - attention_metadata of shape (2), "Input 'attention_metadata' must have shape (2)"
+//     (CheckInputs); for a call with tokens, no negative entry, "'attention_metadata'
+//     entries must be non-negative ... Use 0 for 'unknown'." (ComputeInternal).
+//   - element types: CUDA takes float16 and bfloat16 (T) with caches of the same type;
+//     this operator takes float32 only. A float32 graph is the CPU's and a 16-bit one
+//     the GPU's (models/convert writes each in its own domain).
+//
+// Beyond CUDA, the CPU kernel checks the values it would otherwise read out of bounds:
+// CUDA clamps a bad block table entry on the device, where this kernel must not read
+// out of its buffers, so what follows refuses calls CUDA would run:
+//
+// Every shape is checked against the others, and cumulative_sequence_length (from 0, never
+// decreasing, ending at T), past_seqlens (>= 0), the block table entries of every position
+// a row uses (in [0, num_blocks)) and those positions against block_table's columns and
+// cos_cache's rows are checked before anything is written: a bad call fails with an
+// INVALID_ARGUMENT status naming what is wrong (Run: an ErrInput error) and changes
+// nothing. Rows whose slots overlap are not detected (the later row's keys win).
 //
 // For every row and new token at position p: with do_rotary, its query and key heads are
 // rotated over their first rotary_dim = 2·cos_cache.dims[1] values (partial rotary when
@@ -43,13 +101,6 @@
 // a prompt sees itself). Rows may mix prompt chunks at any past with decode rows; a row
 // with no new tokens is allowed and reads and writes nothing, whatever its block table
 // holds.
-//
-// Every shape is checked against the others, and cumulative_sequence_length (from 0, never
-// decreasing, ending at T), past_seqlens (>= 0), the block table entries of every position
-// a row uses (in [0, num_blocks)) and those positions against block_table's columns and
-// cos_cache's rows are checked before anything is written: a bad call fails with an
-// INVALID_ARGUMENT status naming what is wrong (Run: an ErrInput error) and changes
-// nothing. Rows whose slots overlap are not detected (the later row's keys win).
 //
 // # The window
 //

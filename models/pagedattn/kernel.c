@@ -14,11 +14,6 @@
 // and value row while it is in L1.
 #define CV_PA_CHUNK 16
 
-// CV_PA_MAX_HEADS and CV_PA_MAX_DIM bound the attributes and the head size, so that no
-// product of them (and of a chunk) overflows an int.
-#define CV_PA_MAX_HEADS 4096
-#define CV_PA_MAX_DIM 4096
-
 // CV_PA_TILE is the most keys one step of an item scores at once.
 #define CV_PA_TILE 64
 
@@ -34,9 +29,18 @@ static int fail(char *err, const char *fmt, ...) {
 }
 
 int cv_pa_check_attrs(const cv_pa_attrs *a, char *err) {
-	if (a->num_heads < 1 || a->kv_num_heads < 1 || a->num_heads > CV_PA_MAX_HEADS || a->num_heads % a->kv_num_heads != 0) {
-		return fail(err, "num_heads (%lld) must be a multiple of kv_num_heads (%lld), both in [1, %d]",
-			(long long)a->num_heads, (long long)a->kv_num_heads, CV_PA_MAX_HEADS);
+	// CUDA: PagedAttention's constructor (num_heads, kv_num_heads > 0) and
+	// paged_attention_helper::CheckInputs (the limit, then the multiple).
+	if (a->num_heads < 1 || a->kv_num_heads < 1) {
+		return fail(err, "num_heads (%lld) and kv_num_heads (%lld) must be positive", (long long)a->num_heads,
+			(long long)a->kv_num_heads);
+	}
+	if (a->num_heads > CV_PA_MAX_HEADS) {
+		return fail(err, "num_heads should be no larger than %d", CV_PA_MAX_HEADS);
+	}
+	if (a->num_heads % a->kv_num_heads != 0) {
+		return fail(err, "num_heads must be a multiple of kv_num_heads. Got num_heads %% kv_num_heads == %lld",
+			(long long)(a->num_heads % a->kv_num_heads));
 	}
 	if (!isfinite(a->scale)) {
 		return fail(err, "scale must be finite (0 for 1/sqrt(head_size))");
@@ -54,29 +58,59 @@ int cv_pa_check_attrs(const cv_pa_attrs *a, char *err) {
 static int cv_pa_check_geom(const cv_pa_args *x, char *err) {
 	const cv_pa_attrs *a = &x->a;
 	const cv_pa_geom *g = &x->g;
-	if (g->head_dim < 1 || g->head_dim > CV_PA_MAX_DIM) {
-		return fail(err, "head size %lld is outside [1, %d]", (long long)g->head_dim, CV_PA_MAX_DIM);
+	if (g->head_dim < 1 || g->head_dim % CV_PA_HEAD_ALIGN != 0) {
+		return fail(err, "head_size must be a multiple of %d. Got head_size %% %d == %lld", CV_PA_HEAD_ALIGN, CV_PA_HEAD_ALIGN,
+			(long long)(g->head_dim < 1 ? g->head_dim : g->head_dim % CV_PA_HEAD_ALIGN));
+	}
+	if (g->head_dim > CV_PA_MAX_DIM) {
+		return fail(err, "head_size %lld is above %d, which no CUDA PagedAttention backend takes", (long long)g->head_dim,
+			CV_PA_MAX_DIM);
+	}
+	if (g->block_size < CV_PA_MIN_BLOCK || (g->block_size & (g->block_size - 1)) != 0) {
+		return fail(err, "block_size must be a power of two and at least %d. Got block_size == %lld", CV_PA_MIN_BLOCK,
+			(long long)g->block_size);
 	}
 	if (g->tokens < 0 || g->tokens > INT_MAX || g->batch < 0 || g->batch > INT_MAX - 1 || g->num_blocks < 0 ||
-		g->block_size < 1 || g->max_blocks < 0 || g->rotary_half < 0 || g->max_pos < 0) {
+		g->max_blocks < 0 || g->rotary_half < 0 || g->max_pos < 0) {
 		return fail(err, "dimensions out of range (tokens %lld, batch %lld, blocks %lld of %lld tokens, block_table columns %lld)",
 			(long long)g->tokens, (long long)g->batch, (long long)g->num_blocks, (long long)g->block_size,
 			(long long)g->max_blocks);
 	}
-	if (a->do_rotary) {
-		if (g->rotary_half < 1 || x->cos_cache == NULL || x->sin_cache == NULL) {
-			return fail(err, "cos_cache and sin_cache must be passed to PagedAttention when do_rotary = 1");
+	// CUDA: group_query_attention_helper::CheckRotaryCaches, run whenever both caches are
+	// given, do_rotary or not.
+	if (x->cos_cache != NULL || g->rotary_half > 0) {
+		if (g->head_dim % CV_PA_ROTARY_HEAD_ALIGN != 0) {
+			return fail(err, "head_size shall be a multiple of %d. Got head_size %% %d == %lld", CV_PA_ROTARY_HEAD_ALIGN,
+				CV_PA_ROTARY_HEAD_ALIGN, (long long)(g->head_dim % CV_PA_ROTARY_HEAD_ALIGN));
 		}
-		if (2 * g->rotary_half > g->head_dim) {
-			return fail(err, "rotary dimension %lld (2 * cos_cache.dims[1]) exceeds the head size %lld",
-				(long long)(2 * g->rotary_half), (long long)g->head_dim);
+		if (g->rotary_half > (g->head_dim / CV_PA_ROTARY_HEAD_ALIGN) * CV_PA_ROTARY_ALIGN ||
+			g->rotary_half % CV_PA_ROTARY_ALIGN != 0) {
+			return fail(err, "cos_cache dimension 1 must be <= head_size / 2 and a multiple of %d. Got %lld for head_size %lld",
+				CV_PA_ROTARY_ALIGN, (long long)g->rotary_half, (long long)g->head_dim);
 		}
+	}
+	if (a->do_rotary && (g->rotary_half < 1 || x->cos_cache == NULL || x->sin_cache == NULL)) {
+		return fail(err, "cos_cache and sin_cache must be passed to PagedAttention when do_rotary = 1");
 	}
 	if (x->cu_seqlens == NULL || (g->batch > 0 && x->past_seqlens == NULL) ||
 		(g->batch * g->max_blocks > 0 && x->block_table == NULL) ||
 		(g->num_blocks > 0 && (x->key_cache == NULL || x->value_cache == NULL)) ||
 		(g->tokens > 0 && (x->query == NULL || x->output == NULL || (!g->packed && (x->key == NULL || x->value == NULL))))) {
 		return fail(err, "a required input is missing");
+	}
+	return 0;
+}
+
+// cv_pa_check_metadata checks attention_metadata as ONNX Runtime 1.29's CUDA
+// PagedAttention does: shape (2) (CheckInputs) and, for a call with tokens, no negative
+// entry (ComputeInternal; 0 is unknown).
+static int cv_pa_check_metadata(const cv_pa_args *x, char *err) {
+	const int32_t *m = x->metadata;
+	if (x->metadata_len != 2) {
+		return fail(err, "Input 'attention_metadata' must have shape (2), got (%lld)", (long long)x->metadata_len);
+	}
+	if (x->g.tokens > 0 && (m[0] < 0 || m[1] < 0)) {
+		return fail(err, "'attention_metadata' entries must be non-negative, got [%d, %d]. Use 0 for 'unknown'.", m[0], m[1]);
 	}
 	return 0;
 }
@@ -97,6 +131,9 @@ int cv_pa_check(const cv_pa_args *x, char *err) {
 	}
 	if (cu[g->batch] != g->tokens) {
 		return fail(err, "cumulative_sequence_length ends at %d, the query has %lld tokens", cu[g->batch], (long long)g->tokens);
+	}
+	if (x->metadata != NULL && cv_pa_check_metadata(x, err) != 0) {
+		return -1;
 	}
 	const int64_t capacity = g->max_blocks * g->block_size;
 	for (int64_t b = 0; b < g->batch; b++) {

@@ -38,6 +38,10 @@ typedef struct {
 	float *key_cache, *value_cache;
 	const int32_t *cu_seqlens, *past_seqlens, *block_table;
 	const float *cos_cache, *sin_cache; // NULL when absent
+	// attention_metadata (input 16): [max_query_len, max_kv_len] bounds, 0 for unknown;
+	// NULL when absent. Checked as CUDA checks it; the CPU kernel needs none.
+	const int32_t *metadata;
+	int64_t metadata_len;
 	float *output;
 } cv_pa_args;
 
@@ -49,6 +53,18 @@ typedef struct {
 
 // CV_PA_ERR_LEN is the size of the buffer cv_pa_check writes its message into.
 #define CV_PA_ERR_LEN 256
+
+// CUDA's limits, which this operator enforces too (doc.go lists each rule and where ONNX
+// Runtime states it): num_heads at most CUDA's threads per block; head sizes a multiple
+// of 8 up to memory-efficient attention's largest; blocks a power of two of at least
+// CV_PA_MIN_BLOCK tokens; with cos and sin caches, head sizes a multiple of 16 and
+// caches CV_PA_ROTARY_ALIGN columns wide at a time.
+#define CV_PA_MAX_HEADS 1024
+#define CV_PA_MAX_DIM 1024
+#define CV_PA_HEAD_ALIGN 8
+#define CV_PA_MIN_BLOCK 16
+#define CV_PA_ROTARY_HEAD_ALIGN 16
+#define CV_PA_ROTARY_ALIGN 8
 
 // cv_pa_check_attrs checks the attributes alone; cv_pa_check checks a whole call: the
 // attributes, the dimensions against each other and the contents of the small inputs

@@ -1,6 +1,6 @@
 // PagedAttention, ONNX Runtime custom operator (domain com.conveyor) over this package's
-// kernel, with com.microsoft.PagedAttention's inputs 0-9, outputs and attributes in
-// float32. See doc.go for the contract and ortop.go for the registration.
+// kernel, with com.microsoft.PagedAttention's 17 inputs (10-15 declared and refused),
+// outputs and attributes in float32. See doc.go for the contract and ortop.go for the registration.
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -12,9 +12,18 @@
 #include "kernel.h"
 #include "ortop.h"
 
+// com.microsoft.PagedAttention's 17 inputs. Those from IN_SLOT_MAPPING to IN_V_SCALE
+// (slot mapping, attention sinks, fused q/k norms, a quantized cache's scales) are
+// declared, so that a graph written for CUDA loads here, and refused when given.
 enum {
 	IN_QUERY, IN_KEY, IN_VALUE, IN_KEY_CACHE, IN_VALUE_CACHE, IN_CU, IN_PAST, IN_BLOCK_TABLE, IN_COS, IN_SIN,
+	IN_SLOT_MAPPING, IN_HEAD_SINK, IN_Q_NORM, IN_K_NORM, IN_K_SCALE, IN_V_SCALE, IN_METADATA,
 	IN_COUNT
+};
+
+static const char *const paop_unsupported[] = {
+	[IN_SLOT_MAPPING] = "slot_mapping", [IN_HEAD_SINK] = "head_sink", [IN_Q_NORM] = "q_norm_weight",
+	[IN_K_NORM] = "k_norm_weight", [IN_K_SCALE] = "k_scale", [IN_V_SCALE] = "v_scale",
 };
 
 typedef struct {
@@ -135,9 +144,11 @@ static void paop_run_item(void *job, size_t i) {
 	}
 }
 
-// paop_geom reads the call's dimensions from its inputs' shapes into *g, checking the
+// paop_geom reads the call's dimensions from its inputs' shapes into *g (and the length of
+// attention_metadata into *metadata_len), checking the
 // ranks and that the shapes agree. It returns 0, or -1 with a message in err.
-static int paop_geom(const paop_kernel *k, const OrtValue *const *in, cv_pa_geom *g, char *err, OrtStatusPtr *st) {
+static int paop_geom(const paop_kernel *k, const OrtValue *const *in, cv_pa_geom *g, int64_t *metadata_len, char *err,
+	OrtStatusPtr *st) {
 	const OrtApi *api = k->api;
 	int64_t d[IN_COUNT][4] = {{0}};
 	int r[IN_COUNT];
@@ -194,6 +205,12 @@ static int paop_geom(const paop_kernel *k, const OrtValue *const *in, cv_pa_geom
 	}
 	g->max_pos = d[IN_COS][0];
 	g->rotary_half = d[IN_COS][1];
+	if (in[IN_METADATA] != NULL && r[IN_METADATA] != 1) {
+		snprintf(err, CV_PA_ERR_LEN, "PagedAttention: Input 'attention_metadata' must have shape (2), got rank %d",
+			r[IN_METADATA]);
+		return -1;
+	}
+	*metadata_len = in[IN_METADATA] != NULL ? d[IN_METADATA][0] : 0;
 	return 0;
 }
 
@@ -211,6 +228,14 @@ static OrtStatusPtr ORT_API_CALL paop_compute(void *kernel, OrtKernelContext *ct
 			return st;
 		}
 	}
+	for (int i = IN_SLOT_MAPPING; i <= IN_V_SCALE; i++) {
+		if (in[i] != NULL) {
+			char msg[160];
+			snprintf(msg, sizeof msg, "PagedAttention: input %d (%s) is not supported by Conveyor's CPU operator (inputs 0-9 and 16 are)",
+				i, paop_unsupported[i]);
+			return paop_fail(api, ORT_NOT_IMPLEMENTED, msg);
+		}
+	}
 	const int required[] = {IN_QUERY, IN_KEY_CACHE, IN_VALUE_CACHE, IN_CU, IN_PAST, IN_BLOCK_TABLE};
 	for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
 		if (in[required[i]] == NULL) {
@@ -219,7 +244,7 @@ static OrtStatusPtr ORT_API_CALL paop_compute(void *kernel, OrtKernelContext *ct
 	}
 	char err[CV_PA_ERR_LEN];
 	cv_pa_args x = {.a = k->a};
-	if (paop_geom(k, in, &x.g, err, &st) != 0) {
+	if (paop_geom(k, in, &x.g, &x.metadata_len, err, &st) != 0) {
 		return st != NULL ? st : paop_fail(api, ORT_INVALID_ARGUMENT, err);
 	}
 
@@ -244,6 +269,7 @@ static OrtStatusPtr ORT_API_CALL paop_compute(void *kernel, OrtKernelContext *ct
 	x.block_table = paop_data(api, in[IN_BLOCK_TABLE], &st);
 	x.cos_cache = paop_data(api, in[IN_COS], &st);
 	x.sin_cache = paop_data(api, in[IN_SIN], &st);
+	x.metadata = paop_data(api, in[IN_METADATA], &st);
 	if (st != NULL) {
 		return st;
 	}
@@ -283,8 +309,9 @@ static const char *ORT_API_CALL paop_name(const OrtCustomOp *op) { (void)op; ret
 static const char *ORT_API_CALL paop_ep(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
 static ONNXTensorElementDataType ORT_API_CALL paop_in_type(const OrtCustomOp *op, size_t i) {
 	(void)op;
-	return i == IN_CU || i == IN_PAST || i == IN_BLOCK_TABLE ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
-								: ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+	return i == IN_CU || i == IN_PAST || i == IN_BLOCK_TABLE || i == IN_SLOT_MAPPING || i == IN_METADATA
+		       ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
+		       : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
 static size_t ORT_API_CALL paop_in_count(const OrtCustomOp *op) { (void)op; return IN_COUNT; }
 static ONNXTensorElementDataType ORT_API_CALL paop_out_type(const OrtCustomOp *op, size_t i) {
@@ -294,7 +321,7 @@ static ONNXTensorElementDataType ORT_API_CALL paop_out_type(const OrtCustomOp *o
 static size_t ORT_API_CALL paop_out_count(const OrtCustomOp *op) { (void)op; return 3; }
 static OrtCustomOpInputOutputCharacteristic ORT_API_CALL paop_in_required(const OrtCustomOp *op, size_t i) {
 	(void)op;
-	return i == IN_KEY || i == IN_VALUE || i == IN_COS || i == IN_SIN ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+	return i == IN_KEY || i == IN_VALUE || i >= IN_COS ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
 }
 static OrtCustomOpInputOutputCharacteristic ORT_API_CALL paop_out_required(const OrtCustomOp *op, size_t i) {
 	(void)op; (void)i;

@@ -61,7 +61,11 @@ type Tensors struct {
 	PastSeqLens []int32   // [B]: tokens already cached for row b; its new token j is at position PastSeqLens[b]+j
 	BlockTable  []int32   // [B, MaxBlocks]: position p of row b lives in block BlockTable[b][p/BlockSize]
 	Cos, Sin    []float32 // [MaxPos, RotaryDim/2], or both nil
-	Out         []float32 // [T, NumHeads·D], written
+	// Metadata is attention_metadata, or nil: [max_query_len, max_kv_len] over the call's
+	// rows, each 0 when unknown. CUDA sizes its launches by these bounds instead of
+	// reading the lengths back; this kernel checks them as CUDA does and needs none.
+	Metadata []int32
+	Out      []float32 // [T, NumHeads·D], written
 }
 
 // Run applies the operator: it stores the new keys (rotated) and values into their
@@ -80,6 +84,7 @@ func Run(a Attrs, d Dims, t Tensors) error {
 		unsafe.Pointer(x.query), unsafe.Pointer(x.key), unsafe.Pointer(x.value), unsafe.Pointer(x.key_cache),
 		unsafe.Pointer(x.value_cache), unsafe.Pointer(x.cu_seqlens), unsafe.Pointer(x.past_seqlens),
 		unsafe.Pointer(x.block_table), unsafe.Pointer(x.cos_cache), unsafe.Pointer(x.sin_cache), unsafe.Pointer(x.output),
+		unsafe.Pointer(x.metadata),
 	} {
 		if p != nil {
 			pin.Pin(p)
@@ -199,6 +204,10 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 	x.key_cache, x.value_cache, x.output = f32(t.KeyCache), f32(t.ValueCache), f32(t.Out)
 	x.cu_seqlens, x.past_seqlens, x.block_table = i32(t.CumSeqLens), i32(t.PastSeqLens), i32(t.BlockTable)
 	x.cos_cache, x.sin_cache = f32(t.Cos), f32(t.Sin)
+	if t.Metadata != nil {
+		// A non-nil empty slice is a metadata input of shape (0), which the check refuses.
+		x.metadata, x.metadata_len = i32(append(t.Metadata[:len(t.Metadata):len(t.Metadata)], 0)), C.int64_t(len(t.Metadata))
+	}
 	return x, nil
 }
 

@@ -218,12 +218,12 @@ var referenceCases = []struct {
 	spec callSpec
 }{
 	{"qwen-shape/bs16/partial-rotary", callSpec{a: Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, headDim: 64, blockSize: 16, rows: mixedRows, rotaryDim: 32}},
-	{"bs5/window/softcap/scale", callSpec{a: Attrs{NumHeads: 6, KVNumHeads: 2, DoRotary: true, LocalWindowSize: 6, Softcap: 2, Scale: 0.3}, headDim: 32, blockSize: 5, rows: mixedRows, rotaryDim: 32}},
-	{"packed/interleaved/bs8", callSpec{a: Attrs{NumHeads: 8, KVNumHeads: 2, DoRotary: true, RotaryInterleaved: true}, headDim: 48, blockSize: 8, rows: mixedRows, rotaryDim: 24, packed: true}},
-	{"mha/odd-head/no-rotary", callSpec{a: Attrs{NumHeads: 3, KVNumHeads: 3}, headDim: 20, blockSize: 16, rows: mixedRows}},
+	{"bs16/window/softcap/scale", callSpec{a: Attrs{NumHeads: 6, KVNumHeads: 2, DoRotary: true, LocalWindowSize: 6, Softcap: 2, Scale: 0.3}, headDim: 32, blockSize: 16, rows: mixedRows, rotaryDim: 32}},
+	{"packed/interleaved/bs32/partial", callSpec{a: Attrs{NumHeads: 8, KVNumHeads: 2, DoRotary: true, RotaryInterleaved: true}, headDim: 48, blockSize: 32, rows: mixedRows, rotaryDim: 32, packed: true}},
+	{"mha/head-24/no-rotary", callSpec{a: Attrs{NumHeads: 3, KVNumHeads: 3}, headDim: 24, blockSize: 16, rows: mixedRows}},
 	{"window-1/long-prefill", callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 1, LocalWindowSize: 1}, headDim: 16, blockSize: 16, rows: []row{{40, 3}, {1, 70}}}},
-	{"window-20/chunk-over-blocks", callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2, LocalWindowSize: 20, Softcap: 50}, headDim: 64, blockSize: 7, rows: []row{{35, 30}, {1, 100}, {2, 0}}}},
-	{"long-block/past-over-tile", callSpec{a: Attrs{NumHeads: 2, KVNumHeads: 1, DoRotary: true}, headDim: 128, blockSize: 100, rows: []row{{3, 250}, {1, 64}, {65, 0}}, rotaryDim: 128}},
+	{"window-20/chunk-over-blocks", callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2, LocalWindowSize: 20, Softcap: 50}, headDim: 64, blockSize: 16, rows: []row{{35, 30}, {1, 100}, {2, 0}}}},
+	{"long-block/past-over-tile", callSpec{a: Attrs{NumHeads: 2, KVNumHeads: 1, DoRotary: true}, headDim: 128, blockSize: 128, rows: []row{{3, 250}, {1, 64}, {65, 0}}, rotaryDim: 128}},
 }
 
 // TestRunMatchesReference: the output of every instruction set this CPU runs is within
@@ -239,6 +239,9 @@ func TestRunMatchesReference(t *testing.T) {
 			t.Run(isaName(isa)+"/"+tc.name, func(t *testing.T) {
 				tc.spec.seed = uint64(i + 1)
 				c := newCall(tc.spec)
+				if i%2 == 0 {
+					c.t.Metadata = metadataOf(c) // checked and accepted; the result is the same
+				}
 				want, wantK, wantV := reference(c)
 				if err := Run(c.a, c.d, c.t); err != nil {
 					t.Fatal(err)
@@ -265,7 +268,7 @@ func TestRunMatchesReference(t *testing.T) {
 // TestRunWritesOnlyNewSlots: the slots of the new tokens are the only cache elements
 // that change, values are stored bit for bit, and keys without rotary too.
 func TestRunWritesOnlyNewSlots(t *testing.T) {
-	c := newCall(callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2}, headDim: 16, blockSize: 4, rows: mixedRows, seed: 3})
+	c := newCall(callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2}, headDim: 16, blockSize: 16, rows: mixedRows, seed: 3})
 	before := c.clone()
 	if err := Run(c.a, c.d, c.t); err != nil {
 		t.Fatal(err)
@@ -289,18 +292,41 @@ func TestRunWritesOnlyNewSlots(t *testing.T) {
 	}
 }
 
+// metadataOf returns the call's attention_metadata: its longest new-token run and its
+// longest KV length (past + new).
+func metadataOf(c testCall) []int32 {
+	var maxQ, maxKV int32
+	for b := range c.d.Batch {
+		n := c.t.CumSeqLens[b+1] - c.t.CumSeqLens[b]
+		maxQ, maxKV = max(maxQ, n), max(maxKV, c.t.PastSeqLens[b]+n)
+	}
+	return []int32{maxQ, maxKV}
+}
+
+// withHead and withBlock return s with another head size (and rotary size) or block size.
+func withHead(s callSpec, head, rotary int) callSpec {
+	s.headDim, s.rotaryDim = head, rotary
+	s.a.DoRotary = rotary > 0
+	return s
+}
+
+func withBlock(s callSpec, bs int) callSpec {
+	s.blockSize = bs
+	return s
+}
+
 // TestRunRefusesBadInput: calls that break the contract fail with ErrInput, naming what
 // is wrong, and leave the caches and the output untouched.
 func TestRunRefusesBadInput(t *testing.T) {
-	spec := callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, headDim: 16, blockSize: 4, rows: mixedRows, rotaryDim: 8, seed: 5}
+	spec := callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, headDim: 16, blockSize: 16, rows: mixedRows, rotaryDim: 16, seed: 5}
 	cases := []struct {
 		name, want string
 		edit       func(c *testCall)
 	}{
-		{"block id past the cache", "block_table[1][3]", func(c *testCall) { c.t.BlockTable[1*c.d.MaxBlocks+3] = int32(c.d.NumBlocks) }},
+		{"block id past the cache", "block_table[1][1]", func(c *testCall) { c.t.BlockTable[1*c.d.MaxBlocks+1] = int32(c.d.NumBlocks) }},
 		{"negative block id", "block_table[0][0]", func(c *testCall) { c.t.BlockTable[0] = -1 }},
 		{"position past block_table", "block_table's", func(c *testCall) { c.t.PastSeqLens[4] = int32(c.d.MaxBlocks * c.d.BlockSize) }},
-		{"position past cos_cache", "cos_cache", func(c *testCall) { c.d.MaxPos, c.t.Cos, c.t.Sin = 37, c.t.Cos[:37*4], c.t.Sin[:37*4] }},
+		{"position past cos_cache", "cos_cache", func(c *testCall) { c.d.MaxPos, c.t.Cos, c.t.Sin = 37, c.t.Cos[:37*8], c.t.Sin[:37*8] }},
 		{"cumulative lengths start past 0", "cumulative_sequence_length[0]", func(c *testCall) { c.t.CumSeqLens[0] = 1 }},
 		{"cumulative lengths decrease", "decreases", func(c *testCall) { c.t.CumSeqLens[2] = 2 }},
 		{"cumulative lengths miss tokens", "ends at", func(c *testCall) { c.t.CumSeqLens[5]-- }},
@@ -312,12 +338,28 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"key without value", "both", func(c *testCall) { c.t.Value = nil }},
 		{"cos without sin", "both", func(c *testCall) { c.t.Sin = nil }},
 		{"rotary without cos", "cos_cache and sin_cache must be passed", func(c *testCall) { c.t.Cos, c.t.Sin, c.d.RotaryDim, c.d.MaxPos = nil, nil, 0, 0 }},
-		{"rotary wider than the head", "exceeds the head size", func(c *testCall) {
-			c.d.RotaryDim, c.t.Cos, c.t.Sin = 18, make([]float32, c.d.MaxPos*9), make([]float32, c.d.MaxPos*9)
+		{"rotary wider than the head", "cos_cache dimension 1 must be <= head_size / 2", func(c *testCall) {
+			c.d.RotaryDim, c.t.Cos, c.t.Sin = 32, make([]float32, c.d.MaxPos*16), make([]float32, c.d.MaxPos*16)
 		}},
+		// CUDA's own limits (doc.go), each refused as ONNX Runtime's CUDA kernel words it.
+		{"rotary width not a multiple of 8 (Phi-3.5's 0.75 of a 16 head)", "cos_cache dimension 1 must be <= head_size / 2 and a multiple of 8", func(c *testCall) {
+			c.d.RotaryDim, c.t.Cos, c.t.Sin = 12, make([]float32, c.d.MaxPos*6), make([]float32, c.d.MaxPos*6)
+		}},
+		{"cos and sin given without do_rotary still checked", "multiple of 8", func(c *testCall) {
+			c.a.DoRotary, c.d.RotaryDim, c.t.Cos, c.t.Sin = false, 12, make([]float32, c.d.MaxPos*6), make([]float32, c.d.MaxPos*6)
+		}},
+		{"head size not a multiple of 8", "head_size must be a multiple of 8", func(c *testCall) { *c = newCall(withHead(spec, 12, 0)) }},
+		{"rotary on a head not a multiple of 16", "head_size shall be a multiple of 16", func(c *testCall) { *c = newCall(withHead(spec, 24, 8)) }},
+		{"head size past CUDA's largest", "above 1024", func(c *testCall) { *c = newCall(withHead(spec, 1032, 0)) }},
+		{"block of 8 tokens", "block_size must be a power of two and at least 16", func(c *testCall) { *c = newCall(withBlock(spec, 8)) }},
+		{"block of 24 tokens", "block_size must be a power of two and at least 16", func(c *testCall) { *c = newCall(withBlock(spec, 24)) }},
+		{"too many heads", "num_heads should be no larger than 1024", func(c *testCall) { c.a.NumHeads, c.a.KVNumHeads = 2048, 2048 }},
+		{"metadata of 3 values (later ONNX Runtimes' lower bound)", "must have shape (2), got (3)", func(c *testCall) { c.t.Metadata = []int32{4, 38, 1} }},
+		{"empty metadata", "must have shape (2), got (0)", func(c *testCall) { c.t.Metadata = []int32{} }},
+		{"negative metadata", "must be non-negative, got [4, -1]", func(c *testCall) { c.t.Metadata = []int32{4, -1} }},
 		{"odd rotary dim", "RotaryDim", func(c *testCall) { c.d.RotaryDim = 7 }},
 		{"heads not a multiple", "multiple of kv_num_heads", func(c *testCall) { c.a.KVNumHeads = 3 }},
-		{"no kv heads", "multiple of kv_num_heads", func(c *testCall) { c.a.KVNumHeads = 0 }},
+		{"no kv heads", "must be positive", func(c *testCall) { c.a.KVNumHeads = 0 }},
 		{"negative softcap", "softcap", func(c *testCall) { c.a.Softcap = -1 }},
 		{"NaN scale", "scale", func(c *testCall) { c.a.Scale = float32(math.NaN()) }},
 		{"negative dimension", "Dims.Batch", func(c *testCall) { c.d.Batch = -1 }},
@@ -341,7 +383,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 // TestRunIdleRows: rows without new tokens are allowed, whatever their block table
 // holds, and a call without tokens changes nothing.
 func TestRunIdleRows(t *testing.T) {
-	c := newCall(callSpec{a: Attrs{NumHeads: 2, KVNumHeads: 1}, headDim: 8, blockSize: 4, rows: []row{{0, 3}, {0, 0}}, seed: 9})
+	c := newCall(callSpec{a: Attrs{NumHeads: 2, KVNumHeads: 1}, headDim: 8, blockSize: 16, rows: []row{{0, 3}, {0, 0}}, seed: 9})
 	for i := range c.t.BlockTable {
 		c.t.BlockTable[i] = -7
 	}
@@ -352,7 +394,7 @@ func TestRunIdleRows(t *testing.T) {
 	if !slices.Equal(c.t.KeyCache, before.t.KeyCache) || !slices.Equal(c.t.ValueCache, before.t.ValueCache) {
 		t.Fatal("a call without tokens changed the caches")
 	}
-	if err := Run(c.a, Dims{HeadDim: 8, BlockSize: 4}, Tensors{CumSeqLens: []int32{0}}); err != nil {
+	if err := Run(c.a, Dims{HeadDim: 8, BlockSize: 16}, Tensors{CumSeqLens: []int32{0}}); err != nil {
 		t.Fatalf("empty batch: %v", err)
 	}
 }
@@ -365,7 +407,12 @@ func FuzzRun(f *testing.F) {
 	f.Add(uint8(4), uint8(2), uint8(5), uint8(3), uint8(4), []byte{1, 9, 4, 1}, []byte{3, 2, 4, 5, 3, 2}, int8(3), true, false)
 	f.Fuzz(func(t *testing.T, heads, kvHeads, headDim, blockSize, numBlocks uint8, rowBytes, table []byte, window int8, packed, rotary bool) {
 		a := Attrs{NumHeads: int(heads % 9), KVNumHeads: int(kvHeads % 5), LocalWindowSize: int(window), DoRotary: rotary}
-		d := Dims{HeadDim: int(headDim % 20), BlockSize: int(blockSize % 9), NumBlocks: int(numBlocks % 12), Batch: len(rowBytes) / 2}
+		// Mostly shapes CUDA takes (heads of 8 to 40, blocks of 16 or 32), some it does not.
+		hd, bs := int(headDim%5+1)*8, []int{16, 32, 16, 0, 24, 3}[blockSize%6]
+		if headDim >= 0xf0 {
+			hd = int(headDim % 20)
+		}
+		d := Dims{HeadDim: hd, BlockSize: bs, NumBlocks: int(numBlocks % 12), Batch: len(rowBytes) / 2}
 		rng := rand.New(rand.NewPCG(uint64(len(table)), uint64(headDim)))
 		tt := Tensors{CumSeqLens: []int32{0}}
 		for b := range d.Batch {
