@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models"
 )
 
@@ -383,4 +384,120 @@ func drainUntil(ch <-chan Event, deadline time.Time) []Event {
 			return out
 		}
 	}
+}
+
+// deviceModel keeps its KV cache on its "device", as a GPU step runner does: memory of its
+// own, which a fresh instance starts without. It records which slots it wrote (and
+// copied), fails a pass that reads a slot it never wrote, and counts block copies.
+type deviceModel struct {
+	spec    models.Spec
+	mu      sync.Mutex
+	written map[[2]int]bool // (block, offset) written by this instance
+	copies  atomic.Int32
+	fail    *atomic.Bool
+	closed  atomic.Int32
+}
+
+func newDeviceModel(fail *atomic.Bool) *deviceModel {
+	m := &deviceModel{spec: newFakeModel(1024).spec, written: map[[2]int]bool{}, fail: fail}
+	m.spec.KVOnDevice = true
+	return m
+}
+
+func (m *deviceModel) Spec() models.Spec { return m.spec }
+func (m *deviceModel) Close() error      { m.closed.Add(1); return nil }
+
+func (m *deviceModel) Forward(b *models.Batch) (*models.Output, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail.Load() {
+		return nil, errors.New("injected: the runner failed")
+	}
+	bs := b.Cache.Config().BlockSizeTokens
+	out := &models.Output{Logits: make([][]float32, len(b.Seqs))}
+	for r, s := range b.Seqs {
+		for p := range s.PastLen {
+			if !m.written[[2]int{int(s.Blocks[p/bs]), p % bs}] {
+				return nil, fmt.Errorf("device: row %d reads position %d from block %d, which this runner never wrote", r, p, s.Blocks[p/bs])
+			}
+		}
+		for j := range s.Tokens {
+			p := s.PastLen + j
+			m.written[[2]int{int(s.Blocks[p/bs]), p % bs}] = true
+		}
+		out.Logits[r] = make([]float32, fakeVocab)
+		out.Logits[r][1+r%3] = 4 // never the fake's EOS (0)
+	}
+	return out, nil
+}
+
+func (m *deviceModel) CopyBlocks(ops []kvcache.CopyOp) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.copies.Add(1)
+	for _, op := range ops {
+		for off := range 4096 {
+			if m.written[[2]int{int(op.Src), off}] {
+				m.written[[2]int{int(op.Dst), off}] = true
+			}
+		}
+	}
+	return nil
+}
+
+// TestRestartOnDeviceRecomputes: a runner whose KV cache lives on its device is replaced
+// after MaxStepFailures failed passes; the fresh runner's memory holds none of the old
+// blocks. A prompt whose blocks the prefix cache held before the restart is computed
+// anew (no cached tokens, no read of a block the fresh runner never wrote), and a forked
+// request's block copies go to the fresh runner, not the closed one. Without the flush
+// the second request fails reading the old runner's blocks.
+func TestRestartOnDeviceRecomputes(t *testing.T) {
+	var failing atomic.Bool
+	old, fresh := newDeviceModel(&failing), newDeviceModel(&atomic.Bool{})
+	cfg := testConfig()
+	cfg.MaxStepFailures = 2
+	cfg.ReopenModel = func() (Model, error) { return fresh, nil }
+	e := startEngine(t, cfg, old, nil)
+	prompt := testPrompt(3, 40) // two full 16-token blocks to cache
+	if ev := runOne(t, e, greedyRequest("first", prompt, 4)); ev.Err != nil {
+		t.Fatalf("before the restart: %v", ev.Err)
+	}
+	again := greedyRequest("cached", prompt, 4)
+	ch, err := e.Submit(context.Background(), again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := collect(ch); res.usage == nil || res.usage.CachedTokens != 32 {
+		t.Fatalf("before the restart the prompt's blocks are cached: usage %+v", res.usage)
+	}
+	failing.Store(true)
+	for _, id := range []string{"x", "y"} {
+		if ev := runOne(t, e, greedyRequest(id, testPrompt(9, 5), 3)); !errors.Is(ev.Err, ErrModel) {
+			t.Fatalf("%s: %+v, want a failed pass", id, ev)
+		}
+	}
+	waitFor(t, func() bool { return e.Stats().RunnerRestarts == 1 })
+	copiesBefore := old.copies.Load()
+	forked := greedyRequest("after", prompt, 4)
+	forked.Params.N = 2
+	ch, err = e.Submit(context.Background(), forked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := collect(ch)
+	for i, ev := range res.seqs {
+		if ev.Err != nil {
+			t.Fatalf("after the restart, choice %d: %v", i, ev.Err)
+		}
+	}
+	if res.usage == nil || res.usage.CachedTokens != 0 {
+		t.Fatalf("after the restart nothing may come from the old runner's memory: usage %+v", res.usage)
+	}
+	if old.copies.Load() != copiesBefore || fresh.copies.Load() == 0 {
+		t.Fatalf("block copies: %d more on the closed runner, %d on the live one", old.copies.Load()-copiesBefore, fresh.copies.Load())
+	}
+	if old.closed.Load() != 1 {
+		t.Fatalf("the old runner was closed %d times", old.closed.Load())
+	}
+	shutdown(t, e)
 }

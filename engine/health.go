@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
 
@@ -17,10 +18,12 @@ import (
 //
 // The runner restart is the simplest design that needs nothing of the runner: a
 // function given at construction (Config.ReopenModel) opens a fresh one, and the engine
-// swaps it in on its own goroutine between two steps. The KV cache is the engine's (the
-// runner only reads and writes the blocks it is handed), so the sequences waiting or
-// preempted when the runner is replaced keep their blocks and go on; the fresh runner
-// must therefore have the same Spec. A Reset method on Model was the alternative: every
+// swaps it in on its own goroutine between two steps. On the host the KV cache is the
+// engine's (the runner only reads and writes the blocks it is handed), so the sequences
+// waiting or preempted when the runner is replaced keep their blocks and go on; the
+// fresh runner must therefore have the same Spec. On a GPU (Spec.KVOnDevice) the cache's
+// memory is the runner's and goes with it: the engine then flushes the prefix cache,
+// recomputes every running sequence, and copies blocks through the fresh runner. A Reset method on Model was the alternative: every
 // Model (fakes included) would need one, and "reset" means little for a session that is
 // broken — reopening it is what resets it.
 
@@ -88,8 +91,29 @@ func (e *Engine) reopenModel() (err error) {
 		closeModel(m)
 		return fmt.Errorf("the reopened model's spec %+v differs from %+v", s, e.spec)
 	}
+	if !e.spec.KVOnDevice {
+		closeModel(e.model)
+		e.model, e.reopened = m, true
+		return nil
+	}
+	// The cache lived in the old runner's device memory and went with it: the fresh
+	// runner's is new and holds nothing. Blocks are copied by the live runner, every
+	// running sequence is recomputed, and no cached prefix is served from the old memory.
+	copier, ok := m.(models.BlockCopier)
+	if !ok {
+		closeModel(m)
+		return errors.New("the reopened model keeps its KV cache on its device but cannot copy blocks there")
+	}
+	n, err := e.sched.RecomputeAll()
+	if err != nil {
+		closeModel(m)
+		return err
+	}
+	e.pool.DropPrefixCache()
 	closeModel(e.model)
-	e.model, e.reopened = m, true
+	e.model, e.reopened, e.copier = m, true, copier
+	e.log.Warn("engine: the device KV cache went with the old runner: the prefix cache is flushed and running sequences are recomputed",
+		"recomputed", n)
 	return nil
 }
 

@@ -338,6 +338,30 @@ func (p *Pool) dropRegistration(b BlockID) {
 }
 
 // unregister drops b's prefix-cache entry.
+// DropPrefixCache forgets every cached prefix: FindPrefix finds no block until blocks are
+// registered anew. It is for a cache whose contents were lost (a runner on a GPU
+// replaced, with the device memory the blocks lived in): the blocks stay allocated to the
+// sequences that hold them, which must recompute them, and register no further blocks of
+// their chains.
+func (p *Pool) DropPrefixCache() {
+	if p.cache == nil {
+		return
+	}
+	for b := range p.meta {
+		if m := &p.meta[b]; m.regID != 0 {
+			if m.ref == 0 {
+				p.cachedFree--
+			}
+			p.unregister(BlockID(b))
+		}
+	}
+	for _, st := range p.seqs {
+		for g := range st.tables {
+			st.tables[g].chainOK = false
+		}
+	}
+}
+
 func (p *Pool) unregister(b BlockID) {
 	m := &p.meta[b]
 	if cur, ok := p.cache[m.hash]; ok && cur == b {

@@ -408,3 +408,44 @@ func TestWindowGroupGivesBackBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDropPrefixCache: after DropPrefixCache no prompt finds a cached block — neither the
+// blocks of a freed sequence nor those of one still holding its blocks, which keeps them
+// but registers no more of its chain — and the pool's invariants hold; blocks computed
+// afterwards are cached again.
+func TestDropPrefixCache(t *testing.T) {
+	p := newTestPool(t, 16, 4, true)
+	freed, held := seqTokens(5, 10), seqTokens(9, 10)
+	startSeq(t, p, 1, freed, 0)
+	p.Free(1)
+	startSeq(t, p, 2, held, 0)
+	if st := p.Stats(); st.CachedBlocks != 2 {
+		t.Fatalf("before: %+v", st)
+	}
+	p.DropPrefixCache()
+	check(t, p)
+	if st := p.Stats(); st.CachedBlocks != 0 || st.UsedBlocks != 3 || st.FreeBlocks != 13 {
+		t.Fatalf("after the drop: %+v", st)
+	}
+	for _, prompt := range [][]int32{freed, held} {
+		if got := lookupPrefix(p, 3, prompt, 0); got != 0 {
+			t.Fatalf("a prefix found after the drop: %d tokens", got)
+		}
+		p.Free(3)
+	}
+	// The held sequence grows past a block: its chain is not registered again.
+	mustAlloc(t, p, 2, 6)
+	if err := p.Commit(2, 10, seqTokens(11, 6), 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+	if got := lookupPrefix(p, 4, append(slices.Clone(held), seqTokens(11, 6)...), 0); got != 0 {
+		t.Fatalf("the held sequence's later blocks were cached on a dropped chain: %d tokens", got)
+	}
+	p.Free(4)
+	// A new sequence is cached as before.
+	startSeq(t, p, 5, freed, 0)
+	if got := lookupPrefix(p, 6, freed, 0); got != 8 {
+		t.Fatalf("a prompt computed after the drop: %d cached tokens, want 8", got)
+	}
+}

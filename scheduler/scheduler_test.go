@@ -459,3 +459,35 @@ func TestCachedGroupSharesOneLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestRecomputeAll: every running sequence is preempted to be recomputed from scratch
+// (its blocks freed, the first running first in the queue), refused while a plan is
+// pending; the next step computes each one's prompt and generated tokens again.
+func TestRecomputeAll(t *testing.T) {
+	cfg := testConfig()
+	h := newHarness(t, cfg, 64, 4, false)
+	h.mustAdd(req{name: "a", prompt: seqTokens(1, 9), maxNew: 50})
+	h.mustAdd(req{name: "b", prompt: seqTokens(20, 5), maxNew: 50})
+	h.step()
+	h.step()
+	a, b := h.byName["a"], h.byName["b"]
+	plan := h.s.Schedule()
+	if _, err := h.s.RecomputeAll(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("RecomputeAll with a pending plan: %v", err)
+	}
+	if _, err := h.s.Update(plan, []Result{{Token: 5}, {Token: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.s.RecomputeAll()
+	if err != nil || n != 2 {
+		t.Fatalf("RecomputeAll = %d, %v; want 2", n, err)
+	}
+	if a.Status() != StatusWaiting || b.Status() != StatusWaiting || h.pool.Stats().UsedBlocks != 0 {
+		t.Fatalf("after: a %v, b %v, %+v", a.Status(), b.Status(), h.pool.Stats())
+	}
+	h.check()
+	plan = h.s.Schedule()
+	if len(plan.Items) != 2 || plan.Items[0].Seq != a || plan.Items[0].StartPos != 0 || plan.Items[0].NumNewTokens != len(a.Tokens) {
+		t.Fatalf("the next step: %+v; want a's %d tokens first, from 0", plan.Items, len(a.Tokens))
+	}
+}

@@ -191,6 +191,21 @@ func (s *Scheduler) preempt(i int) {
 	s.plan.Preempted = append(s.plan.Preempted, q)
 }
 
+// RecomputeAll preempts every running sequence, to be recomputed from scratch, and
+// returns how many it preempted: for a KV cache whose contents were lost (a runner on a
+// GPU replaced, with the device memory the blocks lived in). It must not be called while
+// a plan is pending (between Schedule and Update).
+func (s *Scheduler) RecomputeAll() (int, error) {
+	if s.pending {
+		return 0, fmt.Errorf("%w: RecomputeAll while a plan is pending", ErrInvalid)
+	}
+	n := len(s.running)
+	for i := n - 1; i >= 0; i-- { // the first running ends up first in the queue
+		s.preempt(i)
+	}
+	return n, nil
+}
+
 // fail ends q, which is in neither the running batch nor the queue, and its waiting
 // children with FinishNoCapacity.
 func (s *Scheduler) fail(q *Sequence) {
