@@ -25,7 +25,10 @@ type loadOptions struct {
 	// quantize builds a Hugging Face checkpoint with int8 or int4 weights ("" = float);
 	// a model directory is opened as it was built.
 	quantize string
-	runner   models.RunnerOptions
+	// dtype is the float type of a checkpoint's step graph on the GPU: "" or "auto" (the
+	// checkpoint's, convert.GPUStepDType), float16 or bfloat16.
+	dtype  string
+	runner models.RunnerOptions
 	// built, when set, is told that load built the checkpoint's graph into dir.
 	built func(dir string, took time.Duration)
 }
@@ -55,7 +58,11 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	// default, the user's cache directory).
 	opts := convert.Options{Quantize: quant}
 	if o.runner.Device == models.DeviceCUDA {
-		opts.StepDType = convert.Float16 // the GPU runs a 16-bit step graph
+		// The GPU runs a 16-bit step graph: the checkpoint's type, as vLLM's --dtype auto.
+		cfg, _ := convert.LoadConfig(dir) // nil for a built directory, opened as built
+		if opts.StepDType, err = convert.GPUStepDType(cfg, o.dtype); err != nil {
+			return nil, err
+		}
 	}
 	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), opts)
 	if err != nil {
@@ -77,6 +84,18 @@ func load(dir string, o loadOptions) (*loaded, error) {
 
 // reopen opens the loaded model's directory again, with the same options.
 func (l *loaded) reopen() (models.Model, error) { return models.Open(l.dir, l.runner) }
+
+// checkDType checks a --dtype value: one GPUStepDType takes, and not float16 or bfloat16
+// on the CPU, where a checkpoint's graph is float32.
+func checkDType(dtype, device string) error {
+	if _, err := convert.GPUStepDType(nil, dtype); err != nil {
+		return err
+	}
+	if dtype != "auto" && dtype != "" && device == models.DeviceCPU {
+		return fmt.Errorf("--dtype %s is the GPU step graph's type; on the CPU a checkpoint is served in float32 (or --quantize)", dtype)
+	}
+	return nil
+}
 
 // checkQuantize checks a --quantize value.
 func checkQuantize(s string) error {
@@ -167,6 +186,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	start := time.Now()
 	l, err := load(o.modelDir, loadOptions{
 		quantize: o.quantize,
+		dtype:    o.dtype,
 		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention,
 			KVCacheDType: o.kvCacheDType, Device: o.device, CUDAProvider: o.cudaProvider},
 		built: func(dir string, took time.Duration) {

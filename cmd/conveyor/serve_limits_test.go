@@ -127,3 +127,20 @@ func (m *fakeGPUModel) Device() string    { return "cuda:0 (test)" }
 func (m *fakeGPUModel) DeviceMemory() (free, total int64, err error) {
 	return m.free, m.total, nil
 }
+
+// TestDTypeFlag: --dtype takes auto, float16 and bfloat16, refuses anything else and a
+// 16-bit type on the CPU with one line, and is accepted for the GPU or auto.
+func TestDTypeFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"--dtype", "float32"}, {"--dtype", "half"}, {"--dtype", "bfloat16", "--device", "cpu"},
+	} {
+		if _, err := parseServeFlags(args, env(nil), io.Discard); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "--dtype") {
+			t.Errorf("%v: %v, want a one-line error naming --dtype", args, err)
+		}
+	}
+	for _, args := range [][]string{{"--dtype", "bfloat16", "--device", "cuda"}, {"--dtype", "float16"}, {"--dtype", "auto", "--device", "cpu"}} {
+		if _, err := parseServeFlags(args, env(nil), io.Discard); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

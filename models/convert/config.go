@@ -35,6 +35,8 @@ type Config struct {
 	// EOSTokenID lists the end-of-sequence tokens (JSON: an integer or a list).
 	EOSTokenID modeldir.TokenIDs `json:"eos_token_id"`
 	TorchDType string            `json:"torch_dtype"`
+	// DTypeName is the same as TorchDType in the files of transformers 4.56 and later.
+	DTypeName string `json:"dtype"`
 	// HiddenAct is the MLP activation; Llama uses "silu".
 	HiddenAct string `json:"hidden_act"`
 	// HiddenActivation is Gemma's name for the MLP activation (it wins over HiddenAct).
@@ -275,6 +277,9 @@ func parseConfig(b []byte) (*Config, error) {
 		}
 		if t.TorchDType == "" {
 			t.TorchDType = c.TorchDType
+		}
+		if t.DTypeName == "" {
+			t.DTypeName = c.DTypeName
 		}
 		c = t
 	}

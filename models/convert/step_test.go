@@ -125,3 +125,37 @@ func TestStepGraphNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUStepDType: on the GPU a checkpoint is built in its own type as vLLM's --dtype
+// auto builds it — bfloat16 when torch_dtype (or transformers' newer dtype) says so,
+// float16 otherwise, bfloat16 for Gemma 2 and 3 whatever they say — unless a type is
+// asked for; float32 is refused.
+func TestGPUStepDType(t *testing.T) {
+	for _, tc := range []struct {
+		modelType, torch, dtype, asked string
+		want                           DType
+	}{
+		{"llama", "bfloat16", "", "", BFloat16},
+		{"llama", "", "bfloat16", "auto", BFloat16},
+		{"qwen2", "float16", "", "", Float16},
+		{"qwen2", "float32", "", "", Float16},
+		{"llama", "", "", "", Float16},
+		{"gemma2", "float32", "", "", BFloat16},
+		{"gemma3_text", "float16", "", "", BFloat16},
+		{"gemma2", "float32", "", "float16", Float16},
+		{"llama", "bfloat16", "", "float16", Float16},
+	} {
+		cfg := &Config{ModelType: tc.modelType, TorchDType: tc.torch, DTypeName: tc.dtype}
+		if got, err := GPUStepDType(cfg, tc.asked); err != nil || got != tc.want {
+			t.Errorf("%+v: %v, %v; want %v", tc, got, err, tc.want)
+		}
+	}
+	if _, err := GPUStepDType(nil, "float32"); err == nil {
+		t.Error("--dtype float32 on the GPU accepted")
+	}
+	cfg, err := parseConfig([]byte(`{"model_type": "llama", "hidden_size": 8, "num_attention_heads": 1, "num_hidden_layers": 1,
+		"intermediate_size": 8, "vocab_size": 8, "dtype": "bfloat16"}`))
+	if err != nil || cfg.DTypeName != "bfloat16" {
+		t.Fatalf("a config.json with dtype: %+v, %v", cfg, err)
+	}
+}
