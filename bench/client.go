@@ -27,6 +27,9 @@ type Target struct {
 	// ResponseFormat, when set, is sent as every request's response_format (structured
 	// output), e.g. {"type":"json_object"}.
 	ResponseFormat json.RawMessage
+	// Temperature and TopP are every request's sampling: 0 and 0 (or 1) are greedy
+	// decoding, as the zero Target sends.
+	Temperature, TopP float64
 }
 
 func (t Target) completionsURL() string {
@@ -40,6 +43,7 @@ type completionRequest struct {
 	Prompt        []int32        `json:"prompt"`
 	MaxTokens     int            `json:"max_tokens"`
 	Temperature   float64        `json:"temperature"`
+	TopP          float64        `json:"top_p,omitempty"`
 	Stream        bool           `json:"stream"`
 	StreamOptions map[string]any `json:"stream_options"`
 	IgnoreEOS     bool           `json:"ignore_eos"`
@@ -65,7 +69,7 @@ type completionChunk struct {
 func (t Target) Send(ctx context.Context, it Item) Result {
 	res := Result{PromptTokens: len(it.Prompt)}
 	body, err := json.Marshal(completionRequest{
-		Model: t.Model, Prompt: it.Prompt, MaxTokens: it.MaxTokens, Stream: true,
+		Model: t.Model, Prompt: it.Prompt, MaxTokens: it.MaxTokens, Stream: true, Temperature: t.Temperature, TopP: t.TopP,
 		StreamOptions: map[string]any{"include_usage": true}, IgnoreEOS: true, ResponseFormat: t.ResponseFormat,
 	})
 	if err != nil {

@@ -311,3 +311,26 @@ func TestRateMarshalsInfinity(t *testing.T) {
 		t.Fatalf("%s %v", b, err)
 	}
 }
+
+// TestTargetSendsSampling: a Target's temperature and top_p reach every request's body;
+// the zero Target sends greedy decoding (temperature 0, no top_p).
+func TestTargetSendsSampling(t *testing.T) {
+	got := make(chan map[string]any, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		got <- body
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"completion_tokens\":0}}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	it := Item{Prompt: []int32{1, 2}, MaxTokens: 1}
+	Target{BaseURL: srv.URL, Model: "m", Temperature: 1, TopP: 0.9}.Send(context.Background(), it)
+	if b := <-got; b["temperature"] != 1.0 || b["top_p"] != 0.9 {
+		t.Errorf("sampled: temperature %v, top_p %v", b["temperature"], b["top_p"])
+	}
+	Target{BaseURL: srv.URL, Model: "m"}.Send(context.Background(), it)
+	if b := <-got; b["temperature"] != 0.0 || b["top_p"] != nil {
+		t.Errorf("greedy: temperature %v, top_p %v", b["temperature"], b["top_p"])
+	}
+}

@@ -35,7 +35,7 @@ type Config struct {
 	// are promoted: cfg.MaxNumSeqs, cfg.Policy, ...). The engine reads three of them its own
 	// way:
 	//   - MaxModelLen caps a sequence's length in tokens (prompt + generated); 0 means the
-	//     model's context (Spec.MaxPositions), and larger values are clipped to it.
+	//     model's context (Spec.MaxPositions); a larger value is refused, as vLLM refuses it.
 	//   - MaxQueue caps the requests accepted but not yet running; Submit returns
 	//     ErrOverloaded beyond it. (The scheduler's own queue gets room for what the engine
 	//     lets through.)

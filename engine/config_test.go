@@ -134,3 +134,24 @@ func TestBlockSizeFollowsTheModel(t *testing.T) {
 		e.Close()
 	}
 }
+
+// TestMaxModelLenAboveTheModelIsRefused: a MaxModelLen above the model's context is
+// refused with one line naming --max-model-len (vLLM refuses it too), never served at
+// the model's own context in silence; the model's own and less are taken.
+func TestMaxModelLenAboveTheModelIsRefused(t *testing.T) {
+	for _, tc := range []struct{ asked, want int }{{0, 1024}, {512, 512}, {1024, 1024}, {4096, -1}} {
+		cfg := testConfig()
+		cfg.MaxModelLen = tc.asked
+		e, err := newEngine(cfg, newFakeModel(1024), fakeText{})
+		if tc.want < 0 {
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "--max-model-len 4096 is more than the model's context of 1024") {
+				t.Errorf("MaxModelLen %d: %v", tc.asked, err)
+			}
+			continue
+		}
+		if err != nil || e.MaxModelLen() != tc.want {
+			t.Fatalf("MaxModelLen %d: %v; want a context of %d", tc.asked, err, tc.want)
+		}
+		e.Close()
+	}
+}

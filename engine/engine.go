@@ -132,7 +132,12 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	maxLen := spec.MaxPositions
-	if cfg.MaxModelLen > 0 && cfg.MaxModelLen < maxLen {
+	if cfg.MaxModelLen > maxLen {
+		// As vLLM refuses it: a context the model was not built for is not served in silence
+		// at the model's own.
+		return nil, fmt.Errorf("%w: --max-model-len %d is more than the model's context of %d positions", ErrInvalidConfig, cfg.MaxModelLen, maxLen)
+	}
+	if cfg.MaxModelLen > 0 {
 		maxLen = cfg.MaxModelLen
 	}
 	layout := kvcache.PlanLayout(spec.CacheWindows(), spec.NumLayers, maxLen)

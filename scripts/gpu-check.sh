@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with an NVIDIA GPU, the CUDA 13 and cuDNN 9 libraries and
 # ONNX Runtime's CUDA provider (`make ort-gpu`), in about eight minutes:
-#   1. the model families' PyTorch fixtures through the float16 step graph on the GPU;
-#   2. the Qwen2.5-0.5B shape (random weights, float16) served with --device cuda, and
-#      `conveyor bench` at 1, 16 and 64 streams, 128 -> 128 tokens, closed loop;
+#   1. the model families' PyTorch fixtures through the float16 and bfloat16 step graphs
+#      on the GPU;
+#   2. the Qwen2.5-0.5B shape (random weights, float16) served with --device cuda (its
+#      default block size, FlashAttention's), and `conveyor bench` at 1, 16, 64 and 128
+#      streams, 128 -> 128 tokens, closed loop; sampled rows (temperature 1, top_p 0.9) at
+#      64 streams; a 2,048-token prompt at one stream; n=2 and a repeated 1,100-token prompt
+#      (block copies on the GPU, prefix-cache hits);
 #   3. `conveyor bench compare` (continuous vs static vs sequential) on the GPU;
 #   4. a short report: the GPU, every figure, and where the logs are.
 #
@@ -30,8 +34,8 @@ work=$(mktemp -d)
 port=${GPU_CHECK_PORT:-8123}
 device=${GPU_CHECK_DEVICE:-cuda}
 case $device in
-cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB ;;
-cpu) dtype=float32 config=${GPU_CHECK_CONFIG:-models/testdata/tiny-llama/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-500} kv=512MiB ;;
+cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB long=2048 share=1100 ;;
+cpu) dtype=float32 config=${GPU_CHECK_CONFIG:-models/testdata/tiny-llama/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-500} kv=512MiB long=400 share=300 ;;
 *) echo "gpu-check: GPU_CHECK_DEVICE=$device: want cuda or cpu"; exit 1 ;;
 esac
 server=""
@@ -84,7 +88,7 @@ log "GPU: $gpu"
 # --- 1. the families' fixtures on the GPU ---------------------------------------------
 fixtures="not run (bin/models.test missing, or a CPU dry run)"
 if [ -x bin/models.test ] && [ "$device" = cuda ]; then
-	log "family fixtures through the float16 step graph on the GPU"
+	log "family fixtures through the float16 and bfloat16 step graphs on the GPU"
 	if (cd models && CONVEYOR_TEST_DEVICE=cuda ../bin/models.test -test.run 'TestStepGraphFamiliesOnGPU' -test.v -test.count=1) >"$out/fixtures.log" 2>&1; then
 		fixtures="passed"
 	else
@@ -100,7 +104,7 @@ log "building $config (random weights) with a $dtype step graph"
 "$bin" build-model --random --config "$config" --out "$model" --dtype "$dtype" >"$out/build.log" 2>&1
 log "serving it with --device $device --attention graph on port $port"
 "$bin" serve --model "$model" --served-model-name q05 --device "$device" --attention graph --host 127.0.0.1 --port "$port" \
-	--kv-cache-memory "$kv" --max-num-seqs 64 --step-trace "$out/steps.jsonl" >"$out/serve.log" 2>&1 &
+	--kv-cache-memory "$kv" --max-num-seqs 128 --step-trace "$out/steps.jsonl" >"$out/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 120); do
 	curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -108,14 +112,42 @@ for _ in $(seq 120); do
 	sleep 1
 done
 grep -m1 ready "$out/serve.log" | tee -a "$out/check.log" || true
-for c in 1 16 64; do
-	n=$((c * 3 > 24 ? c * 3 : 24))
-	log "bench: $c streams, $n requests of 128 -> 128 tokens"
-	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len 128 \
-		--num-requests $((n / 4)) --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json >/dev/null 2>&1 || true # warm-up
-	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len 128 \
-		--num-requests "$n" --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json >"$out/bench_$c.json"
+# bench_run NAME STREAMS IN OUT [bench flags]: a warm-up, then the measured run into bench_NAME.json.
+bench_run() {
+	local name=$1 c=$2 in=$3 outl=$4
+	shift 4
+	local n=$((c * 3 > 24 ? c * 3 : 24))
+	log "bench $name: $c streams, $n requests of $in -> $outl tokens $*"
+	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len "$in" --output-len "$outl" \
+		--num-requests $((n / 4)) --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json "$@" >/dev/null 2>&1 || true
+	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len "$in" --output-len "$outl" \
+		--num-requests "$n" --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json "$@" >"$out/bench_$name.json" || true
+}
+for c in 1 16 64 128; do
+	bench_run "$c" "$c" 128 128
 done
+bench_run 64_sampled 64 128 128 --temperature 1 --top-p 0.9
+bench_run prompt_long 1 "$long" 16
+
+# n=2 greedy choices must be identical (the fork's partial block copied on the GPU), and a
+# repeated prompt longer than two blocks must be served partly from the prefix cache.
+log "n=2 and prefix sharing"
+python3 - "$port" "$maxid" "$share" >"$out/sharing.json" 2>"$out/sharing.err" <<'EOF2' || true
+import json, random, sys, urllib.request
+port, maxid, share = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+prompt = [rng.randrange(1, maxid) for _ in range(share)]
+def complete(body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=300))
+a = complete({"model": "q05", "prompt": prompt, "max_tokens": 48, "temperature": 0, "n": 2, "ignore_eos": True})
+b = complete({"model": "q05", "prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": True})
+texts = [c["text"] for c in a["choices"]]
+cached = ((b.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+print(json.dumps({"n2_identical": len(texts) == 2 and texts[0] == texts[1], "repeat_identical": b["choices"][0]["text"] == texts[0],
+                  "cached_tokens": cached, "prompt_tokens": len(prompt)}))
+EOF2
+log "sharing: $(cat "$out/sharing.json" 2>/dev/null) $(tail -n 1 "$out/sharing.err" 2>/dev/null)"
 kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
 server=""
 
@@ -133,20 +165,32 @@ import json, os, sys
 out, gpu, fixtures, compare, config, dtype = sys.argv[1:7]
 print("# Conveyor GPU check\n")
 print(f"- GPU: {gpu}")
-print(f"- family fixtures (float16 step graph): {fixtures}")
+print(f"- family fixtures (float16 and bfloat16 step graphs): {fixtures}")
+try:
+    sh = json.load(open(os.path.join(out, "sharing.json")))
+    print(f"- n=2 greedy choices identical: {sh['n2_identical']}; a repeated {sh['prompt_tokens']}-token prompt: "
+          f"{sh['cached_tokens']} tokens from the prefix cache, same reply: {sh['repeat_identical']}")
+except Exception as e:
+    print(f"- n=2 and prefix sharing: not measured ({e})")
 print(f"- bench compare: {compare} (report: compare/report.md)\n")
 print(f"{config}, random weights, {dtype} step graph, 128 -> 128 tokens, closed loop:\n")
-print("| streams | tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | completed | failed |")
-print("|---|---|---|---|---|---|---|")
-for c in (1, 16, 64):
-    p = os.path.join(out, f"bench_{c}.json")
+print("| run | streams | tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | completed | failed |")
+print("|---|---|---|---|---|---|---|---|")
+runs = [("1", 1, "greedy"), ("16", 16, "greedy"), ("64", 64, "greedy"), ("128", 128, "greedy"),
+        ("64_sampled", 64, "temperature 1, top_p 0.9"), ("prompt_long", 1, "a long prompt (2,048 on the GPU) -> 16 tokens")]
+tps = {}
+for name, c, what in runs:
+    p = os.path.join(out, f"bench_{name}.json")
     try:
         r = json.load(open(p))
     except Exception as e:
-        print(f"| {c} | - | - | - | - | - | {e} |")
+        print(f"| {what} | {c} | - | - | - | - | - | {e} |")
         continue
-    print(f"| {c} | {r['output_throughput']:.0f} | {r['ttft']['p50_ms']:.1f} | {r['itl']['p50_ms']:.2f} | "
+    tps[name] = r["output_throughput"]
+    print(f"| {what} | {c} | {r['output_throughput']:.0f} | {r['ttft']['p50_ms']:.1f} | {r['itl']['p50_ms']:.2f} | "
           f"{r['itl']['p99_ms']:.2f} | {r['completed']} | {r['failed']} |")
+if "64" in tps and "64_sampled" in tps and tps["64"] > 0:
+    print(f"\nSampled rows at 64 streams: {tps['64_sampled'] / tps['64']:.2f}x the greedy tokens/s.")
 
 # Where a step's time goes (serve --step-trace), by the step's rows.
 steps = {}
@@ -165,7 +209,7 @@ if steps:
     print("| rows | steps | " + " | ".join(keys) + " |")
     print("|---|---|" + "---|" * len(keys))
     for rows in sorted(steps):
-        if rows in (1, 16, 64) or len(steps[rows]) >= 50:
+        if rows in (1, 16, 64, 128) or len(steps[rows]) >= 50:
             v = steps[rows]
             print(f"| {rows} | {len(v)} | " + " | ".join(f"{med([s.get(k, float('nan')) for s in v]):.2f}" for k in keys) + " |")
 EOF

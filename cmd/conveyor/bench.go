@@ -102,6 +102,8 @@ func runBench(args []string) error {
 	slo := fs.String("slo", "", "goodput objective, e.g. ttft=500,tpot=50 (milliseconds)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	noProgress := fs.Bool("no-progress", false, "hide the progress bar")
+	temperature := fs.Float64("temperature", 0, "sampling temperature of every request: 0 (greedy) to 2")
+	topP := fs.Float64("top-p", 1, "nucleus sampling's top_p of every request, in (0, 1]")
 	responseFormat := fs.String("response-format", "", "send this response_format with every request: JSON (e.g. '{\"type\":\"json_object\"}') or @FILE")
 	workload := workloadFlags(fs)
 	fs.Usage = func() {
@@ -130,13 +132,16 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *temperature < 0 || *temperature > 2 || !(*topP > 0 && *topP <= 1) {
+		return fmt.Errorf("bench: --temperature %g must be in [0, 2] and --top-p %g in (0, 1]", *temperature, *topP)
+	}
 	items, err := bench.Generate(wc)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	target := bench.Target{BaseURL: *base, Model: *model, APIKey: *key, ResponseFormat: rf}
+	target := bench.Target{BaseURL: *base, Model: *model, APIKey: *key, ResponseFormat: rf, Temperature: *temperature, TopP: *topP}
 	if target.Model == "" {
 		if target.Model, err = bench.FirstModel(ctx, target); err != nil {
 			return err
