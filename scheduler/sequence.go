@@ -131,9 +131,6 @@ func (s *Sequence) NumCachedPromptTokens() int { return s.numCachedTok }
 // (zero before that).
 func (s *Sequence) FirstScheduled() time.Time { return s.firstScheduled }
 
-// Parent returns the first sequence of the sequence's n > 1 request, or nil when the
-// sequence is a request's first (or only) sequence.
-func (s *Sequence) Parent() *Sequence { return s.parent }
 
 // seqQueue is a FIFO of sequences with cheap pops at the front and rare middle edits.
 type seqQueue struct {

@@ -368,8 +368,6 @@ static OrtCustomOpDomain *paop_domain;
 static const void *paop_ops[CV_PAOP_MAX_OPS];
 static int paop_nops;
 
-// cv_paop_custom_op returns PagedAttention's OrtCustomOp.
-const void *cv_paop_custom_op(void) { return &paop; }
 
 // cv_paop_register adds the com.conveyor domain, holding PagedAttention and the n
 // OrtCustomOps of others, to the session options. Every call must name the same others.

@@ -51,6 +51,3 @@ func RegisterOp(api, sessionOptions unsafe.Pointer, others ...unsafe.Pointer) er
 	}
 	return nil
 }
-
-// CustomOp returns the operator's OrtCustomOp, for a com.conveyor domain made elsewhere.
-func CustomOp() unsafe.Pointer { return unsafe.Pointer(C.cv_paop_custom_op()) }

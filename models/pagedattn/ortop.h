@@ -5,7 +5,6 @@
 #define CV_PA_DOMAIN "com.conveyor"
 #define CV_PA_OP "PagedAttention"
 
-const void *cv_paop_custom_op(void);
 char *cv_paop_register(const void *api, void *session_options, const void *const *others, int n);
 
 #endif
