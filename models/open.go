@@ -84,6 +84,20 @@ func Open(dir string, opts RunnerOptions) (Model, error) {
 	return openCPU(dir, opts)
 }
 
+// CUDAUsable reports whether Open with --device auto would run a GPU step graph on the
+// GPU: ONNX Runtime's CUDA provider and a GPU load. A checkpoint is built for the device
+// it will run on, so its builder asks before building.
+func CUDAUsable(opts RunnerOptions) bool {
+	if opts.Attention != "" && opts.Attention != AttentionGraph {
+		return false
+	}
+	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+		return false
+	}
+	_, err := cvort.OpenCUDA(opts.CUDAProvider, 0)
+	return err == nil
+}
+
 // openCPU is Open on the CPU.
 func openCPU(dir string, opts RunnerOptions) (Model, error) {
 	switch opts.Attention {

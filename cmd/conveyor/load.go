@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
@@ -57,7 +58,10 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
 	// default, the user's cache directory).
 	opts := convert.Options{Quantize: quant}
-	if o.runner.Device == models.DeviceCUDA {
+	// A checkpoint is built for the device it will run on: with --device auto, the GPU
+	// when one is usable (the provider and a GPU load).
+	auto := o.runner.Device == models.DeviceAuto || o.runner.Device == ""
+	if o.runner.Device == models.DeviceCUDA || (auto && !isBuilt(dir) && models.CUDAUsable(o.runner)) {
 		// The GPU runs a 16-bit step graph: the checkpoint's type, as vLLM's --dtype auto.
 		cfg, _ := convert.LoadConfig(dir) // nil for a built directory, opened as built
 		if opts.StepDType, err = convert.GPUStepDType(cfg, o.dtype); err != nil {
@@ -80,6 +84,13 @@ func load(dir string, o loadOptions) (*loaded, error) {
 		return nil, err
 	}
 	return &loaded{dir: dir, quantization: convert.BuiltQuantization(dir), tok: tok, model: m, runner: o.runner}, nil
+}
+
+// isBuilt reports whether dir is a built model directory (one with a model.onnx), which
+// load opens as it is.
+func isBuilt(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, "model.onnx"))
+	return err == nil && !st.IsDir()
 }
 
 // reopen opens the loaded model's directory again, with the same options.
