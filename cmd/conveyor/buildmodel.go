@@ -13,23 +13,23 @@ import (
 func init() {
 	register(command{
 		name:    "build-model",
-		summary: "write an ONNX model directory from a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3) or seeded random weights",
+		summary: "write an ONNX model directory from a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3), a GGUF file, or seeded random weights",
 		run:     runBuildModel,
 	})
 }
 
 func runBuildModel(args []string) error {
 	fs := flag.NewFlagSet("build-model", flag.ContinueOnError)
-	from := fs.String("from", "", "Hugging Face checkpoint directory (config.json + *.safetensors)")
+	from := fs.String("from", "", "Hugging Face checkpoint directory (config.json + *.safetensors), or a GGUF file (llama.cpp's; its tokenizer and chat template come from its metadata)")
 	random := fs.Bool("random", false, "use seeded random weights instead of a checkpoint (needs --config)")
 	configPath := fs.String("config", "", "config.json for --random (tokenizer files next to it are copied)")
 	out := fs.String("out", "", "output model directory")
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
-	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; Conveyor's int8 kernel) or int4 (blocks of 32 along the input axis; MatMulNBits)")
+	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; Conveyor's int8 kernel) or int4 (blocks of 32 along the input axis; MatMulNBits), or none; a GGUF file's default is the nearest to its own types (int4 for 4-bit files, int8 for 5- to 8-bit ones)")
 	dtype := fs.String("dtype", "float32", "float type of the step graph (step/, served with --attention graph): float32 runs on CPUs, float16 or bfloat16 on NVIDIA GPUs (--device cuda)")
 	hfCheckpoint := fs.Bool("hf-checkpoint", false, "with --random: write a Hugging Face checkpoint (config.json, model.safetensors in the config's torch_dtype) instead of a model directory")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR --out DIR [--quantize int8|int4] [--dtype float32|float16|bfloat16]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR|FILE.gguf --out DIR [--quantize int8|int4] [--dtype float32|float16|bfloat16]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -46,7 +46,7 @@ func runBuildModel(args []string) error {
 	case *random && *configPath == "":
 		return errors.New("build-model: --random needs --config CONFIG.json")
 	case !*random && *from == "":
-		return errors.New("build-model: give --from HF_DIR, or --random --config CONFIG.json")
+		return errors.New("build-model: give --from HF_DIR (or FILE.gguf), or --random --config CONFIG.json")
 	case !*random && *configPath != "":
 		return errors.New("build-model: --config only goes with --random (--from reads HF_DIR/config.json)")
 	case *hfCheckpoint && !*random:
@@ -78,6 +78,15 @@ func runBuildModel(args []string) error {
 	var res *convert.BuildResult
 	if *random {
 		res, err = convert.BuildRandomWith(*configPath, *out, *seed, convert.Options{Quantize: quant, StepDType: stepType})
+	} else if convert.IsGGUF(*from) {
+		if *quantize == "" {
+			var holds string
+			if quant, holds, err = convert.GGUFQuantization(*from, stepType != convert.Float32); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stdout, "%s: %s: building with %s weights (--quantize says otherwise)\n", *from, holds, quant)
+		}
+		res, err = convert.BuildFromGGUF(*from, *out, convert.Options{Quantize: quant, StepDType: stepType})
 	} else {
 		res, err = convert.BuildFromHFWith(*from, *out, convert.Options{Quantize: quant, StepDType: stepType})
 	}

@@ -68,6 +68,13 @@ func load(dir string, o loadOptions) (*loaded, error) {
 			return nil, err
 		}
 	}
+	if o.quantize == "" && convert.IsGGUF(dir) {
+		// A GGUF file keeps its linear weights as close to its own types as Conveyor's
+		// quantized linears come (int4 for 4-bit files, int8 for 5- to 8-bit ones).
+		if opts.Quantize, _, err = convert.GGUFQuantization(dir, opts.StepDType != convert.Float32); err != nil {
+			return nil, err
+		}
+	}
 	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), opts)
 	if err != nil {
 		return nil, err

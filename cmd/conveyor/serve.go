@@ -191,7 +191,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.kvCacheDType, "kv-cache-dtype", models.KVCacheAuto, "KV cache element type: float32, float16 (half the memory per token: twice the blocks in the same --kv-cache-memory, half the bytes each step reads; paged attention only) or auto (float16 on the paged path, the graph's own type on the dense path)")
 	fs.StringVar(&o.toolCallParser, "tool-call-parser", "", "tool-call format for chat requests with tools: hermes, llama3_json, mistral or generic; default chosen from the chat template")
 	fs.StringVar(&o.dtype, "dtype", "auto", "with a Hugging Face checkpoint on the GPU: the step graph's float type, auto (the checkpoint's torch_dtype: bfloat16, else float16; Gemma 2 and 3 bfloat16, as vLLM's --dtype auto), float16 or bfloat16")
-	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 (per-channel) or int4 (block-quantized) linear layers; a built directory is served as it was built")
+	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint or GGUF file: build it with int8 (per-channel) or int4 (block-quantized) linear layers, or none; a GGUF file's default is the nearest to its own types (int4 for 4-bit files, int8 for 5- to 8-bit ones); a built directory is served as it was built")
 	fs.StringVar(&o.attention, "attention", "", attentionHelp)
 	fs.BoolVar(&o.noPrefixCache, "no-prefix-caching", false, "do not share KV blocks between identical prompt prefixes")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format on stderr: text or json")

@@ -88,6 +88,10 @@ type Config struct {
 	// LoadConfigFile reads in place of the wrapper's.
 	TextConfig json.RawMessage `json:"text_config,omitempty"`
 
+	// ropeFreqFactors, when set, divide the rotary's frequencies one by one: llama 3's
+	// rope scaling as a GGUF file stores it (its rope_freqs tensor), which config.json
+	// cannot say.
+	ropeFreqFactors []float32
 	// wrapper is the multimodal model_type whose text_config this config was read
 	// from ("" for a text model's own config.json).
 	wrapper string

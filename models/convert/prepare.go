@@ -23,7 +23,8 @@ var ErrNotCheckpoint = errors.New("convert: neither a model nor a checkpoint dir
 
 // Prepare returns a directory OpenRunner can load for dir. A directory with a
 // model.onnx is returned as it is. A Hugging Face checkpoint (config.json and
-// *.safetensors, no model.onnx) is built with BuildFromHF once into a directory under
+// *.safetensors, no model.onnx), or a GGUF file (BuildFromGGUF; keyed by its name, size
+// and modification time), is built once into a directory under
 // cacheDir ("" = the user's cache directory + conveyor/models) keyed by the
 // checkpoint's files (names, sizes, modification times and config.json's content), and
 // later calls reuse it; built reports whether this call built it. Any other directory
@@ -35,6 +36,16 @@ func Prepare(dir, cacheDir string) (out string, built bool, err error) {
 // PrepareWith is Prepare with build options. A directory that is already built is
 // served as it is, so quantizing it is an error unless it was built that way.
 func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err error) {
+	if IsGGUF(dir) {
+		key, err := ggufKey(dir, o)
+		if err != nil {
+			return "", false, err
+		}
+		return buildCached(dir, cacheDir, key, func(tmp string) error {
+			_, err := BuildFromGGUF(dir, tmp, o)
+			return err
+		})
+	}
 	if st, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil && !st.IsDir() {
 		if o.Quantize.Bits != 0 {
 			if got := BuiltQuantization(dir); got != o.Quantize.String() {
@@ -48,11 +59,20 @@ func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err e
 	if err != nil {
 		return "", false, err
 	}
+	return buildCached(dir, cacheDir, key, func(tmp string) error {
+		_, err := BuildFromHFWith(dir, tmp, o)
+		return err
+	})
+}
+
+// buildCached returns the model directory built from src under cacheDir for key, building
+// it with build (into a fresh directory) when it is not there yet.
+func buildCached(src, cacheDir, key string, build func(tmp string) error) (out string, built bool, err error) {
 	root, err := cacheRoot(cacheDir)
 	if err != nil {
 		return "", false, err
 	}
-	abs, _ := filepath.Abs(dir)
+	abs, _ := filepath.Abs(src)
 	out = filepath.Join(root, filepath.Base(abs)+"-"+key)
 	if st, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil && !st.IsDir() {
 		return out, false, nil
@@ -67,7 +87,7 @@ func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err e
 		return "", false, fmt.Errorf("models: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if _, err := BuildFromHFWith(dir, tmp, o); err != nil {
+	if err := build(tmp); err != nil {
 		return "", false, err
 	}
 	if err := os.Rename(tmp, out); err != nil {
@@ -85,6 +105,19 @@ func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err e
 // the step graph's attention_metadata and its own rotary where PagedAttention's cannot) is built anew rather
 // than served as it was.
 const builtLayout = 7
+
+// ggufKey identifies a GGUF file's content cheaply, as checkpointKey a checkpoint's: the
+// layout, the options, and the file's name, size and modification time.
+func ggufKey(path string, o Options) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("models: %w", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "gguf layout %d\x00quantize %s/%d/%d\x00step %s\x00", builtLayout, o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel, o.StepDType)
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", filepath.Base(path), st.Size(), st.ModTime().UnixNano())
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
 
 // checkpointKey identifies a checkpoint's content cheaply: config.json's bytes and the
 // name, size and modification time of every other file the build reads.

@@ -75,6 +75,18 @@ func rotaryOf(cfg *Config) (rotaryPlan, error) {
 			return rotaryPlan{}, bad("rope_scaling rope_type %q is not supported (supported: default, linear, llama3, longrope)", kind)
 		}
 	}
+	if f := cfg.ropeFreqFactors; f != nil {
+		if len(f) != len(inv) {
+			return rotaryPlan{}, bad("%d rope frequency factors for %d frequencies", len(f), len(inv))
+		}
+		for j := range inv {
+			if !(f[j] > 0) {
+				return rotaryPlan{}, bad("rope frequency factor %d is %g, not positive", j, f[j])
+			}
+			// As llama.cpp applies them: theta_j / factor_j, in float32.
+			inv[j] = float64(float32(inv[j]) / f[j])
+		}
+	}
 	r := rotaryPlan{dims: dims, invFreq: make([]float32, len(inv)), factor: 1}
 	for j, f := range inv {
 		r.invFreq[j] = float32(f)
