@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
@@ -34,6 +35,34 @@ type ggufTestTensor struct {
 	name string
 	dims []uint64 // GGUF order: the contiguous dimension first
 	data []float32
+	q8   bool // stored as Q8_0 (blocks of 32: an fp16 scale, 32 int8 values)
+}
+
+// bytes returns the tensor as stored: float32, or Q8_0 as ggml's quantize_row_q8_0
+// writes it (d = max|x|/127, q = round(x/d)).
+func (t ggufTestTensor) bytes() []byte {
+	var b bytes.Buffer
+	if !t.q8 {
+		binary.Write(&b, binary.LittleEndian, t.data)
+		return b.Bytes()
+	}
+	for i := 0; i < len(t.data); i += 32 {
+		blk := t.data[i : i+32]
+		amax := float32(0)
+		for _, x := range blk {
+			amax = max(amax, float32(math.Abs(float64(x))))
+		}
+		d := amax / 127
+		binary.Write(&b, binary.LittleEndian, kvcache.Float32ToFloat16(d))
+		for _, x := range blk {
+			q := int8(0)
+			if d != 0 {
+				q = int8(math.Round(float64(x / d)))
+			}
+			b.WriteByte(byte(q))
+		}
+	}
+	return b.Bytes()
 }
 
 func (w *ggufWriter) str(b *bytes.Buffer, s string) {
@@ -100,15 +129,19 @@ func (w *ggufWriter) write(path string) error {
 		w.str(&b, t.name)
 		binary.Write(&b, le, uint32(len(t.dims)))
 		binary.Write(&b, le, t.dims)
-		binary.Write(&b, le, uint32(0)) // F32
+		typ := uint32(0) // F32
+		if t.q8 {
+			typ = 8 // Q8_0
+		}
+		binary.Write(&b, le, typ)
 		binary.Write(&b, le, off)
-		off += (uint64(4*len(t.data)) + 31) / 32 * 32
+		off += (uint64(len(t.bytes())) + 31) / 32 * 32
 	}
 	for b.Len()%32 != 0 {
 		b.WriteByte(0)
 	}
 	for _, t := range w.tensors {
-		binary.Write(&b, le, t.data)
+		b.Write(t.bytes())
 		for b.Len()%32 != 0 {
 			b.WriteByte(0)
 		}
@@ -125,6 +158,12 @@ var ggufArchOf = map[string]string{"llama": "llama", "mistral": "llama", "qwen2"
 // of that architecture cannot say (llama.cpp's attention scale for Gemma 2 and 3, the
 // sliding windows of llama and qwen2 files), which the comparison build is given.
 func writeFamilyGGUF(t *testing.T, dir, path string) (arch string, cfgJSON map[string]any) {
+	return writeFamilyGGUFAs(t, dir, path, false)
+}
+
+// writeFamilyGGUFAs is writeFamilyGGUF, with the layers' linear weights in Q8_0 when q8
+// (as llama-quantize's Q8_0 leaves the norms, embeddings and output in float).
+func writeFamilyGGUFAs(t *testing.T, dir, path string, q8 bool) (arch string, cfgJSON map[string]any) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -192,11 +231,11 @@ func writeFamilyGGUF(t *testing.T, dir, path string) (arch string, cfgJSON map[s
 				factors = append(factors, float32(1/((1-smooth)/scaling.Factor+smooth)))
 			}
 		}
-		g.tensors = append(g.tensors, ggufTestTensor{"rope_freqs.weight", []uint64{uint64(len(factors))}, factors})
+		g.tensors = append(g.tensors, ggufTestTensor{name: "rope_freqs.weight", dims: []uint64{uint64(len(factors))}, data: factors})
 	case "longrope":
 		g.tensors = append(g.tensors,
-			ggufTestTensor{"rope_factors_long.weight", []uint64{uint64(len(scaling.LongFactor))}, toF32(scaling.LongFactor)},
-			ggufTestTensor{"rope_factors_short.weight", []uint64{uint64(len(scaling.ShortFactor))}, toF32(scaling.ShortFactor)})
+			ggufTestTensor{name: "rope_factors_long.weight", dims: []uint64{uint64(len(scaling.LongFactor))}, data: toF32(scaling.LongFactor)},
+			ggufTestTensor{name: "rope_factors_short.weight", dims: []uint64{uint64(len(scaling.ShortFactor))}, data: toF32(scaling.ShortFactor)})
 		orig := cfgJSON["original_max_position_embeddings"].(float64)
 		g.add(arch+".rope.scaling.original_context_length", uint32(orig))
 	}
@@ -279,7 +318,8 @@ func writeFamilyGGUF(t *testing.T, dir, path string) (arch string, cfgJSON map[s
 		for i, d := range ten.Shape {
 			dims[len(dims)-1-i] = uint64(d)
 		}
-		g.tensors = append(g.tensors, ggufTestTensor{gname, dims, data})
+		linear := len(dims) == 2 && strings.HasPrefix(gname, "blk.") && !strings.Contains(gname, "norm")
+		g.tensors = append(g.tensors, ggufTestTensor{name: gname, dims: dims, data: data, q8: q8 && linear})
 	}
 	if err := g.write(path); err != nil {
 		t.Fatal(err)
@@ -414,11 +454,11 @@ func TestGGUFRefusals(t *testing.T) {
 		g.add("tokenizer.ggml.model", "gpt2")
 		g.add("tokenizer.ggml.tokens", []string{"a", "b", "c", "d"})
 		g.add("tokenizer.ggml.merges", []string{})
-		g.tensors = append(g.tensors, ggufTestTensor{"token_embd.weight", []uint64{16, 4}, make([]float32, 64)})
+		g.tensors = append(g.tensors, ggufTestTensor{name: "token_embd.weight", dims: []uint64{16, 4}, data: make([]float32, 64)})
 		return g
 	}
 	stray := withVocab(base("llama"))
-	stray.tensors = append(stray.tensors, ggufTestTensor{"blk.0.ssm_in.weight", []uint64{16, 16}, make([]float32, 256)})
+	stray.tensors = append(stray.tensors, ggufTestTensor{name: "blk.0.ssm_in.weight", dims: []uint64{16, 16}, data: make([]float32, 256)})
 	for _, tc := range []struct {
 		name string
 		g    *ggufWriter
@@ -444,5 +484,61 @@ func TestGGUFRefusals(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v; want one line with %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestGGUFQ8File: a family's checkpoint written with Q8_0 linear weights is built by
+// default with int8 weights (Conveyor's nearest to Q8_0) and its logits stay within the
+// int8 bound of the float checkpoint's (mean KL over the fixtures' positions, the bound
+// TestFamiliesQuantized holds int8 to); with --quantize none it is served in float32,
+// closer still.
+func TestGGUFQ8File(t *testing.T) {
+	for _, family := range []string{"llama3", "qwen2", "phi3"} { // rows a multiple of 32, as Q8_0 needs
+		t.Run(family, func(t *testing.T) {
+			src := filepath.Join("testdata", "families", family)
+			tmp := t.TempDir()
+			file := filepath.Join(tmp, "q8.gguf")
+			writeFamilyGGUFAs(t, src, file, true)
+			q, holds, err := convert.GGUFQuantization(file, false)
+			if err != nil || q.String() != "int8" || !strings.Contains(holds, "Q8_0") {
+				t.Fatalf("GGUFQuantization: %v (%s), %v; want int8 for a Q8_0 file", q, holds, err)
+			}
+			if gq, _, _ := convert.GGUFQuantization(file, true); gq.String() != "none" {
+				t.Fatalf("on the GPU: %v; want none (16-bit), the GPU taking no int8", gq)
+			}
+			ref := loadFamilyReference(t, filepath.Join(src, "reference.json"))
+			kl := func(dir string, q convert.Quantization) float64 {
+				if _, err := convert.BuildFromGGUF(file, dir, convert.Options{Quantize: q}); err != nil {
+					t.Fatal(err)
+				}
+				m := openTestModel(t, dir, AttentionGraph)
+				seqs := make([]int, len(ref.Sequences))
+				for i := range seqs {
+					seqs[i] = i
+				}
+				out, err := m.Forward(newTestCache(m.Spec(), len(seqs), 64, 16, 3).batch(seqs, ref.Sequences, true))
+				if err != nil {
+					t.Fatal(err)
+				}
+				vocab := len(ref.Logits[0][0])
+				sum, n := 0.0, 0
+				for s, toks := range ref.Sequences {
+					for p := range toks {
+						want, have := logSoftmax64(ref.Logits[s][p]), logSoftmax(out.Logits[s][p*vocab:(p+1)*vocab])
+						for j := range want {
+							sum += math.Exp(want[j]) * (want[j] - have[j])
+						}
+						n++
+					}
+				}
+				return sum / float64(n)
+			}
+			none, _ := convert.ParseQuantization("none")
+			klInt8, klFloat := kl(filepath.Join(tmp, "int8"), q), kl(filepath.Join(tmp, "float"), none)
+			t.Logf("%s Q8_0 file: mean KL from PyTorch %.5f built int8, %.5f built float32", family, klInt8, klFloat)
+			if klInt8 > 0.008 || klFloat > klInt8 {
+				t.Errorf("mean KL %.5f (int8), %.5f (float32); want int8 within 0.008 and float32 no worse", klInt8, klFloat)
+			}
+		})
 	}
 }
