@@ -131,7 +131,6 @@ func (s *Sequence) NumCachedPromptTokens() int { return s.numCachedTok }
 // (zero before that).
 func (s *Sequence) FirstScheduled() time.Time { return s.firstScheduled }
 
-
 // seqQueue is a FIFO of sequences with cheap pops at the front and rare middle edits.
 type seqQueue struct {
 	buf  []*Sequence
