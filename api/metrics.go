@@ -151,11 +151,14 @@ var (
 	descPrefixQ   = prometheus.NewDesc("conveyor_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", nil, nil)
 	descPrefixH   = prometheus.NewDesc("conveyor_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", nil, nil)
 	descCacheInfo = prometheus.NewDesc("conveyor_cache_config_info", "KV-cache configuration (value always 1).", []string{"block_size", "num_blocks"}, nil)
+	descSpecDraft = prometheus.NewDesc("conveyor_spec_decode_num_draft_tokens_total", "Tokens proposed by speculative decoding and verified.", nil, nil)
+	descSpecAcc   = prometheus.NewDesc("conveyor_spec_decode_num_accepted_tokens_total", "Proposed tokens accepted.", nil, nil)
+	descSpecPos   = prometheus.NewDesc("conveyor_spec_decode_num_accepted_tokens_per_pos_total", "Proposed tokens accepted, by their position in the draft (0: the first).", []string{"position"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descFailed, descRestarts, descPanics, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descFailed, descRestarts, descPanics, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo, descSpecDraft, descSpecAcc, descSpecPos} {
 		ch <- d
 	}
 }
@@ -187,4 +190,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPrefixH, st.PrefixHitTokens)
 	ch <- prometheus.MustNewConstMetric(descCacheInfo, prometheus.GaugeValue, 1,
 		strconv.Itoa(st.BlockSizeTokens), strconv.Itoa(st.KVTotalBlocks))
+	counter(descSpecDraft, st.SpecDraftTokens)
+	counter(descSpecAcc, st.SpecAcceptedTokens)
+	for pos, n := range st.SpecAcceptedAt {
+		ch <- prometheus.MustNewConstMetric(descSpecPos, prometheus.CounterValue, float64(n), strconv.Itoa(pos))
+	}
 }

@@ -52,8 +52,10 @@ type Engine struct {
 	batch   models.Batch // its Cache is storage
 	// groupBuf backs the batch rows' GroupBlocks (layer groups 1, 2, ...).
 	groupBuf [][]kvcache.BlockID
-	results  []scheduler.Result
-	scratch  sampleScratch
+	// draftToks holds the step's speculating rows' tokens (last token and proposals).
+	draftToks []int32
+	results   []scheduler.Result
+	scratch   sampleScratch
 	// phases times the running step's parts for StepInfo (engine goroutine only).
 	phases  StepInfo
 	nextSeq kvcache.SeqID
@@ -331,6 +333,7 @@ func (e *Engine) Stats() Stats {
 	s.RecentBatchSizes = append([]int(nil), s.RecentBatchSizes...)
 	s.RecentStepTokens = append([]int(nil), s.RecentStepTokens...)
 	s.RecentStepDurations = append([]time.Duration(nil), s.RecentStepDurations...)
+	s.SpecAcceptedAt = append([]int64(nil), s.SpecAcceptedAt...)
 	return s
 }
 

@@ -28,9 +28,12 @@ type fakeModel struct {
 	tokens   int // tokens fed over all calls
 	rows     int
 	failCall func(call int, b *models.Batch) error // optional
-	kbuf     [][]byte
-	vbuf     [][]byte
-	pk, pv   [][]byte
+	// context, when set, is how many of the last tokens the logits depend on (a short
+	// context makes greedy replies repeat, as speculation's prompt lookup needs); 0: all.
+	context int
+	kbuf    [][]byte
+	vbuf    [][]byte
+	pk, pv  [][]byte
 }
 
 const (
@@ -213,7 +216,11 @@ func (m *fakeModel) Forward(b *models.Batch) (*models.Output, error) {
 		logits := make([]float32, n*fakeVocab)
 		for j := range n {
 			end := len(full) - n + j + 1
-			fakeLogits(full[:end], logits[j*fakeVocab:(j+1)*fakeVocab])
+			from := 0
+			if m.context > 0 {
+				from = max(0, end-m.context)
+			}
+			fakeLogits(full[from:end], logits[j*fakeVocab:(j+1)*fakeVocab])
 		}
 		out.Logits[r] = logits
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
+	"github.com/conveyor-llm/conveyor/scheduler"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -380,5 +381,46 @@ func TestONNXFloat16KVCache(t *testing.T) {
 	}
 	if blocks[1] != 2*blocks[0] {
 		t.Errorf("KV blocks in the same budget: float32 %d, float16 %d; want twice", blocks[0], blocks[1])
+	}
+}
+
+// TestONNXSpeculationMatches: on every attention path of a real model, prompt-lookup
+// speculation (proposals of up to 4 tokens verified in the shared step, whatever the
+// batch) returns the very tokens decoding without it returns, for 24 concurrent greedy
+// requests of mixed lengths; the random model's replies repeat, so proposals are
+// accepted and rejected both.
+func TestONNXSpeculationMatches(t *testing.T) {
+	for _, attention := range attentionPaths {
+		t.Run(attention, func(t *testing.T) {
+			m, tok := openTiny(t, attention)
+			run := func(spec scheduler.Speculation) ([]result, Stats) {
+				cfg := tinyConfig()
+				cfg.Speculation = spec
+				e, err := New(cfg, m, tok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.Start(context.Background())
+				reqs := tinyRequests(t, tok, 24)
+				for _, r := range reqs {
+					r.Params.MaxTokens += 24
+				}
+				out := runAll(t, e, reqs)
+				st := e.Stats()
+				shutdown(t, e)
+				return out, st
+			}
+			want, _ := run(scheduler.Speculation{})
+			got, st := run(scheduler.Speculation{NumTokens: 4, LookupMin: 1, LookupMax: 3})
+			for i := range want {
+				if w, g := want[i].seqs[0].TokenIDs, got[i].seqs[0].TokenIDs; !slices.Equal(w, g) {
+					t.Fatalf("request %d: %v with speculation, %v without", i, g, w)
+				}
+			}
+			t.Logf("%s: %d proposed, %d accepted (by depth %v)", attention, st.SpecDraftTokens, st.SpecAcceptedTokens, st.SpecAcceptedAt)
+			if st.SpecAcceptedTokens == 0 || st.SpecAcceptedTokens == st.SpecDraftTokens {
+				t.Fatalf("%d of %d proposals accepted; the test needs both outcomes", st.SpecAcceptedTokens, st.SpecDraftTokens)
+			}
+		})
 	}
 }

@@ -95,6 +95,10 @@ func (e *Engine) addRequest(r *request) {
 			PrefixKey:   prefixKey,
 			ArrivalTime: r.arrival,
 			Data:        st,
+			// Speculative decoding samples a row's tokens one after another from several
+			// positions' logits, as decoding would; a grammar's rows do not speculate (their
+			// proposals are not checked against the grammar).
+			Speculate: p.Constraint == nil && p.LazyConstraint == nil,
 		}
 		e.nextSeq++
 		st.sampler = newSampler(p, r.prompt, e.eos, i)

@@ -27,6 +27,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	err := e.copyBlocks(plan.Copies)
 
 	e.batch.Seqs = e.batch.Seqs[:0]
+	e.draftToks = e.draftToks[:0]
 	e.groupBuf = e.groupBuf[:0]
 	e.dequeue = e.dequeue[:0]
 	numTokens := 0
@@ -36,17 +37,25 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 			st.req.admitted = true
 			e.dequeue = append(e.dequeue, st.req)
 		}
+		toks := it.Tokens()
+		if len(it.Draft) > 0 {
+			// The row's last token and its proposals, in a buffer of the step's own (the
+			// sequence's tokens must not grow in place).
+			from := len(e.draftToks)
+			e.draftToks = append(append(e.draftToks, toks...), it.Draft...)
+			toks = e.draftToks[from:]
+		}
 		e.batch.Seqs = append(e.batch.Seqs, models.SeqInput{
-			Tokens:      it.Tokens(),
+			Tokens:      toks,
 			PastLen:     it.StartPos,
 			Blocks:      it.Blocks,
 			GroupBlocks: e.groupTables(it.Seq.ID),
-			AllLogits:   st.wantsPromptLogits(it),
+			AllLogits:   st.wantsPromptLogits(it) || len(it.Draft) > 0,
 		})
 		if row := &e.batch.Seqs[len(e.batch.Seqs)-1]; !row.AllLogits {
 			row.ArgmaxOnly = !it.Sample || st.done || st.sampler.argmaxOnly()
 		}
-		numTokens += it.NumNewTokens
+		numTokens += it.NumNewTokens + len(it.Draft)
 		e.phases.PastTokens += it.StartPos
 		e.phases.MaxPast = max(e.phases.MaxPast, it.StartPos)
 		if np := it.Seq.NumPromptTokens(); it.StartPos < np && it.Seq.NumPreemptions() == 0 {
@@ -123,6 +132,10 @@ func (e *Engine) handleRow(i int, it scheduler.Item, out *models.Output, now tim
 	st := it.Seq.Data.(*seqState)
 	defer e.recoverRequest(st, i)
 	row := out.Logits[i]
+	if len(it.Draft) > 0 {
+		e.verifyDraft(st, i, it, row, now)
+		return
+	}
 	if e.batch.Seqs[i].AllLogits {
 		e.collectPromptLogprobs(st, it, row)
 		row = row[len(row)-e.spec.VocabSize:]
@@ -177,6 +190,32 @@ func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now
 	}
 	e.results[i] = scheduler.Result{Token: s.ID, Finished: finish != ""}
 	e.emit(st, ev, now)
+}
+
+// verifyDraft samples a speculating row's tokens from its positions' logits one after
+// another, exactly as decoding would have sampled them one step at a time (the same
+// sampler, penalties, stop checks and events, token by token): the logits of position j
+// hold the distribution after the row's last token and proposals 0..j-1, so they are
+// right for the sequence only while every earlier proposal matched what was sampled. It
+// stops after the first sampled token that differs from its proposal, after the token
+// that follows the last proposal, or where the sequence finishes. For greedy rows this
+// accepts the longest agreeing prefix and adds the target's next token; for sampled rows
+// it is rejection sampling with a draft that proposes one token for certain (accept a
+// proposal with the target's probability of it, else take a sample of the target's
+// distribution without it), so the output's distribution, and a seeded request's very
+// tokens, are the same as without speculation.
+func (e *Engine) verifyDraft(st *seqState, i int, it scheduler.Item, logits []float32, now time.Time) {
+	vocab := e.spec.VocabSize
+	var toks []int32
+	for j := 0; j <= len(it.Draft) && !st.done; j++ {
+		e.sampleOne(st, i, logits[j*vocab:(j+1)*vocab], -1, now)
+		tok := e.results[i].Token
+		toks = append(toks, tok)
+		if e.results[i].Finished || j == len(it.Draft) || tok != it.Draft[j] {
+			break
+		}
+	}
+	e.results[i].Tokens = toks
 }
 
 // wantsPromptLogits reports whether item it must return the logits of every position:
@@ -273,6 +312,8 @@ func (e *Engine) publishStats() {
 	s.DroppedEvents = c.droppedEvents
 	s.Unhealthy = e.unhealthy
 	s.FailedSteps, s.RunnerRestarts, s.RecoveredPanics = c.failedSteps, c.restarts, c.panics
+	s.SpecDraftTokens, s.SpecAcceptedTokens = ss.DraftTokens, ss.AcceptedTokens
+	s.SpecAcceptedAt = append(s.SpecAcceptedAt[:0], ss.AcceptedAt...)
 	e.statsMu.Unlock()
 }
 

@@ -369,6 +369,33 @@ func (p *Pool) Free(seq SeqID) {
 	p.recycle(st)
 }
 
+// Truncate drops seq's token slots beyond its first n — allocated, never committed: the
+// positions of proposed tokens that verification rejected (speculative decoding) — and
+// gives back the blocks only they held. n must lie between seq's committed tokens and its
+// allocated ones. The prefix cache is untouched: only committed full blocks are in it.
+func (p *Pool) Truncate(seq SeqID, n int) error {
+	st := p.seqs[seq]
+	if st == nil {
+		return fmt.Errorf("%w: truncate of unknown sequence %d", ErrInvalid, seq)
+	}
+	if n < st.committed || n > st.numTokens {
+		return fmt.Errorf("%w: truncate of sequence %d to %d tokens, with %d committed of %d allocated",
+			ErrInvalid, seq, n, st.committed, st.numTokens)
+	}
+	keep := p.blocksFor(n)
+	for g := range st.tables {
+		t := &st.tables[g]
+		for i := len(t.blocks) - 1; i >= keep && i >= t.from; i-- {
+			p.release(t.blocks[i])
+		}
+		if len(t.blocks) > keep {
+			t.blocks = t.blocks[:max(keep, t.from)]
+		}
+	}
+	st.numTokens = n
+	return nil
+}
+
 // BlockTable returns seq's block table of group 0, entry i holding positions [i*B, (i+1)*B)
 // for block size B. The slice is a read-only view, valid until the next call that changes seq.
 func (p *Pool) BlockTable(seq SeqID) []BlockID { return p.GroupTable(seq, 0) }

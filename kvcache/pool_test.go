@@ -419,3 +419,40 @@ func TestCheckInvariantsDetectsCorruption(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncate: dropping uncommitted slots (rejected proposals) gives back the blocks only
+// they held, keeps the rest, refuses to cut into committed tokens or past the allocated
+// ones, and leaves a pool whose invariants hold and whose sequence grows on as before.
+func TestTruncate(t *testing.T) {
+	p := newTestPool(t, 8, 4, true)
+	toks := seqTokens(3, 6)
+	mustAlloc(t, p, 1, 6)
+	if err := p.Commit(1, 0, toks, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustAlloc(t, p, 1, 5) // 11 slots: 3 blocks
+	if got := p.Stats().UsedBlocks; got != 3 {
+		t.Fatalf("%d blocks used, want 3", got)
+	}
+	if err := p.Truncate(1, 5); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("truncating into committed tokens: %v", err)
+	}
+	if err := p.Truncate(1, 12); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("truncating past the allocated slots: %v", err)
+	}
+	if err := p.Truncate(1, 7); err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+	if st := p.Stats(); st.UsedBlocks != 2 || p.NumTokens(1) != 7 || len(p.BlockTable(1)) != 2 {
+		t.Fatalf("after truncating to 7: %+v, %d tokens, table %v", st, p.NumTokens(1), p.BlockTable(1))
+	}
+	mustAlloc(t, p, 1, 2)
+	if err := p.Commit(1, 6, seqTokens(4, 3), 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, p)
+	if err := p.Truncate(9, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("unknown sequence: %v", err)
+	}
+}

@@ -100,6 +100,10 @@ type Config struct {
 	// EnablePrefixCaching looks up each admitted sequence's prefix in the pool's prefix cache
 	// so cached tokens are not recomputed. The pool must be built with prefix caching too.
 	EnablePrefixCaching bool
+	// Speculation, when on, has decoding sequences that allow it (Sequence.Speculate)
+	// propose tokens verified in the same step (speculative decoding, speculate.go).
+	// Proposals count in MaxNumBatchedTokens.
+	Speculation Speculation
 }
 
 // DefaultConfig returns continuous batching with 256 sequences, a 2048-token step budget,
@@ -156,6 +160,9 @@ func (c Config) Validate() error {
 			ErrInvalid, c.MaxNumBatchedTokens, c.MaxModelLen)
 	case c.MaxQueue < 1:
 		return fmt.Errorf("%w: MaxQueue %d must be >= 1", ErrInvalid, c.MaxQueue)
+	}
+	if err := c.Speculation.validate(); err != nil {
+		return err
 	}
 	if c.Policy == Static {
 		if c.MaxBatchSize < 1 || c.MaxBatchSize > c.MaxNumSeqs {

@@ -21,6 +21,12 @@ type Item struct {
 	// new position give the sequence's next token. It is false for a prompt chunk that is
 	// not the last one.
 	Sample bool
+	// Draft, for a decoding sequence that speculates, holds the tokens proposed after its
+	// last one: they are fed at positions StartPos+1, ... and their KV slots are reserved
+	// (and counted in the step's tokens). The engine needs logits at every position of the
+	// row and reports the tokens it sampled in Result.Tokens. A view valid until the next
+	// Schedule.
+	Draft []int32
 	// Blocks is the sequence's block table for this pass: entry i holds positions
 	// [i*B, (i+1)*B) for the pool's block size B, and it covers at least
 	// StartPos+NumNewTokens positions. Read the past from it and write the new K/V into it.
@@ -50,7 +56,8 @@ type Plan struct {
 	// NumBatchedTokens is the sum of Items[i].NumNewTokens.
 	NumBatchedTokens int
 
-	step uint64
+	step  uint64
+	draft []int32 // the items' drafts, back to back
 }
 
 // Result is the engine's outcome for one plan item.
@@ -61,6 +68,11 @@ type Result struct {
 	// Finished ends the sequence (after appending Token): eos, a stop condition, max tokens,
 	// or an error the engine reports itself.
 	Finished bool
+	// Tokens, for an item with a Draft, are the tokens sampled from its positions in order
+	// (Token is then ignored): the proposals that matched, then the first token that did
+	// not (or the one after the last proposal), cut short where the sequence finished. At
+	// least one.
+	Tokens []int32
 }
 
 // Stats is a snapshot of the scheduler's state and counters.
@@ -75,6 +87,10 @@ type Stats struct {
 	LastStepTokens  int   // tokens in the last plan
 	ScheduledTokens int64 // tokens planned over all steps (prompt, recomputation and decode)
 	GeneratedTokens int64 // tokens appended by Update
+	// Speculative decoding: tokens proposed and verified, those accepted, and accepted
+	// ones by their position in the draft (AcceptedAt[j]: proposals j+1 deep accepted).
+	DraftTokens, AcceptedTokens int64
+	AcceptedAt                  []int64
 }
 
 // Scheduler decides, step by step, which sequences run and how many tokens each computes.
@@ -330,6 +346,7 @@ func (s *Scheduler) Stats() Stats {
 	st.Running = len(s.running) + s.numAwaiting
 	st.Waiting = s.numWaitingSeqs
 	st.WaitingRequests = s.waiting.len()
+	st.AcceptedAt = slices.Clone(s.stats.AcceptedAt)
 	return st
 }
 

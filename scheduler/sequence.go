@@ -89,6 +89,10 @@ type Sequence struct {
 	ArrivalTime time.Time
 	// Data is the caller's own per-sequence state; the scheduler never touches it.
 	Data any
+	// Speculate lets the sequence propose tokens when Config.Speculation is on: the caller
+	// sets it for sequences whose tokens it can sample one after another from several
+	// positions' logits (not, for example, under a grammar).
+	Speculate bool
 
 	status         Status
 	finish         FinishReason

@@ -23,6 +23,7 @@ func (s *Scheduler) Schedule() *Plan {
 	}
 	p.Items = p.Items[:0]
 	p.Copies = p.Copies[:0]
+	p.draft = p.draft[:0]
 	clear(p.Preempted)
 	p.Preempted = p.Preempted[:0]
 	clear(p.Failed)
@@ -39,7 +40,7 @@ func (s *Scheduler) Schedule() *Plan {
 	p.NumBatchedTokens = s.cfg.MaxNumBatchedTokens - budget
 	s.lastShape = StepShape{}
 	for _, it := range p.Items {
-		s.lastShape.add(it.StartPos, it.NumNewTokens)
+		s.lastShape.add(it.StartPos, it.NumNewTokens+len(it.Draft))
 	}
 
 	s.stats.LastStepSeqs = len(p.Items)
@@ -81,11 +82,14 @@ func (s *Scheduler) addItem(q *Sequence, n int, blocks []kvcache.BlockID) {
 	it.StartPos = q.numComputed
 	it.NumNewTokens = n
 	it.Sample = it.StartPos+n == len(q.Tokens)
+	it.Draft = nil
 	it.Blocks = blocks
 }
 
 // scheduleRunning plans the running sequences and returns the budget left.
 func (s *Scheduler) scheduleRunning(budget int) int {
+	spec := s.cfg.Speculation
+	speculate := spec.on() && (spec.MaxBatch == 0 || len(s.running) <= spec.MaxBatch)
 	for i := 0; i < len(s.running) && budget > 0; i++ {
 		q := s.running[i]
 		if len(q.awaiting) > 0 && q.numComputed >= q.numPrompt-1 {
@@ -98,12 +102,22 @@ func (s *Scheduler) scheduleRunning(budget int) int {
 		if n <= 0 {
 			continue
 		}
-		blocks, ok := s.reserve(i, n)
+		// A decoding sequence may bring proposals: within the budget left after the
+		// rows still to come get one token each, and no position past MaxModelLen - 1.
+		var draft []int32
+		if speculate && q.Speculate && n == 1 && len(q.awaiting) == 0 && q.wantTokens() == 1 {
+			k := min(spec.NumTokens, budget-1-(len(s.running)-1-i), s.cfg.MaxModelLen-len(q.Tokens)-1)
+			from := len(s.plan.draft)
+			s.plan.draft = proposeLookup(s.plan.draft, q.Tokens, k, spec.LookupMin, spec.LookupMax)
+			draft = s.plan.draft[from:]
+		}
+		blocks, ok := s.reserve(i, n+len(draft))
 		if !ok {
 			break // q left the running batch; it was the newest, so nothing follows it
 		}
 		s.addItem(q, n, blocks)
-		budget -= n
+		s.plan.Items[len(s.plan.Items)-1].Draft = draft
+		budget -= n + len(draft)
 	}
 	return budget
 }
@@ -388,13 +402,24 @@ func (s *Scheduler) Update(plan *Plan, results []Result) ([]*Sequence, error) {
 			continue
 		}
 		end := it.StartPos + it.NumNewTokens
-		if err := s.pool.Commit(q.ID, it.StartPos, q.Tokens[it.StartPos:end], q.PrefixKey); err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("scheduler: commit sequence %d: %w", q.ID, err)
-		}
-		q.numComputed = end
-		if it.Sample {
-			q.Tokens = append(q.Tokens, results[i].Token)
-			s.stats.GeneratedTokens++
+		if len(it.Draft) > 0 && len(results[i].Tokens) > 0 {
+			if err := s.applyDraft(q, it, results[i].Tokens); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		} else {
+			if err := s.pool.Commit(q.ID, it.StartPos, q.Tokens[it.StartPos:end], q.PrefixKey); err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("scheduler: commit sequence %d: %w", q.ID, err)
+			}
+			if len(it.Draft) > 0 { // nothing sampled: no proposal is kept
+				if err := s.pool.Truncate(q.ID, end); err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("scheduler: truncate sequence %d: %w", q.ID, err)
+				}
+			}
+			q.numComputed = end
+			if it.Sample {
+				q.Tokens = append(q.Tokens, results[i].Token)
+				s.stats.GeneratedTokens++
+			}
 		}
 		switch {
 		case results[i].Finished:
@@ -415,6 +440,45 @@ func (s *Scheduler) Update(plan *Plan, results []Result) ([]*Sequence, error) {
 	}
 	s.pending = false
 	return s.finished, firstErr
+}
+
+// applyDraft applies a speculating item's sampled tokens: the proposals that match them
+// keep their KV (committed with the item's token), the others give their slots back, and
+// the sampled tokens extend the sequence.
+func (s *Scheduler) applyDraft(q *Sequence, it *Item, sampled []int32) error {
+	var err error
+	if len(sampled) > len(it.Draft)+1 {
+		err = fmt.Errorf("%w: %d tokens sampled for a draft of %d", ErrInvalid, len(sampled), len(it.Draft))
+		sampled = sampled[:len(it.Draft)+1]
+	}
+	accepted := 0
+	for accepted < len(it.Draft) && accepted < len(sampled) && sampled[accepted] == it.Draft[accepted] {
+		accepted++
+	}
+	s.countDraft(len(it.Draft), accepted)
+	end := it.StartPos + it.NumNewTokens + accepted
+	if terr := s.pool.Truncate(q.ID, end); terr != nil && err == nil {
+		err = fmt.Errorf("scheduler: truncate sequence %d: %w", q.ID, terr)
+	}
+	q.Tokens = append(q.Tokens, sampled...)
+	s.stats.GeneratedTokens += int64(len(sampled))
+	if cerr := s.pool.Commit(q.ID, it.StartPos, q.Tokens[it.StartPos:end], q.PrefixKey); cerr != nil && err == nil {
+		err = fmt.Errorf("scheduler: commit sequence %d: %w", q.ID, cerr)
+	}
+	q.numComputed = end
+	return err
+}
+
+// countDraft counts a verified draft of n proposals of which the first accepted matched.
+func (s *Scheduler) countDraft(n, accepted int) {
+	s.stats.DraftTokens += int64(n)
+	s.stats.AcceptedTokens += int64(accepted)
+	for len(s.stats.AcceptedAt) < n {
+		s.stats.AcceptedAt = append(s.stats.AcceptedAt, 0)
+	}
+	for j := range accepted {
+		s.stats.AcceptedAt[j]++
+	}
 }
 
 // endRunning finishes a running sequence during Update; the caller compacts s.running.

@@ -43,6 +43,7 @@ type serveOptions struct {
 	dtype           string
 	toolCallParser  string
 	targetStepTime  string
+	speculative     string
 	stepTrace       string
 	host            string
 	port            int
@@ -179,6 +180,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.Var(&o.kvCacheBytes, "kv-cache-memory", "KV-cache memory budget in bytes; suffixes KiB/MiB/GiB (1024) or KB/MB/GB (1000)")
 	fs.Float64Var(&o.gpuMemUtil, "gpu-memory-utilization", 0, "on a GPU, size the KV cache so that the process uses this fraction of the GPU's memory (vLLM's flag; 0.9 leaves a tenth to others), instead of --kv-cache-memory; 0 = off")
 	fs.StringVar(&o.targetStepTime, "target-step-time", "auto", "bound on a step's time while sequences decode (prompt chunks are sized from measured step times): auto (3× the decode rows' own time, at least 20ms), off, or a duration such as 50ms; --max-num-batched-tokens stays the upper bound")
+	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4, "disable_by_batch_size": 4} proposes tokens by prompt lookup and verifies them in the shared step (outputs are those of decoding without it); "" = off`)
 	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block; 0 = the model's default: 16, on the GPU the smallest with which FlashAttention runs for its head size (256 for heads up to 64, 128 up to 128, else 64). The step graph takes powers of two of at least 16 (on the GPU, of at least that default)")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
 	fs.DurationVar(&o.maxBatchDelay, "max-batch-delay", ec.MaxBatchDelay, "how long a static batch waits to fill (e.g. 50ms)")
@@ -296,6 +298,9 @@ func (o *serveOptions) validate() error {
 	if err := checkDType(o.dtype, o.device); err != nil {
 		return fmt.Errorf("%s: %w", o.name(), err)
 	}
+	if _, err := parseSpeculativeConfig(o.speculative); err != nil {
+		return fmt.Errorf("%s: %v", o.name(), err)
+	}
 	switch {
 	case o.maxModelLen < 0:
 		return fmt.Errorf("%s: --max-model-len %d must be >= 0", o.name(), o.maxModelLen)
@@ -403,6 +408,9 @@ func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config
 			return c, fmt.Errorf("%s: --target-step-time %q: want auto, off or a positive duration such as 50ms", o.name(), o.targetStepTime)
 		}
 		c.TargetStepTime = d
+	}
+	if c.Speculation, err = parseSpeculativeConfig(o.speculative); err != nil {
+		return c, fmt.Errorf("%s: %v", o.name(), err)
 	}
 	c.OnStep = onStep
 	if err := c.Validate(); err != nil {

@@ -144,3 +144,20 @@ func TestDTypeFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeculativeConfigFlag: --speculative-config takes vLLM's ngram JSON and refuses
+// anything else with one line naming the flag.
+func TestSpeculativeConfigFlag(t *testing.T) {
+	for _, bad := range []string{`{"method": "draft_model", "model": "x", "num_speculative_tokens": 4}`, `{"method": "ngram"}`,
+		`{"method": "ngram", "num_speculative_tokens": 0}`, `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5, "prompt_lookup_max": 2}`,
+		`{"method": "ngram", "num_speculative_tokens": 4, "colour": "red"}`, `not json`} {
+		if _, err := parseServeFlags([]string{"--speculative-config", bad}, env(nil), io.Discard); err == nil ||
+			strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "--speculative-config") {
+			t.Errorf("%s: %v, want a one-line error naming --speculative-config", bad, err)
+		}
+	}
+	sp, err := parseSpeculativeConfig(`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}`)
+	if err != nil || sp.NumTokens != 4 || sp.LookupMin != 2 || sp.LookupMax != 4 || sp.MaxBatch != defaultSpecMaxBatch {
+		t.Errorf("ngram config: %+v, %v", sp, err)
+	}
+}

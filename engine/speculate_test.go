@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/conveyor-llm/conveyor/scheduler"
+)
+
+// specRequests are greedy and seeded sampled requests, some stopped by a string or by
+// max_tokens, some with logprobs, one with n=2.
+func specRequests() []*Request {
+	var reqs []*Request
+	for i := range 12 {
+		p := DefaultSamplingParams()
+		p.MaxTokens = 10 + 7*i
+		if i%2 == 1 {
+			seed := int64(100 + i)
+			p.Seed, p.Temperature, p.TopP = &seed, 1, 0.9
+		} else {
+			p.Temperature = 0
+		}
+		if i%3 == 0 {
+			p.Logprobs = 2
+		}
+		if i == 4 {
+			p.Stop = []string{"<7>"}
+		}
+		if i == 5 {
+			p.N = 2
+		}
+		prompt := testPrompt(i, 6+i%4)
+		prompt = append(prompt, prompt...) // something to look up
+		reqs = append(reqs, &Request{ID: fmt.Sprintf("r%d", i), Prompt: prompt, Params: p})
+	}
+	return reqs
+}
+
+// runSpec runs reqs at once on a fresh engine over m with speculation spec and returns
+// each request's sequences' token ids and logprobs, and the engine's stats.
+func runSpec(t *testing.T, m Model, spec scheduler.Speculation) (map[string][][]int32, map[string][][]float32, Stats) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.Speculation = spec
+	e := startEngine(t, cfg, m, fakeText{})
+	ids, lps := map[string][][]int32{}, map[string][][]float32{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, r := range specRequests() {
+		ch, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			res := collect(ch)
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range len(res.seqs) {
+				ev := res.seqs[i]
+				if ev.Err != nil {
+					t.Errorf("%s: %v", r.ID, ev.Err)
+					return
+				}
+				if len(ev.TokenIDs) > r.Params.MaxTokens {
+					t.Errorf("%s: %d tokens, max_tokens %d", r.ID, len(ev.TokenIDs), r.Params.MaxTokens)
+				}
+				ids[r.ID] = append(ids[r.ID], ev.TokenIDs)
+				var l []float32
+				for _, lp := range ev.Logprobs {
+					l = append(l, lp.Logprob)
+				}
+				lps[r.ID] = append(lps[r.ID], l)
+			}
+		})
+	}
+	wg.Wait()
+	st := e.Stats()
+	shutdown(t, e)
+	return ids, lps, st
+}
+
+// TestSpeculationIsExact: with prompt-lookup speculation the engine returns the very
+// tokens (and logprobs) it returns without — greedy rows and seeded sampled rows alike,
+// with stop strings, max_tokens, logprobs and n=2 — on a model whose replies repeat
+// (so proposals are accepted, at several depths) and on one whose do not (so they are
+// rejected); and proposals are counted.
+func TestSpeculationIsExact(t *testing.T) {
+	on := scheduler.Speculation{NumTokens: 4, LookupMin: 1, LookupMax: 3}
+	for _, context := range []int{1, 0} {
+		t.Run(fmt.Sprintf("context %d", context), func(t *testing.T) {
+			m := newFakeModel(1024)
+			m.context = context
+			wantIDs, wantLPs, off := runSpec(t, m, scheduler.Speculation{})
+			gotIDs, gotLPs, st := runSpec(t, m, on)
+			for id, want := range wantIDs {
+				got := gotIDs[id]
+				slices.SortFunc(want, slices.Compare[[]int32])
+				slices.SortFunc(got, slices.Compare[[]int32])
+				if len(got) != len(want) {
+					t.Fatalf("%s: %d sequences with speculation, %d without", id, len(got), len(want))
+				}
+				for i := range want {
+					if !slices.Equal(got[i], want[i]) {
+						t.Fatalf("%s: tokens with speculation %v, without %v", id, got[i], want[i])
+					}
+				}
+				if len(wantLPs[id]) == 1 && !slices.Equal(gotLPs[id][0], wantLPs[id][0]) {
+					t.Fatalf("%s: logprobs with speculation %v, without %v", id, gotLPs[id][0], wantLPs[id][0])
+				}
+			}
+			if off.SpecDraftTokens != 0 || st.SpecDraftTokens == 0 {
+				t.Fatalf("proposals counted: %d without speculation, %d with", off.SpecDraftTokens, st.SpecDraftTokens)
+			}
+			t.Logf("%d proposed, %d accepted, by depth %v; %d steps with, %d without", st.SpecDraftTokens, st.SpecAcceptedTokens, st.SpecAcceptedAt, st.Steps, off.Steps)
+			if context == 1 && (st.SpecAcceptedTokens == 0 || len(st.SpecAcceptedAt) < 4 || st.SpecAcceptedAt[3] == 0 || st.Steps >= off.Steps) {
+				t.Fatalf("a repeating model: %d of %d accepted, by depth %v, %d steps against %d; want proposals accepted at every depth and fewer steps",
+					st.SpecAcceptedTokens, st.SpecDraftTokens, st.SpecAcceptedAt, st.Steps, off.Steps)
+			}
+		})
+	}
+}
