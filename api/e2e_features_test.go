@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +14,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/scheduler"
 )
 
 // e2eSchema is the json_schema the structured-output tests ask for.
@@ -193,5 +198,65 @@ func TestE2EUnsupportedFeaturesAreRefused(t *testing.T) {
 			!strings.Contains(apiErr.Message, tc.mention) {
 			t.Errorf("%s: want a 400 naming %s (%s) and mentioning %s, got %v", tc.name, tc.param, tc.code, tc.mention, err)
 		}
+	}
+}
+
+// TestE2ESpeculationServesTheSameText: served with prompt-lookup speculation, completions
+// (greedy, and seeded at temperature 1) come back with the text, tokens and finish reason
+// they have without it, plain and streamed through the official SDK, and the
+// Prometheus counters show proposals verified.
+func TestE2ESpeculationServesTheSameText(t *testing.T) {
+	prompts := []string{"the quick brown fox the quick brown fox the quick", "a lazy dog and a lazy dog and a", "far away into night"}
+	collect := func(e *e2e) []string {
+		var out []string
+		for _, p := range prompts {
+			for _, temp := range []float64{0, 1} {
+				params := openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(e2eModel),
+					Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String(p)},
+					MaxTokens: openai.Int(40), Temperature: openai.Float(temp), Seed: openai.Int(7)}
+				r, err := e.client.Completions.New(context.Background(), params)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := e.client.Completions.NewStreaming(context.Background(), params)
+				text := ""
+				for st.Next() {
+					for _, c := range st.Current().Choices {
+						text += c.Text
+					}
+				}
+				if err := st.Err(); err != nil {
+					t.Fatal(err)
+				}
+				if text != r.Choices[0].Text {
+					t.Fatalf("%q at %g: streamed %q, plain %q", p, temp, text, r.Choices[0].Text)
+				}
+				out = append(out, fmt.Sprintf("%s|%s|%d", r.Choices[0].Text, r.Choices[0].FinishReason, r.Usage.CompletionTokens))
+			}
+		}
+		return out
+	}
+	plain := startE2E(t, nil, nil)
+	want := collect(plain)
+	spec := startE2E(t, nil, func(c *engine.Config) {
+		c.Speculation = scheduler.Speculation{NumTokens: 4, LookupMin: 1, LookupMax: 4, MaxBatch: 4}
+	})
+	got := collect(spec)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("completion %d: %q with speculation, %q without", i, got[i], want[i])
+		}
+	}
+	if st := spec.eng.Stats(); st.SpecDraftTokens == 0 || st.SpecAcceptedTokens == 0 {
+		t.Fatalf("%d proposed, %d accepted; want both", st.SpecDraftTokens, st.SpecAcceptedTokens)
+	}
+	resp, err := http.Get(spec.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "conveyor_spec_decode_num_accepted_tokens_total") {
+		t.Fatal("/metrics has no speculative decoding counters")
 	}
 }
