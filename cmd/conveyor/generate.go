@@ -35,6 +35,7 @@ type generateOptions struct {
 	threads      int
 	attention    string
 	quantize     string
+	speculative  string
 }
 
 func runGenerate(args []string) error {
@@ -50,6 +51,7 @@ func runGenerate(args []string) error {
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.attention, "attention", "", attentionHelp)
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
+	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as serve's (vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}); "" = off`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor generate --model DIR --prompt TEXT [flags]\n\nflags:")
 		fs.PrintDefaults()
@@ -77,6 +79,9 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("generate: %w", checkDevice(o.device))
 	case !promptSet:
 		return errors.New(`generate: --prompt is required (--prompt "" starts from nothing)`)
+	}
+	if _, err := parseSpeculativeConfig(o.speculative); err != nil {
+		return fmt.Errorf("generate: %v", err)
 	}
 	ctx, stop := notifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -118,6 +123,9 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxNumSeqs = 1
 	ecfg.EnablePrefixCaching = false
+	if ecfg.Speculation, err = parseSpeculativeConfig(o.speculative); err != nil {
+		return nil, fmt.Errorf("generate: %v", err)
+	}
 	bs, err := spec.BlockSize(ecfg.BlockSizeTokens)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
