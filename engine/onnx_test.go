@@ -424,3 +424,41 @@ func TestONNXSpeculationMatches(t *testing.T) {
 		})
 	}
 }
+
+// TestONNXPrefixCachingLargeBlocks: on the step graph with 256-token blocks (the GPU's
+// FlashAttention size for this model's heads), a second prompt sharing a 300-token prefix
+// is served its first block from the prefix cache and decodes as it does without the
+// cache.
+func TestONNXPrefixCachingLargeBlocks(t *testing.T) {
+	m, tok := openTiny(t, models.AttentionGraph)
+	prefix := tinyRequests(t, tok, 40)[39].Prompt
+	for len(prefix) < 300 {
+		prefix = append(prefix, prefix[1:]...)
+	}
+	prefix = prefix[:300]
+	a, b := append(slices.Clone(prefix), 5, 6, 7), append(slices.Clone(prefix), 8, 9, 10, 11)
+	run := func(cache bool, reqs ...*Request) []result {
+		cfg := tinyConfig()
+		cfg.BlockSizeTokens = 256
+		cfg.EnablePrefixCaching = cache
+		e, err := New(cfg, m, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Start(context.Background())
+		defer shutdown(t, e)
+		var out []result
+		for _, r := range reqs {
+			out = append(out, runAll(t, e, []*Request{r})...)
+		}
+		return out
+	}
+	cached := run(true, greedyRequest("a", a, 10), greedyRequest("b", b, 10))
+	plain := run(false, greedyRequest("b", b, 10))
+	if got, want := cached[1].seqs[0].TokenIDs, plain[0].seqs[0].TokenIDs; !slices.Equal(got, want) {
+		t.Fatalf("with the prefix cache %v, without %v", got, want)
+	}
+	if cached[1].usage.CachedTokens != 256 {
+		t.Fatalf("cached %d tokens, want one 256-token block", cached[1].usage.CachedTokens)
+	}
+}
