@@ -138,27 +138,28 @@ func (m *Metrics) observeEvent(j *job, ev *engine.Event, now time.Time) {
 type statsCollector struct{ m *Metrics }
 
 var (
-	descRunning   = prometheus.NewDesc("conveyor_num_requests_running", "Sequences in the running batch.", nil, nil)
-	descWaiting   = prometheus.NewDesc("conveyor_num_requests_waiting", "Sequences waiting to be scheduled.", nil, nil)
-	descKVUsage   = prometheus.NewDesc("conveyor_kv_cache_usage_perc", "Fraction of KV-cache blocks in use, 0..1 (1 means 100%).", nil, nil)
-	descPreempt   = prometheus.NewDesc("conveyor_num_preemptions_total", "Sequences preempted (blocks freed, recomputed later).", nil, nil)
-	descSchedErr  = prometheus.NewDesc("conveyor_scheduler_errors_total", "Scheduler bookkeeping errors (logged); 0 unless there is a bug.", nil, nil)
-	descFailed    = prometheus.NewDesc("conveyor_engine_failed_steps_total", "Forward passes that failed (each failed the requests in it).", nil, nil)
-	descRestarts  = prometheus.NewDesc("conveyor_engine_runner_restarts_total", "Runners reopened after several failed forward passes in a row.", nil, nil)
-	descPanics    = prometheus.NewDesc("conveyor_engine_recovered_panics_total", "Requests ended with an internal error by a recovered panic; 0 unless there is a bug.", nil, nil)
-	descPromptTok = prometheus.NewDesc("conveyor_prompt_tokens_total", "Prompt tokens computed (not served from the prefix cache).", nil, nil)
-	descGenTok    = prometheus.NewDesc("conveyor_generation_tokens_total", "Tokens generated.", nil, nil)
-	descPrefixQ   = prometheus.NewDesc("conveyor_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", nil, nil)
-	descPrefixH   = prometheus.NewDesc("conveyor_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", nil, nil)
-	descCacheInfo = prometheus.NewDesc("conveyor_cache_config_info", "KV-cache configuration (value always 1).", []string{"block_size", "num_blocks"}, nil)
-	descSpecDraft = prometheus.NewDesc("conveyor_spec_decode_num_draft_tokens_total", "Tokens proposed by speculative decoding and verified.", nil, nil)
-	descSpecAcc   = prometheus.NewDesc("conveyor_spec_decode_num_accepted_tokens_total", "Proposed tokens accepted.", nil, nil)
-	descSpecPos   = prometheus.NewDesc("conveyor_spec_decode_num_accepted_tokens_per_pos_total", "Proposed tokens accepted, by their position in the draft (0: the first).", []string{"position"}, nil)
+	descRunning    = prometheus.NewDesc("conveyor_num_requests_running", "Sequences in the running batch.", nil, nil)
+	descWaiting    = prometheus.NewDesc("conveyor_num_requests_waiting", "Sequences waiting to be scheduled.", nil, nil)
+	descKVUsage    = prometheus.NewDesc("conveyor_kv_cache_usage_perc", "Fraction of KV-cache blocks in use, 0..1 (1 means 100%).", nil, nil)
+	descPreempt    = prometheus.NewDesc("conveyor_num_preemptions_total", "Sequences preempted (blocks freed, recomputed later).", nil, nil)
+	descSchedErr   = prometheus.NewDesc("conveyor_scheduler_errors_total", "Scheduler bookkeeping errors (logged); 0 unless there is a bug.", nil, nil)
+	descFailed     = prometheus.NewDesc("conveyor_engine_failed_steps_total", "Forward passes that failed (each failed the requests in it).", nil, nil)
+	descRestarts   = prometheus.NewDesc("conveyor_engine_runner_restarts_total", "Runners reopened after several failed forward passes in a row.", nil, nil)
+	descPanics     = prometheus.NewDesc("conveyor_engine_recovered_panics_total", "Requests ended with an internal error by a recovered panic; 0 unless there is a bug.", nil, nil)
+	descPromptTok  = prometheus.NewDesc("conveyor_prompt_tokens_total", "Prompt tokens computed (not served from the prefix cache).", nil, nil)
+	descGenTok     = prometheus.NewDesc("conveyor_generation_tokens_total", "Tokens generated.", nil, nil)
+	descPrefixQ    = prometheus.NewDesc("conveyor_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", nil, nil)
+	descPrefixH    = prometheus.NewDesc("conveyor_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", nil, nil)
+	descCacheInfo  = prometheus.NewDesc("conveyor_cache_config_info", "KV-cache configuration (value always 1).", []string{"block_size", "num_blocks"}, nil)
+	descSpecDrafts = prometheus.NewDesc("conveyor_spec_decode_num_drafts_total", "Drafts (proposals of one sequence in one step) verified by speculative decoding.", nil, nil)
+	descSpecDraft  = prometheus.NewDesc("conveyor_spec_decode_num_draft_tokens_total", "Tokens proposed by speculative decoding and verified.", nil, nil)
+	descSpecAcc    = prometheus.NewDesc("conveyor_spec_decode_num_accepted_tokens_total", "Proposed tokens accepted.", nil, nil)
+	descSpecPos    = prometheus.NewDesc("conveyor_spec_decode_num_accepted_tokens_per_pos_total", "Proposed tokens accepted, by their position in the draft (0: the first).", []string{"position"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descFailed, descRestarts, descPanics, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo, descSpecDraft, descSpecAcc, descSpecPos} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descPreempt, descSchedErr, descFailed, descRestarts, descPanics, descPromptTok, descGenTok, descPrefixQ, descPrefixH, descCacheInfo, descSpecDrafts, descSpecDraft, descSpecAcc, descSpecPos} {
 		ch <- d
 	}
 }
@@ -190,6 +191,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPrefixH, st.PrefixHitTokens)
 	ch <- prometheus.MustNewConstMetric(descCacheInfo, prometheus.GaugeValue, 1,
 		strconv.Itoa(st.BlockSizeTokens), strconv.Itoa(st.KVTotalBlocks))
+	counter(descSpecDrafts, st.SpecDrafts)
 	counter(descSpecDraft, st.SpecDraftTokens)
 	counter(descSpecAcc, st.SpecAcceptedTokens)
 	for pos, n := range st.SpecAcceptedAt {

@@ -30,7 +30,7 @@ func TestMetricsExposition(t *testing.T) {
 	eng := newFakeEngine()
 	eng.stats = engine.Stats{Waiting: 3, KVUsage: 0.25, KVTotalBlocks: 100, BlockSizeTokens: 16, Preemptions: 2, SchedulerErrors: 1, FailedSteps: 4, RunnerRestarts: 1, RecoveredPanics: 5,
 		PrefixQueryTokens: 50, PrefixHitTokens: 20, PromptTokens: 70, GenerationTokens: 9,
-		SpecDraftTokens: 12, SpecAcceptedTokens: 7, SpecAcceptedAt: []int64{4, 3}}
+		SpecDrafts: 4, SpecDraftTokens: 12, SpecAcceptedTokens: 7, SpecAcceptedAt: []int64{4, 3}}
 	s := newTestServer(t, eng, nil)
 	s.Metrics().OnStep(engine.StepInfo{NumSeqs: 4, NumTokens: 10, Duration: 3 * time.Millisecond})
 	s.Metrics().OnStep(engine.StepInfo{NumSeqs: 1, NumTokens: 1, Duration: time.Millisecond})
@@ -80,6 +80,7 @@ func TestMetricsExposition(t *testing.T) {
 		{"conveyor_request_queue_time_seconds", dto.MetricType_HISTOGRAM, 2},
 		{"conveyor_inter_token_latency_seconds", dto.MetricType_HISTOGRAM, 4}, // 2 sequences × (3-1) gaps
 		{"conveyor_cache_config_info", dto.MetricType_GAUGE, 1},
+		{"conveyor_spec_decode_num_drafts_total", dto.MetricType_COUNTER, 4},
 		{"conveyor_spec_decode_num_draft_tokens_total", dto.MetricType_COUNTER, 12},
 		{"conveyor_spec_decode_num_accepted_tokens_total", dto.MetricType_COUNTER, 7},
 	}

@@ -61,6 +61,7 @@ func Run(ctx context.Context, cfg RunConfig) (Report, []Result, error) {
 		sem = make(chan struct{}, cfg.MaxConcurrency)
 	}
 	results := make([]Result, len(cfg.Items))
+	specBefore, specSeen := scrapeSpec(ctx, cfg.Target)
 	var wg sync.WaitGroup
 	start := time.Now()
 	timer := time.NewTimer(0)
@@ -104,6 +105,11 @@ func Run(ctx context.Context, cfg RunConfig) (Report, []Result, error) {
 	wg.Wait()
 	dur := time.Since(start)
 	rep := Summarise(results, dur, cfg.SLO)
+	if specSeen {
+		if after, ok := scrapeSpec(ctx, cfg.Target); ok {
+			rep.Speculation = specStats(specBefore, after)
+		}
+	}
 	rep.RequestRate = Rate(cfg.RequestRate)
 	if cfg.RequestRate == 0 {
 		rep.RequestRate = Rate(math.Inf(1))

@@ -334,3 +334,43 @@ func TestTargetSendsSampling(t *testing.T) {
 		t.Errorf("greedy: temperature %v, top_p %v", b["temperature"], b["top_p"])
 	}
 }
+
+// TestRunReportsSpeculation: against a server whose /metrics carries Conveyor's
+// speculative decoding counters, the report gives what they grew by during the run: the
+// acceptance rate and the mean accepted length; against one without them, nothing.
+func TestRunReportsSpeculation(t *testing.T) {
+	var scrapes atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			n := int64(scrapes.Add(1) - 1) // 0 before the run, 1 after
+			fmt.Fprintf(w, "# TYPE conveyor_spec_decode_num_drafts_total counter\nconveyor_spec_decode_num_drafts_total %d\n", 10+40*n)
+			fmt.Fprintf(w, "conveyor_spec_decode_num_draft_tokens_total %d\n", 30+160*n)
+			fmt.Fprintf(w, "conveyor_spec_decode_num_accepted_tokens_total %d\n", 5+100*n)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"text\":\"x\",\"index\":0,\"finish_reason\":\"length\"}],\"usage\":null}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"completion_tokens\":1}}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	items, _ := Generate(WorkloadConfig{NumRequests: 2, Dist: Fixed, PromptTokens: 4, OutputTokens: 1, MaxTokenID: 50})
+	rep, _, err := Run(context.Background(), RunConfig{Target: Target{BaseURL: srv.URL, Model: "m"}, Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Speculation
+	if s == nil || s.Drafts != 40 || s.DraftTokens != 160 || s.AcceptedTokens != 100 || s.AcceptanceRate != 0.625 || s.MeanAcceptedLength != 3.5 {
+		t.Fatalf("speculation %+v; want 100 of 160 accepted over 40 drafts", s)
+	}
+	var out strings.Builder
+	rep.Format(&out)
+	if !strings.Contains(out.String(), "100 of 160 (62.5%)") || !strings.Contains(out.String(), "3.50") {
+		t.Errorf("report:\n%s", out.String())
+	}
+	plain := scriptedServer(t, 0, 0)
+	defer plain.Close()
+	rep, _, err = Run(context.Background(), RunConfig{Target: Target{BaseURL: plain.URL, Model: "m"}, Items: items})
+	if err != nil || rep.Speculation != nil {
+		t.Fatalf("a server without the counters: %+v, %v", rep.Speculation, err)
+	}
+}

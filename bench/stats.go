@@ -112,6 +112,8 @@ type Report struct {
 	SLO               SLO            `json:"slo"`
 	Goodput           float64        `json:"goodput"` // requests/s that met the SLO
 	ITLSamples        []float64      `json:"-"`       // milliseconds, for charts
+	// Speculation is the server's speculative decoding during the run, when it reports it.
+	Speculation *SpecStats `json:"speculation,omitempty"`
 }
 
 // Summarise builds the report of a run that took duration.
@@ -197,5 +199,9 @@ func (rep Report) Format(w io.Writer) {
 		d    Dist
 	}{{"TTFT", rep.TTFT}, {"TPOT", rep.TPOT}, {"ITL", rep.ITL}, {"E2E", rep.E2E}} {
 		fmt.Fprintf(w, "%-10s %10.2f %10.2f %10.2f %10.2f\n", row.name, row.d.Mean, row.d.P50, row.d.P90, row.d.P99)
+	}
+	if s := rep.Speculation; s != nil {
+		fmt.Fprintf(w, "%-34s %d of %d (%.1f%%)\n", "Speculation: accepted tokens:", s.AcceptedTokens, s.DraftTokens, 100*s.AcceptanceRate)
+		fmt.Fprintf(w, "%-34s %.2f\n", "Speculation: mean accepted length:", s.MeanAcceptedLength)
 	}
 }

@@ -312,7 +312,7 @@ func (e *Engine) publishStats() {
 	s.DroppedEvents = c.droppedEvents
 	s.Unhealthy = e.unhealthy
 	s.FailedSteps, s.RunnerRestarts, s.RecoveredPanics = c.failedSteps, c.restarts, c.panics
-	s.SpecDraftTokens, s.SpecAcceptedTokens = ss.DraftTokens, ss.AcceptedTokens
+	s.SpecDrafts, s.SpecDraftTokens, s.SpecAcceptedTokens = ss.Drafts, ss.DraftTokens, ss.AcceptedTokens
 	s.SpecAcceptedAt = append(s.SpecAcceptedAt[:0], ss.AcceptedAt...)
 	e.statsMu.Unlock()
 }

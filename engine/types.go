@@ -177,11 +177,11 @@ type Stats struct {
 	RunnerRestarts  int64 // runners reopened after MaxStepFailures failed passes in a row
 	RecoveredPanics int64 // requests ended with ErrInternal by a recovered panic
 
-	// Speculative decoding (Config.Speculation): tokens proposed and verified, those
-	// accepted, and accepted ones by their depth in the draft (SpecAcceptedAt[j]: the
-	// (j+1)-th proposal of a step).
-	SpecDraftTokens, SpecAcceptedTokens int64
-	SpecAcceptedAt                      []int64
+	// Speculative decoding (Config.Speculation): drafts verified, the tokens they
+	// proposed, those accepted, and accepted ones by their depth in the draft
+	// (SpecAcceptedAt[j]: the (j+1)-th proposal of a step).
+	SpecDrafts, SpecDraftTokens, SpecAcceptedTokens int64
+	SpecAcceptedAt                                  []int64
 }
 
 // StepInfo describes one finished forward pass; Config.OnStep receives it on the engine goroutine.

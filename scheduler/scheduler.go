@@ -87,10 +87,11 @@ type Stats struct {
 	LastStepTokens  int   // tokens in the last plan
 	ScheduledTokens int64 // tokens planned over all steps (prompt, recomputation and decode)
 	GeneratedTokens int64 // tokens appended by Update
-	// Speculative decoding: tokens proposed and verified, those accepted, and accepted
-	// ones by their position in the draft (AcceptedAt[j]: proposals j+1 deep accepted).
-	DraftTokens, AcceptedTokens int64
-	AcceptedAt                  []int64
+	// Speculative decoding: drafts verified, the tokens they proposed, those accepted, and
+	// accepted ones by their position in the draft (AcceptedAt[j]: proposals j+1 deep
+	// accepted).
+	Drafts, DraftTokens, AcceptedTokens int64
+	AcceptedAt                          []int64
 }
 
 // Scheduler decides, step by step, which sequences run and how many tokens each computes.

@@ -471,6 +471,7 @@ func (s *Scheduler) applyDraft(q *Sequence, it *Item, sampled []int32) error {
 
 // countDraft counts a verified draft of n proposals of which the first accepted matched.
 func (s *Scheduler) countDraft(n, accepted int) {
+	s.stats.Drafts++
 	s.stats.DraftTokens += int64(n)
 	s.stats.AcceptedTokens += int64(accepted)
 	for len(s.stats.AcceptedAt) < n {
