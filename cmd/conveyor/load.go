@@ -60,6 +60,10 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	opts := convert.Options{Quantize: quant}
 	// A checkpoint is built for the device it will run on: with --device auto, the GPU
 	// when one is usable (the provider and a GPU load).
+	if o.dtype != "" && o.dtype != "auto" && isBuilt(dir) {
+		// A built directory is served as it was built: a type asked for would be ignored.
+		return nil, fmt.Errorf("--dtype %s applies to Hugging Face checkpoints and GGUF files; %s is a built model directory (rebuild it with `conveyor build-model --dtype %s`)", o.dtype, dir, o.dtype)
+	}
 	auto := o.runner.Device == models.DeviceAuto || o.runner.Device == ""
 	if o.runner.Device == models.DeviceCUDA || (auto && !isBuilt(dir) && models.CUDAUsable(o.runner)) {
 		// The GPU runs a 16-bit step graph: the checkpoint's type, as vLLM's --dtype auto.

@@ -161,3 +161,16 @@ func TestSpeculativeConfigFlag(t *testing.T) {
 		t.Errorf("ngram config: %+v, %v", sp, err)
 	}
 }
+
+// TestDTypeRefusedForBuiltDirectory: --dtype asks how a checkpoint is built; for a built
+// directory, which is served as it was built, it is refused with one line, not ignored.
+func TestDTypeRefusedForBuiltDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := load(dir, loadOptions{dtype: "bfloat16", runner: models.RunnerOptions{Device: models.DeviceCUDA}})
+	if err == nil || !strings.Contains(err.Error(), "--dtype bfloat16 applies to Hugging Face checkpoints") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("%v; want one line refusing --dtype", err)
+	}
+}
