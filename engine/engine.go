@@ -54,8 +54,10 @@ type Engine struct {
 	groupBuf [][]kvcache.BlockID
 	// draftToks holds the step's speculating rows' tokens (last token and proposals).
 	draftToks []int32
-	results   []scheduler.Result
-	scratch   sampleScratch
+	// sampledToks holds the tokens sampled from the step's speculating rows (Result.Tokens).
+	sampledToks []int32
+	results     []scheduler.Result
+	scratch     sampleScratch
 	// phases times the running step's parts for StepInfo (engine goroutine only).
 	phases  StepInfo
 	nextSeq kvcache.SeqID

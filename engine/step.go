@@ -28,6 +28,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 
 	e.batch.Seqs = e.batch.Seqs[:0]
 	e.draftToks = e.draftToks[:0]
+	e.sampledToks = e.sampledToks[:0]
 	e.groupBuf = e.groupBuf[:0]
 	e.dequeue = e.dequeue[:0]
 	numTokens := 0
@@ -206,16 +207,16 @@ func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now
 // tokens, are the same as without speculation.
 func (e *Engine) verifyDraft(st *seqState, i int, it scheduler.Item, logits []float32, now time.Time) {
 	vocab := e.spec.VocabSize
-	var toks []int32
+	from := len(e.sampledToks) // the step's buffer: Update copies the tokens out
 	for j := 0; j <= len(it.Draft) && !st.done; j++ {
 		e.sampleOne(st, i, logits[j*vocab:(j+1)*vocab], -1, now)
 		tok := e.results[i].Token
-		toks = append(toks, tok)
+		e.sampledToks = append(e.sampledToks, tok)
 		if e.results[i].Finished || j == len(it.Draft) || tok != it.Draft[j] {
 			break
 		}
 	}
-	e.results[i].Tokens = toks
+	e.results[i].Tokens = e.sampledToks[from:]
 }
 
 // wantsPromptLogits reports whether item it must return the logits of every position:
