@@ -34,7 +34,8 @@ work=$(mktemp -d)
 port=${GPU_CHECK_PORT:-8123}
 device=${GPU_CHECK_DEVICE:-cuda}
 case $device in
-cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB long=2048 share=1100 ;;
+cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB long=2048 share=1100
+	tok=${GPU_CHECK_TOKENIZER:-.tokenizers/qwen3} ;;
 cpu) dtype=float32 config=${GPU_CHECK_CONFIG:-models/testdata/tiny-llama/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-500} kv=512MiB long=400 share=300 ;;
 *) echo "gpu-check: GPU_CHECK_DEVICE=$device: want cuda or cpu"; exit 1 ;;
 esac
@@ -89,7 +90,7 @@ log "GPU: $gpu"
 fixtures="not run (bin/models.test missing, or a CPU dry run)"
 if [ -x bin/models.test ] && [ "$device" = cuda ]; then
 	log "family fixtures through the float16 and bfloat16 step graphs on the GPU"
-	if (cd models && CONVEYOR_TEST_DEVICE=cuda ../bin/models.test -test.run 'TestStepGraphFamiliesOnGPU' -test.v -test.count=1) >"$out/fixtures.log" 2>&1; then
+	if (cd models && CONVEYOR_TEST_DEVICE=cuda timeout 170 ../bin/models.test -test.run 'TestStepGraphFamiliesOnGPU' -test.v -test.count=1 -test.timeout 160s) >"$out/fixtures.log" 2>&1; then
 		fixtures="passed"
 	else
 		fixtures="FAILED (see fixtures.log)"
@@ -99,6 +100,14 @@ if [ -x bin/models.test ] && [ "$device" = cuda ]; then
 fi
 
 # --- 2. the 0.5B shape, served on the GPU, at 1, 16 and 64 streams --------------------
+# A config without tokenizer files beside it gets GPU_CHECK_TOKENIZER's (Qwen3's from
+# `make tokenizer-files` by default, the Qwen2.5 vocabulary).
+if [ ! -f "$(dirname "$config")/tokenizer.json" ]; then
+	[ -f "${tok:-}/tokenizer.json" ] || { log "gpu-check: $config has no tokenizer.json beside it: set GPU_CHECK_TOKENIZER to a folder with one (make tokenizer-files)"; exit 1; }
+	mkdir -p "$work/config"
+	cp "$config" "$tok"/tokenizer*.json "$work/config/"
+	config=$work/config/config.json
+fi
 model=$work/model
 log "building $config (random weights) with a $dtype step graph"
 "$bin" build-model --random --config "$config" --out "$model" --dtype "$dtype" >"$out/build.log" 2>&1
@@ -118,9 +127,9 @@ bench_run() {
 	shift 4
 	local n=$((c * 3 > 24 ? c * 3 : 24))
 	log "bench $name: $c streams, $n requests of $in -> $outl tokens $*"
-	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len "$in" --output-len "$outl" \
+	timeout 60 "$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len "$in" --output-len "$outl" \
 		--num-requests $((n / 4)) --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json "$@" >/dev/null 2>&1 || true
-	"$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len "$in" --output-len "$outl" \
+	timeout 90 "$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len "$in" --output-len "$outl" \
 		--num-requests "$n" --max-concurrency "$c" --request-rate inf --max-token-id "$maxid" --no-progress --json "$@" >"$out/bench_$name.json" || true
 }
 for c in 1 16 64 128; do
@@ -132,7 +141,7 @@ bench_run prompt_long 1 "$long" 16
 # n=2 greedy choices must be identical (the fork's partial block copied on the GPU), and a
 # repeated prompt longer than two blocks must be served partly from the prefix cache.
 log "n=2 and prefix sharing"
-python3 - "$port" "$maxid" "$share" >"$out/sharing.json" 2>"$out/sharing.err" <<'EOF2' || true
+timeout 90 python3 - "$port" "$maxid" "$share" >"$out/sharing.json" 2>"$out/sharing.err" <<'EOF2' || true
 import json, random, sys, urllib.request
 port, maxid, share = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(7)
@@ -154,7 +163,7 @@ server=""
 # --- 3. continuous vs static vs sequential on the GPU ----------------------------------
 log "bench compare: continuous, static and sequential on the $device"
 compare="passed"
-"$bin" bench compare --model "$model" --device "$device" --attention graph --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
+timeout 150 "$bin" bench compare --model "$model" --device "$device" --attention graph --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
 	--num-requests 64 --rates 8,32,inf --max-num-seqs 64 --max-batch-size 16 --kv-cache-memory "$kv" \
 	--max-token-id "$maxid" --server-log "$out/compare-servers.log" >"$out/compare.log" 2>&1 || compare="FAILED (see compare.log)"
 log "bench compare: $compare"
