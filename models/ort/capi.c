@@ -156,6 +156,21 @@ const char *cv_ort_ep_meta(const OrtEpDevice *d, const char *key) {
 	return v;
 }
 
+// cv_ort_session_diagnostics makes a session log ONNX Runtime's warnings from its
+// creation on (which nodes an execution provider could not take, say), with log_id naming
+// it, and, when profile_prefix is not empty, write a Chrome trace of every run's nodes to
+// profile_prefix_<date>.json when the session is released.
+char *cv_ort_session_diagnostics(OrtSessionOptions *so, const char *log_id, const char *profile_prefix) {
+	char *msg = take(api->SetSessionLogSeverityLevel(so, ORT_LOGGING_LEVEL_WARNING));
+	if (msg == NULL) {
+		msg = take(api->SetSessionLogId(so, log_id));
+	}
+	if (msg == NULL && profile_prefix != NULL && profile_prefix[0] != 0) {
+		msg = take(api->EnableProfiling(so, profile_prefix));
+	}
+	return msg;
+}
+
 // cv_ort_session_options makes session options for a sequential session: on the shared
 // pool when own_threads is 0, else on a pool of own_threads threads that never spins.
 char *cv_ort_session_options(OrtSessionOptions **out, int own_threads, int opt_level) {

@@ -10,8 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -82,6 +85,11 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 			return nil, fmt.Errorf("ort: session options: %w", err)
 		}
 	}
+	if profile := os.Getenv(ProfileEnv); !d.IsCPU() || profile != "" {
+		if err := diagnostics(so, modelPath, d, profile); err != nil {
+			return nil, err
+		}
+	}
 	if !d.IsCPU() {
 		if err := appendProvider(so, d, cfg.ProviderOptions); err != nil {
 			return nil, err
@@ -102,6 +110,32 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 		return nil, fmt.Errorf("ort: %s: %w", modelPath, nameErr)
 	}
 	return s, nil
+}
+
+// ProfileEnv names the environment variable that turns ONNX Runtime's profiler on: every
+// session then writes a Chrome trace of its runs (each node's time and execution
+// provider) to <value>_<model>_<date>.json when it closes.
+const ProfileEnv = "CONVEYOR_ORT_PROFILE"
+
+// diagnostics makes a session on a device log ONNX Runtime's warnings, among them the
+// nodes its execution provider could not take and left to the CPU, and turns the profiler
+// on when profile is not empty.
+func diagnostics(so *C.OrtSessionOptions, modelPath string, d *Device, profile string) error {
+	id := C.CString(filepath.Base(filepath.Dir(modelPath)) + "/" + filepath.Base(modelPath))
+	defer C.free(unsafe.Pointer(id))
+	var prefix *C.char
+	if profile != "" {
+		name := strings.TrimSuffix(filepath.Base(modelPath), filepath.Ext(modelPath))
+		prefix = C.CString(profile + "_" + name)
+		defer C.free(unsafe.Pointer(prefix))
+	}
+	if d.IsCPU() && prefix == nil {
+		return nil
+	}
+	if err := status(C.cv_ort_session_diagnostics(so, id, prefix)); err != nil {
+		return fmt.Errorf("ort: session diagnostics: %w", err)
+	}
+	return nil
 }
 
 // optLevel maps SessionConfig.GraphOptLevel to ONNX Runtime's GraphOptimizationLevel.

@@ -417,3 +417,47 @@ func TestDroppedValue(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // cleanups and finalizers run on their own goroutine
 	}
 }
+
+// TestProfile: with CONVEYOR_ORT_PROFILE set, a session writes ONNX Runtime's trace of its
+// runs when it closes, naming the node that ran and its execution provider.
+func TestProfile(t *testing.T) {
+	path := addModel(t)
+	prefix := filepath.Join(t.TempDir(), "trace")
+	t.Setenv(ProfileEnv, prefix)
+	s, err := NewSession(path, SessionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y, z := hostVec(t, []float32{1}), hostVec(t, []float32{2}), hostVec(t, []float32{0})
+	if err := s.Run([]string{"x", "y"}, []*Value{x, y}, []string{"z"}, []*Value{z}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(prefix + "_" + strings.TrimSuffix(filepath.Base(path), ".onnx") + "_*.json")
+	if len(files) != 1 {
+		t.Fatalf("profile files %v, want one", files)
+	}
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []struct {
+		Cat  string            `json:"cat"`
+		Name string            `json:"name"`
+		Args map[string]any `json:"args"`
+	}
+	if err := json.Unmarshal(raw, &events); err != nil {
+		t.Fatalf("profile is not a Chrome trace: %v", err)
+	}
+	nodes := 0
+	for _, e := range events {
+		if e.Cat == "Node" && e.Args["provider"] == "CPUExecutionProvider" {
+			nodes++
+		}
+	}
+	if nodes == 0 {
+		t.Errorf("no node event with its provider among %d events", len(events))
+	}
+}
