@@ -58,6 +58,11 @@ type Engine struct {
 	sampledToks []int32
 	results     []scheduler.Result
 	scratch     sampleScratch
+	// pre, preRows and preScratch are presample's: the step's presampled tokens by row,
+	// the rows it samples and each of its goroutines' buffers.
+	pre        []presampled
+	preRows    []int
+	preScratch []*sampleScratch
 	// phases times the running step's parts for StepInfo (engine goroutine only).
 	phases  StepInfo
 	nextSeq kvcache.SeqID

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/tokenizer"
@@ -246,6 +248,72 @@ func TestCompletionTextContinuesThePrompt(t *testing.T) {
 		full := tok.Decode(append(slices.Clone(prompt), ids...), true)
 		if want := strings.TrimPrefix(full, head); text.String() != want || !strings.HasPrefix(full, head) {
 			t.Errorf("prompt %v (%q): completion %q, want %q", prompt, head, text.String(), want)
+		}
+	}
+}
+
+// TestParallelSamplingMatchesSerial: rows sampled on several goroutines at once get the
+// very tokens and logprobs that one goroutine draws, whatever their sampling parameters.
+func TestParallelSamplingMatchesSerial(t *testing.T) {
+	requests := func() []*Request {
+		var reqs []*Request
+		for i := range 12 {
+			p := DefaultSamplingParams()
+			p.Temperature = 0.7 + 0.1*float32(i%4)
+			p.MaxTokens = 24
+			p.IgnoreEOS = true
+			seed := int64(100 + i)
+			p.Seed = &seed
+			switch i % 6 {
+			case 1:
+				p.TopP = 0.9
+			case 2:
+				p.TopK = 20
+			case 3:
+				p.MinP = 0.05
+				p.Logprobs = 3
+			case 4:
+				p.RepetitionPenalty = 1.3
+				p.PresencePenalty = 0.5
+			case 5:
+				p.N = 2
+				p.TopP = 0.8
+			}
+			reqs = append(reqs, &Request{ID: fmt.Sprintf("r%d", i), Prompt: testPrompt(i, 4+3*i), Params: p})
+		}
+		reqs = append(reqs, greedyRequest("greedy", testPrompt(99, 9), 24))
+		return reqs
+	}
+	run := func(procs int) ([]result, int) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		var mu sync.Mutex
+		parallel := 0
+		cfg := testConfig()
+		cfg.OnStep = func(s StepInfo) {
+			mu.Lock()
+			parallel += s.ParallelSampled
+			mu.Unlock()
+		}
+		e := startEngine(t, cfg, newFakeModel(1024), nil)
+		res := runAll(t, e, requests())
+		mu.Lock()
+		defer mu.Unlock()
+		return res, parallel
+	}
+	serial, none := run(1)
+	parallel, some := run(4)
+	if none != 0 || some == 0 {
+		t.Fatalf("rows sampled in parallel: %d with GOMAXPROCS 1, %d with 4; want none, then some", none, some)
+	}
+	for i := range serial {
+		for idx, want := range serial[i].seqs {
+			got := parallel[i].seqs[idx]
+			if got == nil || !slices.Equal(got.TokenIDs, want.TokenIDs) {
+				t.Fatalf("request %d sequence %d: parallel %v, serial %v", i, idx, got, want.TokenIDs)
+			}
+			if fmt.Sprint(got.Logprobs) != fmt.Sprint(want.Logprobs) {
+				t.Fatalf("request %d sequence %d: logprobs differ:\nparallel %v\nserial   %v", i, idx, got.Logprobs, want.Logprobs)
+			}
 		}
 	}
 }

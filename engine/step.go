@@ -93,6 +93,7 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	e.stepSucceeded()
 
 	emitStart := time.Now()
+	e.presample(items, out)
 	for i, it := range items {
 		e.handleRow(i, it, out, now)
 	}
@@ -160,6 +161,8 @@ func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now
 	var s sampled
 	if argmax >= 0 { // the model returned the argmax (models.SeqInput.ArgmaxOnly)
 		s = sampled{ID: argmax, Logprob: float32(math.NaN())}
+	} else if pre, ok := e.takePresampled(i); ok {
+		s = pre
 	} else {
 		s = st.sampler.sample(row, &e.scratch)
 	}

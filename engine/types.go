@@ -198,4 +198,7 @@ type StepInfo struct {
 	// stop checks, detokenization, events, the scheduler's update). Duration is their
 	// sum plus the small bookkeeping between them.
 	Schedule, Forward, Sample, Emit time.Duration
+	// ParallelSampled counts the rows whose token was drawn on several goroutines at once
+	// (rows sampling from their logits, when the step has two or more and GOMAXPROCS > 1).
+	ParallelSampled int
 }

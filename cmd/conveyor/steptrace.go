@@ -17,10 +17,11 @@ import (
 //
 //	{"step":12,"time":"2026-01-02T15:04:05.123456Z","rows":16,"tokens":16,"past":2048,"max_past":140,
 //	 "duration_ms":61.2,"schedule_ms":0.05,"forward_ms":58.9,"sample_ms":1.4,"emit_ms":0.7,
-//	 "gc_pauses_ms":0.2,"gcs":1}
+//	 "parallel_sampled":0,"gc_pauses_ms":0.2,"gcs":1}
 //
 // time is when the step ended; past sums the tokens already cached that the rows'
-// attention reads (max_past is the longest row's); the phases are engine.StepInfo's;
+// attention reads (max_past is the longest row's); the phases and parallel_sampled (the
+// rows sampled on several goroutines at once) are engine.StepInfo's;
 // gc_pauses_ms and gcs are the Go garbage collector's stop-the-world pauses and cycles
 // that completed since the previous line.
 type stepTrace struct {
@@ -47,6 +48,7 @@ type stepTraceLine struct {
 	ForwardMS  float64 `json:"forward_ms"`
 	SampleMS   float64 `json:"sample_ms"`
 	EmitMS     float64 `json:"emit_ms"`
+	Parallel   int     `json:"parallel_sampled"`
 	GCPausesMS float64 `json:"gc_pauses_ms"`
 	GCs        int64   `json:"gcs"`
 }
@@ -77,7 +79,7 @@ func (t *stepTrace) OnStep(s engine.StepInfo) {
 		Step: t.steps, Time: time.Now().UTC().Format(time.RFC3339Nano),
 		Rows: s.NumSeqs, Tokens: s.NumTokens, Past: s.PastTokens, MaxPast: s.MaxPast,
 		DurationMS: ms(s.Duration), ScheduleMS: ms(s.Schedule), ForwardMS: ms(s.Forward),
-		SampleMS: ms(s.Sample), EmitMS: ms(s.Emit),
+		SampleMS: ms(s.Sample), EmitMS: ms(s.Emit), Parallel: s.ParallelSampled,
 		GCPausesMS: ms(t.gc.PauseTotal - t.pause), GCs: t.gc.NumGC - t.numGC,
 	})
 	t.pause, t.numGC = t.gc.PauseTotal, t.gc.NumGC
