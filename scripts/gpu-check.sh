@@ -7,9 +7,12 @@
 #      default block size, FlashAttention's), and `conveyor bench` at 1, 16, 64 and 128
 #      streams, 128 -> 128 tokens, closed loop; sampled rows (temperature 1, top_p 0.9) at
 #      64 streams; a 2,048-token prompt at one stream; n=2 and a repeated 1,100-token prompt
-#      (block copies on the GPU, prefix-cache hits);
-#   3. `conveyor bench compare` (continuous vs static vs sequential) on the GPU;
-#   4. a short report: the GPU, every figure, and where the logs are.
+#      (block copies on the GPU, prefix-cache hits); sampled rows at 128 streams too;
+#   3. ONNX Runtime's profile of 1-row and 64-row steps (profile.md, by
+#      scripts/ort-profile.py), which must show every node of the step graph on the GPU;
+#   4. `conveyor bench compare` (continuous vs static vs sequential) on the GPU;
+#   5. a short report: the GPU, every figure, and where the logs are.
+# It exits 1 when the fixtures fail or a node of the step graph ran on the CPU.
 #
 # Usage: scripts/gpu-check.sh [OUT_DIR]        (default gpu-check/)
 #
@@ -34,9 +37,9 @@ work=$(mktemp -d)
 port=${GPU_CHECK_PORT:-8123}
 device=${GPU_CHECK_DEVICE:-cuda}
 case $device in
-cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB long=2048 share=1100
+cuda) dtype=float16 config=${GPU_CHECK_CONFIG:-models/testdata/qwen2-0.5b/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-8000} kv=8GiB long=2048 share=1100 compare_n=32
 	tok=${GPU_CHECK_TOKENIZER:-.tokenizers/qwen3} ;;
-cpu) dtype=float32 config=${GPU_CHECK_CONFIG:-models/testdata/tiny-llama/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-500} kv=512MiB long=400 share=300 ;;
+cpu) dtype=float32 config=${GPU_CHECK_CONFIG:-models/testdata/tiny-llama/config.json} maxid=${GPU_CHECK_MAX_TOKEN_ID:-500} kv=512MiB long=400 share=300 compare_n=32 ;;
 *) echo "gpu-check: GPU_CHECK_DEVICE=$device: want cuda or cpu"; exit 1 ;;
 esac
 server=""
@@ -87,6 +90,7 @@ fi
 log "GPU: $gpu"
 
 # --- 1. the families' fixtures on the GPU ---------------------------------------------
+failed=""
 fixtures="not run (bin/models.test missing, or a CPU dry run)"
 if [ -x bin/models.test ] && [ "$device" = cuda ]; then
 	log "family fixtures through the float16 and bfloat16 step graphs on the GPU"
@@ -94,6 +98,7 @@ if [ -x bin/models.test ] && [ "$device" = cuda ]; then
 		fixtures="passed"
 	else
 		fixtures="FAILED (see fixtures.log)"
+		failed="$failed fixtures"
 	fi
 	log "fixtures: $fixtures"
 	grep -E '^(=== RUN|--- |\s+families|ok|FAIL|PASS)' "$out/fixtures.log" | tail -n 40 >>"$out/check.log" || true
@@ -136,6 +141,7 @@ for c in 1 16 64 128; do
 	bench_run "$c" "$c" 128 128
 done
 bench_run 64_sampled 64 128 128 --temperature 1 --top-p 0.9
+bench_run 128_sampled 128 128 128 --temperature 1 --top-p 0.9
 bench_run prompt_long 1 "$long" 16
 
 # n=2 greedy choices must be identical (the fork's partial block copied on the GPU), and a
@@ -160,21 +166,51 @@ log "sharing: $(cat "$out/sharing.json" 2>/dev/null) $(tail -n 1 "$out/sharing.e
 kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
 server=""
 
-# --- 3. continuous vs static vs sequential on the GPU ----------------------------------
+# --- 3. where a step's time goes: ONNX Runtime's profile of a short run -----------------
+# A second server with CONVEYOR_ORT_PROFILE: two requests at one stream, then 64 at once;
+# scripts/ort-profile.py summarises the trace (runs by token count, operators, nodes on the
+# CPU) into profile.md, and the check fails if a node of the step graph ran on the CPU.
+log "ONNX Runtime profile of 1-row and 64-row steps"
+mkdir -p "$work/prof"
+CONVEYOR_ORT_PROFILE=$work/prof/trace "$bin" serve --model "$model" --served-model-name q05 --device "$device" --attention graph \
+	--host 127.0.0.1 --port "$port" --kv-cache-memory "$kv" --max-num-seqs 128 >"$out/serve_profile.log" 2>&1 &
+server=$!
+for _ in $(seq 120); do
+	curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+	kill -0 "$server" 2>/dev/null || break
+	sleep 0.5
+done
+for spec in "1 2 32" "64 64 24"; do
+	set -- $spec
+	timeout 60 "$bin" bench --base-url "http://127.0.0.1:$port" --dataset fixed --input-len 128 --output-len "$3" --num-requests "$2" \
+		--max-concurrency "$1" --request-rate inf --max-token-id "$maxid" --no-progress --json >/dev/null 2>&1 || true
+done
+kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
+server=""
+placement="no trace"
+if ls "$work"/prof/*.json >/dev/null 2>&1; then
+	python3 scripts/ort-profile.py "$work"/prof/*.json >"$out/profile.md" 2>&1 || true
+	placement=$(grep -m1 '^Nodes on the CPU' "$out/profile.md" || echo "every node on the $device")
+fi
+case $placement in "Nodes on the CPU in a device session: 0" | "every node"*) ;; *) failed="$failed placement" ;; esac
+log "profile: $placement"
+
+# --- 4. continuous vs static vs sequential on the GPU ----------------------------------
 log "bench compare: continuous, static and sequential on the $device"
 compare="passed"
-timeout 150 "$bin" bench compare --model "$model" --device "$device" --attention graph --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
-	--num-requests 64 --rates 8,32,inf --max-num-seqs 64 --max-batch-size 16 --kv-cache-memory "$kv" \
+timeout 240 "$bin" bench compare --model "$model" --device "$device" --attention graph --out "$out/compare" --dataset fixed --input-len 128 --output-len 128 \
+	--num-requests "$compare_n" --rates 8,inf --max-num-seqs 64 --max-batch-size 16 --kv-cache-memory "$kv" \
 	--max-token-id "$maxid" --server-log "$out/compare-servers.log" >"$out/compare.log" 2>&1 || compare="FAILED (see compare.log)"
 log "bench compare: $compare"
 
-# --- 4. the report ---------------------------------------------------------------------
-python3 - "$out" "$gpu" "$fixtures" "$compare" "$config" "$dtype" >"$out/report.md" <<'EOF'
+# --- 5. the report ---------------------------------------------------------------------
+python3 - "$out" "$gpu" "$fixtures" "$compare" "$config" "$dtype" "$placement" >"$out/report.md" <<'EOF'
 import json, os, sys
-out, gpu, fixtures, compare, config, dtype = sys.argv[1:7]
+out, gpu, fixtures, compare, config, dtype, placement = sys.argv[1:8]
 print("# Conveyor GPU check\n")
 print(f"- GPU: {gpu}")
 print(f"- family fixtures (float16 and bfloat16 step graphs): {fixtures}")
+print(f"- step graph placement (ONNX Runtime's profile, profile.md): {placement}")
 try:
     sh = json.load(open(os.path.join(out, "sharing.json")))
     print(f"- n=2 greedy choices identical: {sh['n2_identical']}; a repeated {sh['prompt_tokens']}-token prompt: "
@@ -186,7 +222,7 @@ print(f"{config}, random weights, {dtype} step graph, 128 -> 128 tokens, closed 
 print("| run | streams | tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | completed | failed |")
 print("|---|---|---|---|---|---|---|---|")
 runs = [("1", 1, "greedy"), ("16", 16, "greedy"), ("64", 64, "greedy"), ("128", 128, "greedy"),
-        ("64_sampled", 64, "temperature 1, top_p 0.9"), ("prompt_long", 1, "a long prompt (2,048 on the GPU) -> 16 tokens")]
+        ("64_sampled", 64, "temperature 1, top_p 0.9"), ("128_sampled", 128, "temperature 1, top_p 0.9"), ("prompt_long", 1, "a long prompt (2,048 on the GPU) -> 16 tokens")]
 tps = {}
 for name, c, what in runs:
     p = os.path.join(out, f"bench_{name}.json")
@@ -200,6 +236,8 @@ for name, c, what in runs:
           f"{r['itl']['p99_ms']:.2f} | {r['completed']} | {r['failed']} |")
 if "64" in tps and "64_sampled" in tps and tps["64"] > 0:
     print(f"\nSampled rows at 64 streams: {tps['64_sampled'] / tps['64']:.2f}x the greedy tokens/s.")
+if "128" in tps and "128_sampled" in tps and tps["128"] > 0:
+    print(f"Sampled rows at 128 streams: {tps['128_sampled'] / tps['128']:.2f}x the greedy tokens/s.")
 
 # Where a step's time goes (serve --step-trace), by the step's rows.
 steps = {}
@@ -223,3 +261,4 @@ if steps:
             print(f"| {rows} | {len(v)} | " + " | ".join(f"{med([s.get(k, float('nan')) for s in v]):.2f}" for k in keys) + " |")
 EOF
 cat "$out/report.md" | tee -a "$out/check.log"
+[ -z "$failed" ] || { log "gpu-check: failed:$failed"; exit 1; }
