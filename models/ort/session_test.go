@@ -444,8 +444,8 @@ func TestProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var events []struct {
-		Cat  string            `json:"cat"`
-		Name string            `json:"name"`
+		Cat  string         `json:"cat"`
+		Name string         `json:"name"`
 		Args map[string]any `json:"args"`
 	}
 	if err := json.Unmarshal(raw, &events); err != nil {
