@@ -45,7 +45,12 @@ func runSpec(t *testing.T, m Model, spec scheduler.Speculation) (map[string][][]
 	t.Helper()
 	cfg := testConfig()
 	cfg.Speculation = spec
-	e := startEngine(t, cfg, m, fakeText{})
+	// Every request is queued before the engine starts, so both runs see the same
+	// arrivals and their step counts compare speculation alone.
+	e, err := newEngine(cfg, m, fakeText{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, lps := map[string][][]int32{}, map[string][][]float32{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -76,6 +81,7 @@ func runSpec(t *testing.T, m Model, spec scheduler.Speculation) (map[string][][]
 			}
 		})
 	}
+	e.Start(context.Background())
 	wg.Wait()
 	st := e.Stats()
 	shutdown(t, e)
