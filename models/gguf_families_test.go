@@ -35,15 +35,47 @@ type ggufTestTensor struct {
 	name string
 	dims []uint64 // GGUF order: the contiguous dimension first
 	data []float32
-	q8   bool // stored as Q8_0 (blocks of 32: an fp16 scale, 32 int8 values)
+	typ  uint32 // ggmlF32, ggmlQ8_0 (blocks of 32: an fp16 scale, 32 int8 values) or ggmlQ4_0
 }
 
-// bytes returns the tensor as stored: float32, or Q8_0 as ggml's quantize_row_q8_0
-// writes it (d = max|x|/127, q = round(x/d)).
+// The GGML types the test writer stores.
+const (
+	ggmlF32  = 0
+	ggmlQ4_0 = 2
+	ggmlQ8_0 = 8
+)
+
+// bytes returns the tensor as stored: float32, Q8_0 as ggml's quantize_row_q8_0 writes
+// it (d = max|x|/127, q = round(x/d)), or Q4_0 as quantize_row_q4_0 does (d = the value
+// of largest magnitude / -8, q = min(15, trunc(x/d + 8.5)), low nibbles the block's first
+// half).
 func (t ggufTestTensor) bytes() []byte {
 	var b bytes.Buffer
-	if !t.q8 {
+	switch t.typ {
+	case ggmlF32:
 		binary.Write(&b, binary.LittleEndian, t.data)
+		return b.Bytes()
+	case ggmlQ4_0:
+		for i := 0; i < len(t.data); i += 32 {
+			blk := t.data[i : i+32]
+			var extreme float32
+			for _, x := range blk {
+				if math.Abs(float64(x)) > math.Abs(float64(extreme)) {
+					extreme = x
+				}
+			}
+			d := extreme / -8
+			inv := float32(0)
+			if d != 0 {
+				inv = 1 / d
+			}
+			binary.Write(&b, binary.LittleEndian, kvcache.Float32ToFloat16(d))
+			for j := range 16 {
+				lo := min(15, int(blk[j]*inv+8.5))
+				hi := min(15, int(blk[j+16]*inv+8.5))
+				b.WriteByte(byte(lo) | byte(hi)<<4)
+			}
+		}
 		return b.Bytes()
 	}
 	for i := 0; i < len(t.data); i += 32 {
@@ -129,11 +161,7 @@ func (w *ggufWriter) write(path string) error {
 		w.str(&b, t.name)
 		binary.Write(&b, le, uint32(len(t.dims)))
 		binary.Write(&b, le, t.dims)
-		typ := uint32(0) // F32
-		if t.q8 {
-			typ = 8 // Q8_0
-		}
-		binary.Write(&b, le, typ)
+		binary.Write(&b, le, t.typ)
 		binary.Write(&b, le, off)
 		off += (uint64(len(t.bytes())) + 31) / 32 * 32
 	}
@@ -158,12 +186,13 @@ var ggufArchOf = map[string]string{"llama": "llama", "mistral": "llama", "qwen2"
 // of that architecture cannot say (llama.cpp's attention scale for Gemma 2 and 3, the
 // sliding windows of llama and qwen2 files), which the comparison build is given.
 func writeFamilyGGUF(t *testing.T, dir, path string) (arch string, cfgJSON map[string]any) {
-	return writeFamilyGGUFAs(t, dir, path, false)
+	return writeFamilyGGUFAs(t, dir, path, nil)
 }
 
-// writeFamilyGGUFAs is writeFamilyGGUF, with the layers' linear weights in Q8_0 when q8
+// writeFamilyGGUFAs is writeFamilyGGUF, with each layer's linear weight in the type
+// linearType gives for its GGUF name (nil: float32)
 // (as llama-quantize's Q8_0 leaves the norms, embeddings and output in float).
-func writeFamilyGGUFAs(t *testing.T, dir, path string, q8 bool) (arch string, cfgJSON map[string]any) {
+func writeFamilyGGUFAs(t *testing.T, dir, path string, linearType func(name string) uint32) (arch string, cfgJSON map[string]any) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -319,7 +348,11 @@ func writeFamilyGGUFAs(t *testing.T, dir, path string, q8 bool) (arch string, cf
 			dims[len(dims)-1-i] = uint64(d)
 		}
 		linear := len(dims) == 2 && strings.HasPrefix(gname, "blk.") && !strings.Contains(gname, "norm")
-		g.tensors = append(g.tensors, ggufTestTensor{name: gname, dims: dims, data: data, q8: q8 && linear})
+		typ := uint32(ggmlF32)
+		if linear && linearType != nil {
+			typ = linearType(gname)
+		}
+		g.tensors = append(g.tensors, ggufTestTensor{name: gname, dims: dims, data: data, typ: typ})
 	}
 	if err := g.write(path); err != nil {
 		t.Fatal(err)
@@ -492,13 +525,86 @@ func TestGGUFRefusals(t *testing.T) {
 // int8 bound of the float checkpoint's (mean KL over the fixtures' positions, the bound
 // TestFamiliesQuantized holds int8 to); with --quantize none it is served in float32,
 // closer still.
+// ggufKL builds the GGUF file at file with quantization q into dir and returns the mean
+// KL divergence of its next-token distributions from the family's PyTorch reference.
+func ggufKL(t *testing.T, file, dir string, q convert.Quantization, ref *familyReference) float64 {
+	t.Helper()
+	if _, err := convert.BuildFromGGUF(file, dir, convert.Options{Quantize: q}); err != nil {
+		t.Fatal(err)
+	}
+	m := openTestModel(t, dir, AttentionGraph)
+	seqs := make([]int, len(ref.Sequences))
+	for i := range seqs {
+		seqs[i] = i
+	}
+	out, err := m.Forward(newTestCache(m.Spec(), len(seqs), 64, 16, 3).batch(seqs, ref.Sequences, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := len(ref.Logits[0][0])
+	sum, n := 0.0, 0
+	for s, toks := range ref.Sequences {
+		for p := range toks {
+			want, have := logSoftmax64(ref.Logits[s][p]), logSoftmax(out.Logits[s][p*vocab:(p+1)*vocab])
+			for j := range want {
+				sum += math.Exp(want[j]) * (want[j] - have[j])
+			}
+			n++
+		}
+	}
+	return sum / float64(n)
+}
+
+// TestGGUFMixedQ4File: a file like a Q4_K_M one, mostly 4-bit with the tensors
+// llama-quantize keeps wider in Q8_0 (attn_k, attn_v, ffn_down here), is built as int4 on
+// the CPU with those linears int8 (WideInt8), closer to the reference than all int4.
+func TestGGUFMixedQ4File(t *testing.T) {
+	for _, family := range []string{"llama3", "qwen2"} {
+		t.Run(family, func(t *testing.T) {
+			src := filepath.Join("testdata", "families", family)
+			tmp := t.TempDir()
+			file := filepath.Join(tmp, "q4mixed.gguf")
+			writeFamilyGGUFAs(t, src, file, func(name string) uint32 {
+				if strings.Contains(name, ".attn_k.") || strings.Contains(name, ".attn_v.") || strings.Contains(name, ".ffn_down.") {
+					return ggmlQ8_0
+				}
+				return ggmlQ4_0
+			})
+			q, holds, err := convert.GGUFQuantization(file, false)
+			if err != nil || q.String() != "int4" || !q.WideInt8 || !strings.Contains(holds, "Q4_0") {
+				t.Fatalf("GGUFQuantization: %+v (%s), %v; want int4 with its Q8_0 linears int8", q, holds, err)
+			}
+			if gq, _, _ := convert.GGUFQuantization(file, true); gq.String() != "int4" || gq.WideInt8 {
+				t.Fatalf("on the GPU: %+v; want int4 throughout, the GPU taking no int8", gq)
+			}
+			ref := loadFamilyReference(t, filepath.Join(src, "reference.json"))
+			mixedDir := filepath.Join(tmp, "mixed")
+			mixed := ggufKL(t, file, mixedDir, q, ref)
+			graph, err := os.ReadFile(filepath.Join(mixedDir, "step", "step.onnx"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(graph, []byte("MatMulNBits")) || !bytes.Contains(graph, []byte("Int8Linear")) {
+				t.Fatalf("the step graph should hold int4 (MatMulNBits) and int8 (Int8Linear) linears")
+			}
+			all4 := q
+			all4.WideInt8 = false
+			int4 := ggufKL(t, file, filepath.Join(tmp, "int4"), all4, ref)
+			t.Logf("%s Q4_0 file with Q8_0 attn_k/attn_v/ffn_down: mean KL from PyTorch %.5f with those int8, %.5f all int4", family, mixed, int4)
+			if mixed >= int4 {
+				t.Errorf("mean KL %.5f with the Q8_0 linears int8, %.5f all int4: want the mixed build closer", mixed, int4)
+			}
+		})
+	}
+}
+
 func TestGGUFQ8File(t *testing.T) {
 	for _, family := range []string{"llama3", "qwen2", "phi3"} { // rows a multiple of 32, as Q8_0 needs
 		t.Run(family, func(t *testing.T) {
 			src := filepath.Join("testdata", "families", family)
 			tmp := t.TempDir()
 			file := filepath.Join(tmp, "q8.gguf")
-			writeFamilyGGUFAs(t, src, file, true)
+			writeFamilyGGUFAs(t, src, file, func(string) uint32 { return ggmlQ8_0 })
 			q, holds, err := convert.GGUFQuantization(file, false)
 			if err != nil || q.String() != "int8" || !strings.Contains(holds, "Q8_0") {
 				t.Fatalf("GGUFQuantization: %v (%s), %v; want int8 for a Q8_0 file", q, holds, err)
@@ -507,34 +613,8 @@ func TestGGUFQ8File(t *testing.T) {
 				t.Fatalf("on the GPU: %v; want none (16-bit), the GPU taking no int8", gq)
 			}
 			ref := loadFamilyReference(t, filepath.Join(src, "reference.json"))
-			kl := func(dir string, q convert.Quantization) float64 {
-				if _, err := convert.BuildFromGGUF(file, dir, convert.Options{Quantize: q}); err != nil {
-					t.Fatal(err)
-				}
-				m := openTestModel(t, dir, AttentionGraph)
-				seqs := make([]int, len(ref.Sequences))
-				for i := range seqs {
-					seqs[i] = i
-				}
-				out, err := m.Forward(newTestCache(m.Spec(), len(seqs), 64, 16, 3).batch(seqs, ref.Sequences, true))
-				if err != nil {
-					t.Fatal(err)
-				}
-				vocab := len(ref.Logits[0][0])
-				sum, n := 0.0, 0
-				for s, toks := range ref.Sequences {
-					for p := range toks {
-						want, have := logSoftmax64(ref.Logits[s][p]), logSoftmax(out.Logits[s][p*vocab:(p+1)*vocab])
-						for j := range want {
-							sum += math.Exp(want[j]) * (want[j] - have[j])
-						}
-						n++
-					}
-				}
-				return sum / float64(n)
-			}
 			none, _ := convert.ParseQuantization("none")
-			klInt8, klFloat := kl(filepath.Join(tmp, "int8"), q), kl(filepath.Join(tmp, "float"), none)
+			klInt8, klFloat := ggufKL(t, file, filepath.Join(tmp, "int8"), q, ref), ggufKL(t, file, filepath.Join(tmp, "float"), none, ref)
 			t.Logf("%s Q8_0 file: mean KL from PyTorch %.5f built int8, %.5f built float32", family, klInt8, klFloat)
 			if klInt8 > 0.008 || klFloat > klInt8 {
 				t.Errorf("mean KL %.5f (int8), %.5f (float32); want int8 within 0.008 and float32 no worse", klInt8, klFloat)

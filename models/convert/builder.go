@@ -331,9 +331,9 @@ func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 		qScale = 1 // RMSNorm would undo it: the q norm's weight carries it instead
 	}
 	qkv := linear(b, m, h, p+"self_attn.qkv_proj.weight", H, (NH+2*KV)*D, []projection{
-		{m.w[p+"self_attn.q_proj.weight"].Data, qScale},
-		{m.w[p+"self_attn.k_proj.weight"].Data, 1},
-		{m.w[p+"self_attn.v_proj.weight"].Data, 1},
+		proj(m.w[p+"self_attn.q_proj.weight"], qScale),
+		proj(m.w[p+"self_attn.k_proj.weight"], 1),
+		proj(m.w[p+"self_attn.v_proj.weight"], 1),
 	})
 	if m.arch.qkvBias {
 		bias := b.weightGen(p+"self_attn.qkv_proj.bias", []int64{(NH + 2*KV) * D}, func(dst []float32) {
@@ -363,7 +363,7 @@ func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 func attentionOutputAndMLP(b *graphBuilder, m *modelPlan, i int, x, att string) string {
 	p := fmt.Sprintf("model.layers.%d.", i)
 	H, D, NH, I := int64(m.hidden), int64(m.headDim), int64(m.heads), int64(m.inter)
-	o := linear(b, m, att, p+"self_attn.o_proj.weight", NH*D, H, []projection{{m.w[p+"self_attn.o_proj.weight"].Data, 1}})
+	o := linear(b, m, att, p+"self_attn.o_proj.weight", NH*D, H, []projection{proj(m.w[p+"self_attn.o_proj.weight"], 1)})
 	var h string
 	if m.arch.sandwich {
 		x = b.op("Add", []string{x, norm(b, m, o, p+"post_attention_layernorm.weight", 1)})
@@ -373,12 +373,12 @@ func attentionOutputAndMLP(b *graphBuilder, m *modelPlan, i int, x, att string) 
 		h = norm(b, m, x, p+"post_attention_layernorm.weight", 1)
 	}
 	gu := linear(b, m, h, p+"mlp.gate_up_proj.weight", H, 2*I, []projection{
-		{m.w[p+"mlp.gate_proj.weight"].Data, 1},
-		{m.w[p+"mlp.up_proj.weight"].Data, 1},
+		proj(m.w[p+"mlp.gate_proj.weight"], 1),
+		proj(m.w[p+"mlp.up_proj.weight"], 1),
 	})
 	gateUp := b.opN("Split", 2, []string{gu, b.ints(I, I)}, attrI("axis", -1))
 	act := b.op("Mul", []string{activation(b, m.arch.act, gateUp[0]), gateUp[1]})
-	down := linear(b, m, act, p+"mlp.down_proj.weight", I, H, []projection{{m.w[p+"mlp.down_proj.weight"].Data, 1}})
+	down := linear(b, m, act, p+"mlp.down_proj.weight", I, H, []projection{proj(m.w[p+"mlp.down_proj.weight"], 1)})
 	if m.arch.sandwich {
 		down = norm(b, m, down, p+"post_feedforward_layernorm.weight", 1)
 	}
@@ -413,7 +413,7 @@ func tiedHead(cfg *Config, w Weights) bool {
 
 // untiedHead appends the logits x @ lm_head.weight^T.
 func untiedHead(b *graphBuilder, m *modelPlan, x string) string {
-	return linear(b, m, x, "lm_head.weight", int64(m.hidden), int64(m.vocab), []projection{{m.w["lm_head.weight"].Data, 1}})
+	return linear(b, m, x, "lm_head.weight", int64(m.hidden), int64(m.vocab), []projection{proj(m.w["lm_head.weight"], 1)})
 }
 
 // tiedHeadLogits appends the logits of the rows x [rows, hidden] against the embedding
@@ -422,15 +422,21 @@ func untiedHead(b *graphBuilder, m *modelPlan, x string) string {
 // table: it reads one row per token, the head all of them every step).
 func tiedHeadLogits(b *graphBuilder, m *modelPlan, x, embed string) string {
 	if m.quant.Bits != 0 {
-		return linear(b, m, x, "model.embed_tokens.weight", int64(m.hidden), int64(m.vocab), []projection{{m.w["model.embed_tokens.weight"].Data, 1}})
+		return linear(b, m, x, "model.embed_tokens.weight", int64(m.hidden), int64(m.vocab), []projection{proj(m.w["model.embed_tokens.weight"], 1)})
 	}
 	return b.op("Gemm", []string{x, embed}, attrI("transB", 1))
 }
 
 // projection is one Hugging Face linear weight [out, in] and a factor applied to it.
 type projection struct {
-	w     []float32
-	scale float32
+	w          []float32
+	scale      float32
+	sourceBits int // the weight's Tensor.SourceBits
+}
+
+// proj is the projection of weight t scaled by scale.
+func proj(t *Tensor, scale float32) projection {
+	return projection{w: t.Data, scale: scale, sourceBits: t.SourceBits}
 }
 
 // transposedWeight adds the [in, out] initializer name holding the projections

@@ -353,10 +353,10 @@ func unfused(cfg *Config, a *arch, w Weights) Weights {
 		out[name] = t
 	}
 	split := func(name string, parts []string, rows []int) {
-		data := w[name].Data
+		data, bits := w[name].Data, w[name].SourceBits
 		for k, part := range parts {
 			n := rows[k] * H
-			out[part] = &Tensor{Name: part, Shape: []int{rows[k], H}, Data: data[:n:n]}
+			out[part] = &Tensor{Name: part, Shape: []int{rows[k], H}, Data: data[:n:n], SourceBits: bits}
 			data = data[n:]
 		}
 		delete(out, name)

@@ -401,7 +401,7 @@ func ggufWeights(f *gguf.File, arch string, cfg *Config) (Weights, error) {
 				data[i]-- // llama.cpp's converter stores Gemma's norm weights as 1 + w
 			}
 		}
-		w[hfName] = &Tensor{Name: hfName, Shape: shape, Data: data}
+		w[hfName] = &Tensor{Name: hfName, Shape: shape, Data: data, SourceBits: t.Type.WeightBits()}
 	}
 	return w, nil
 }
@@ -470,8 +470,10 @@ func IsGGUF(path string) bool {
 // GGUFQuantization returns how the linear weights of the GGUF file at path are stored
 // when --quantize does not say: as close to the file's own types as Conveyor's quantized
 // linears come, weighing each linear weight by its size. Files whose linear weights are
-// mostly 4-bit (Q4_0, Q4_1, Q4_K; a Q4_K_M file's Q6_K and Q5_0 tensors ride along) get
-// int4, mostly 5- to 8-bit ones (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) int8, float files none.
+// mostly 4-bit (Q4_0, Q4_1, Q4_K) get int4, and on the CPU the linears that the file holds
+// with more bits (a Q4_K_M file's Q6_K and Q5_0 tensors: the layers llama-quantize keeps
+// wider) int8 (WideInt8); mostly 5- to 8-bit ones (Q5_0, Q5_1, Q5_K, Q6_K, Q8_0) int8,
+// float files none.
 // For the GPU (gpu), whose step graph takes no int8 weights, int8 becomes none (its
 // 16-bit type). The second string says what the file holds, for the log.
 func GGUFQuantization(path string, gpu bool) (Quantization, string, error) {
@@ -508,6 +510,7 @@ func GGUFQuantization(path string, gpu bool) (Quantization, string, error) {
 	switch {
 	case bits[4] >= bits[8] && bits[4] >= bits[0] && bits[4] > 0:
 		q, _ = ParseQuantization("int4")
+		q.WideInt8 = !gpu && bits[8] > 0
 	case bits[8] >= bits[0] && bits[8] > 0 && !gpu:
 		q, _ = ParseQuantization("int8")
 	}

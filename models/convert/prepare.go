@@ -114,7 +114,7 @@ func ggufKey(path string, o Options) (string, error) {
 		return "", fmt.Errorf("models: %w", err)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "gguf layout %d\x00quantize %s/%d/%d\x00step %s\x00", builtLayout, o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel, o.StepDType)
+	fmt.Fprintf(h, "gguf layout %d\x00quantize %s/%d/%d/%t\x00step %s\x00", builtLayout, o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel, o.Quantize.WideInt8, o.StepDType)
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", filepath.Base(path), st.Size(), st.ModTime().UnixNano())
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

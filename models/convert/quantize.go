@@ -26,6 +26,10 @@ type Quantization struct {
 	// int8 on the fly and multiplies in integers; 0 lets the kernel choose, which on CPUs
 	// means float32 arithmetic on dequantized blocks.
 	AccuracyLevel int `json:"accuracy_level"`
+	// WideInt8 (int4 builds for the CPU): a linear whose source weights were stored with
+	// more than 4 bits (Tensor.SourceBits: a GGUF file's Q5_0, Q6_K or Q8_0 tensors, the
+	// layers a Q4_K_M file keeps wider) is built as int8 rather than rounded to int4.
+	WideInt8 bool `json:"wide_int8,omitempty"`
 }
 
 // DefaultQuantBlockSize is the block size of --quantize.
@@ -164,10 +168,10 @@ func linear(b *graphBuilder, m *modelPlan, x, name string, in, out int64, ps []p
 	case 0:
 		return b.op("MatMul", []string{x, transposedWeight(b, name+"_t", in, out, ps)})
 	case 8:
-		if b.ownOps {
-			return linearInt8Own(b, x, name, in, out, ps)
-		}
-		return linearInt8(b, x, name, in, out, ps)
+		return linearInt8Any(b, x, name, in, out, ps)
+	}
+	if q.WideInt8 && wide(ps) {
+		return linearInt8Any(b, x, name, in, out, ps)
 	}
 	qw := quantizeRows(q, int(in), ps)
 	blocks := (in + int64(q.BlockSize) - 1) / int64(q.BlockSize)
@@ -183,6 +187,25 @@ func linear(b *graphBuilder, m *modelPlan, x, name string, in, out int64, ps []p
 	})
 	b.usesMS = true
 	return y
+}
+
+// linearInt8Any is the int8 linear: Int8Linear where the graph may use Conveyor's own
+// operators, else MatMulIntegerToFloat.
+func linearInt8Any(b *graphBuilder, x, name string, in, out int64, ps []projection) string {
+	if b.ownOps {
+		return linearInt8Own(b, x, name, in, out, ps)
+	}
+	return linearInt8(b, x, name, in, out, ps)
+}
+
+// wide reports whether any of ps was stored with more than 4 bits per weight.
+func wide(ps []projection) bool {
+	for _, p := range ps {
+		if p.sourceBits > 4 {
+			return true
+		}
+	}
+	return false
 }
 
 // msDomain is ONNX Runtime's contrib operator domain.

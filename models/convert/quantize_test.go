@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models/gguf"
 )
 
 // dequantize decodes MatMulNBits' layout back to a [rows][in] matrix, written from the
@@ -41,7 +44,7 @@ func TestQuantizeRows(t *testing.T) {
 	a[5] = -7.5 // a block whose extreme is negative
 	for _, bits := range []int{4} {
 		q := Quantization{Bits: bits, BlockSize: 32}
-		qw := quantizeRows(q, in, []projection{{a, 0.5}, {c, 1}})
+		qw := quantizeRows(q, in, []projection{{w: a, scale: 0.5}, {w: c, scale: 1}})
 		got := dequantize(q, qw, 5, in)
 		want := func(r, k int) float32 {
 			if r < 3 {
@@ -96,7 +99,7 @@ func TestQuantizeColumns(t *testing.T) {
 	a, c := randomProjections(rng, in)
 	a[in+5] = -9  // column 1's extreme is negative
 	clear(c[in:]) // column 4 is all zero
-	cw := quantizeColumns(in, []projection{{a, 0.5}, {c, 1}})
+	cw := quantizeColumns(in, []projection{{w: a, scale: 0.5}, {w: c, scale: 1}})
 	const cols = 5
 	if len(cw.codes) != in*cols || len(cw.scales) != cols {
 		t.Fatalf("%d codes, %d scales; want %d, %d", len(cw.codes), len(cw.scales), in*cols, cols)
@@ -149,4 +152,36 @@ func randomProjections(rng *rand.Rand, in int) (a, c []float32) {
 		c[i] = float32(rng.NormFloat64() * 10)
 	}
 	return a, c
+}
+
+// TestQ4_0KeptExactly: int4 rounding of a GGUF file's Q4_0 weights (decoded to float32)
+// gives back the file's own blocks, value for value: Q4_0 maps each block's value of
+// largest magnitude to code 0, the first of the two scales quantizeRows tries, so the
+// Q4_0 part of a build is not rounded twice.
+func TestQ4_0KeptExactly(t *testing.T) {
+	const rows, in = 6, 96
+	rng := rand.New(rand.NewPCG(4, 0))
+	raw := make([]byte, 0, rows*in/32*18)
+	for range rows * in / 32 {
+		d := kvcache.Float32ToFloat16(0.001 + 0.05*rng.Float32())
+		raw = append(raw, byte(d), byte(d>>8))
+		for j := range 16 {
+			lo, hi := byte(rng.IntN(16)), byte(rng.IntN(16))
+			if j == 3 {
+				lo = 0 // a block's extreme has code 0 in every Q4_0 file
+			}
+			raw = append(raw, lo|hi<<4)
+		}
+	}
+	w := make([]float32, rows*in)
+	gguf.DequantizeQ4_0(w, raw)
+	q := Quantization{Bits: 4, BlockSize: 32}
+	got := dequantize(q, quantizeRows(q, in, []projection{{w: w, scale: 1}}), rows, in)
+	for r := range rows {
+		for k := range in {
+			if got[r][k] != w[r*in+k] {
+				t.Fatalf("row %d value %d: %v after int4, %v in the file", r, k, got[r][k], w[r*in+k])
+			}
+		}
+	}
 }

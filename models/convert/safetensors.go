@@ -24,6 +24,10 @@ type Tensor struct {
 	Name  string
 	Shape []int
 	Data  []float32
+	// SourceBits is the bits per weight of the quantized format the tensor was read from
+	// (a GGUF file's Q4_K is 4, Q6_K 6, Q8_0 8, F16 16), or 0 when it was stored as floats
+	// in a checkpoint. Quantization.WideInt8 reads it.
+	SourceBits int
 }
 
 // NumElements returns the product of t's dimensions.

@@ -42,7 +42,7 @@ func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DTyp
 	domain := modeldir.StepDomainConveyor
 	if dtype != Float32 {
 		domain = modeldir.StepDomainMicrosoft
-		if q.Bits == 8 {
+		if q.Bits == 8 || q.WideInt8 {
 			return fmt.Errorf("%w: int8 weights run on the CPU only (Conveyor's Int8Linear); a %v step graph for the GPU takes float or int4 weights", ErrBadConfig, dtype)
 		}
 	}

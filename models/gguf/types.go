@@ -147,6 +147,27 @@ func (t GGMLType) hasLayout() bool {
 	return t.BlockValues() > 0
 }
 
+// WeightBits returns the bits a weight of the type carries before its block's scales: 4
+// for Q4_0, Q4_1 and Q4_K, 5 for Q5_0, Q5_1 and Q5_K, 6 for Q6_K, 8 for Q8_0, 16 for F16
+// and BF16, 32 for F32, 0 for any other type.
+func (t GGMLType) WeightBits() int {
+	switch t {
+	case TypeQ4_0, TypeQ4_1, TypeQ4_K:
+		return 4
+	case TypeQ5_0, TypeQ5_1, TypeQ5_K:
+		return 5
+	case TypeQ6_K:
+		return 6
+	case TypeQ8_0:
+		return 8
+	case TypeF16, TypeBF16:
+		return 16
+	case TypeF32:
+		return 32
+	}
+	return 0
+}
+
 // Supported reports whether ReadFloat32 and Dequantize decode the type.
 func (t GGMLType) Supported() bool {
 	return decoderFor(t) != nil
