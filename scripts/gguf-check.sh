@@ -351,14 +351,18 @@ nctx=256
 	echo "| File | Conveyor weights | llama-perplexity | Conveyor, llama.cpp's method | Ratio | conveyor perplexity |"
 	echo "|---|---|---|---|---|---|"
 } >>"$report"
-for f in default-f32:none default-q8_0:int8 default-q4_k_m:int4 default-q4_k_m:int8; do
+# "default" is what serve chooses for the file (int4 for a Q4_K_M file, with the tensors it
+# holds in Q5_0, Q6_K or Q8_0 as int8).
+for f in default-f32:none default-q8_0:int8 default-q4_k_m:default default-q4_k_m:int4 default-q4_k_m:int8; do
 	name=${f%%:*} q=${f##*:}
+	qflag=(--quantize "$q")
+	[ "$q" = default ] && qflag=()
 	"$lbin/llama-perplexity" -m "$files/$name.gguf" -f "$out/ppl.txt" -c "$nctx" -b "$nctx" -t "$threads" >"$out/logs/llama-perplexity-$name.log" 2>&1
 	lppl=$(grep -o 'Final estimate: PPL = [0-9.]*' "$out/logs/llama-perplexity-$name.log" | awk '{print $NF}')
-	conveyor_up "$files/$name.gguf" --quantize "$q"
+	conveyor_up "$files/$name.gguf" "${qflag[@]}"
 	cppl=$(compare ppl "$C" "$name.gguf" "$out/ppl.txt" "$nctx" "$name")
 	down "$cpid"
-	"$conveyor" perplexity --model "$files/$name.gguf" --quantize "$q" --file "$out/ppl.txt" --context "$nctx" \
+	"$conveyor" perplexity --model "$files/$name.gguf" "${qflag[@]}" --file "$out/ppl.txt" --context "$nctx" \
 		--threads "$threads" >"$out/logs/conveyor-perplexity-$name-$q.log" 2>&1
 	own=$(grep -oE 'perplexity [0-9.]+' "$out/logs/conveyor-perplexity-$name-$q.log" | tail -1 | cut -d' ' -f2)
 	echo "| $name.gguf | $q | $lppl | $cppl | $(awk "BEGIN { printf \"%.4f\", $cppl / $lppl }") | $own |" >>"$report"
