@@ -10,6 +10,10 @@
 
 #include "kernel.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 // CV_PA_CHUNK is the most query tokens one work item takes: its tokens share each key
 // and value row while it is in L1.
 #define CV_PA_CHUNK 16
@@ -167,6 +171,64 @@ int cv_pa_check(const cv_pa_args *x, char *err) {
 	return 0;
 }
 
+// cv_pa_half_to_float converts one IEEE half-precision value (subnormals, infinities and
+// NaNs included).
+static inline float cv_pa_half_to_float(uint16_t h) {
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else { // subnormal: normalise
+			exp = 127 - 15 + 1;
+			while ((man & 0x400) == 0) {
+				man <<= 1;
+				exp--;
+			}
+			bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+		}
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000 | (man << 13);
+	} else {
+		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+// cv_pa_float_to_half rounds f to the nearest IEEE half-precision value, ties to even:
+// above the largest half it gives infinity, below the smallest subnormal zero.
+static inline uint16_t cv_pa_float_to_half(float f) {
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+	const uint32_t ax = x & 0x7fffffff;
+	if (ax >= 0x7f800000) { // infinity or NaN (kept quiet)
+		return sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 | ((ax >> 13) & 0x3ff) : 0);
+	}
+	if (ax >= 0x477ff000) { // rounds above 65504
+		return sign | 0x7c00;
+	}
+	if (ax < 0x38800000) { // below the smallest normal half: a subnormal or zero
+		if (ax < 0x33000000) {
+			return sign;
+		}
+		const uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000, shift = 126 - e; // 14..24
+		uint32_t h = m >> shift;
+		const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+		if (rem > halfway || (rem == halfway && (h & 1))) {
+			h++;
+		}
+		return sign | (uint16_t)h;
+	}
+	uint32_t h = ((ax >> 13) - ((127 - 15) << 10));
+	const uint32_t rem = ax & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) {
+		h++;
+	}
+	return sign | (uint16_t)h;
+}
+
 // cv_pa_rotate rotates x's first 2*half values by the angles of one position: rotate-half
 // pairs (i, i+half), or adjacent pairs (2i, 2i+1) when interleaved.
 static void cv_pa_rotate(float *x, const float *cs, const float *sn, int half, int interleaved) {
@@ -192,10 +254,14 @@ static int64_t cv_pa_q_stride(const cv_pa_args *x) {
 	return heads * x->g.head_dim;
 }
 
-void cv_pa_store(const cv_pa_args *x) {
+int cv_pa_store(const cv_pa_args *x) {
 	const cv_pa_geom *g = &x->g;
 	const int64_t D = g->head_dim, KV = x->a.kv_num_heads, kvw = KV * D, qs = cv_pa_q_stride(x);
 	const int half = (int)g->rotary_half;
+	float *row = NULL; // a half cache's new key row, rotated in float32 before it is rounded
+	if (x->cache_half && x->a.do_rotary && (row = malloc((size_t)kvw * sizeof(float))) == NULL) {
+		return -1;
+	}
 	for (int64_t b = 0; b < g->batch; b++) {
 		const int32_t *bt = x->block_table + b * g->max_blocks;
 		for (int64_t t = x->cu_seqlens[b]; t < x->cu_seqlens[b + 1]; t++) {
@@ -209,7 +275,23 @@ void cv_pa_store(const cv_pa_args *x) {
 				k = x->key + t * kvw;
 				v = x->value + t * kvw;
 			}
-			float *kd = x->key_cache + slot * kvw, *vd = x->value_cache + slot * kvw;
+			if (x->cache_half) {
+				uint16_t *kd = (uint16_t *)x->key_cache + slot * kvw, *vd = (uint16_t *)x->value_cache + slot * kvw;
+				if (x->a.do_rotary) {
+					memcpy(row, k, (size_t)kvw * sizeof(float));
+					for (int64_t h = 0; h < KV; h++) {
+						cv_pa_rotate(row + h * D, x->cos_cache + p * half, x->sin_cache + p * half, half,
+							(int)x->a.rotary_interleaved);
+					}
+					k = row;
+				}
+				for (int64_t i = 0; i < kvw; i++) {
+					kd[i] = cv_pa_float_to_half(k[i]);
+					vd[i] = cv_pa_float_to_half(v[i]);
+				}
+				continue;
+			}
+			float *kd = (float *)x->key_cache + slot * kvw, *vd = (float *)x->value_cache + slot * kvw;
 			memcpy(kd, k, (size_t)kvw * sizeof(float));
 			memcpy(vd, v, (size_t)kvw * sizeof(float));
 			if (x->a.do_rotary) {
@@ -220,6 +302,8 @@ void cv_pa_store(const cv_pa_args *x) {
 			}
 		}
 	}
+	free(row);
+	return 0;
 }
 
 int64_t cv_pa_plan(const cv_pa_args *x, cv_pa_item *items) {
@@ -263,7 +347,7 @@ static float *cv_pa_alloc(size_t n) {
 #if defined(__x86_64__)
 #define VW 8
 #define SFX _avx2
-#define KFN __attribute__((target("avx2,fma")))
+#define KFN __attribute__((target("avx2,fma,f16c")))
 #include "kernel_impl.h"
 #undef VW
 #undef SFX
@@ -271,7 +355,7 @@ static float *cv_pa_alloc(size_t n) {
 
 #define VW 16
 #define SFX _avx512
-#define KFN __attribute__((target("avx512f,avx2,fma")))
+#define KFN __attribute__((target("avx512f,avx2,fma,f16c")))
 #include "kernel_impl.h"
 #undef VW
 #undef SFX
@@ -286,7 +370,7 @@ static int cv_pa_supported(int isa) {
 #if defined(__x86_64__)
 	case CV_PA_AVX2:
 		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 	case CV_PA_AVX512:
 		__builtin_cpu_init();
 		return __builtin_cpu_supports("avx512f") && cv_pa_supported(CV_PA_AVX2);

@@ -29,13 +29,14 @@ typedef struct {
 } cv_pa_geom;
 
 // cv_pa_args is one call: attributes, dimensions and the tensors' data (float32 and
-// int32, row-major, of the sizes geom gives). key_cache and value_cache are updated in
-// place.
+// int32, row-major, of the sizes geom gives; the caches float32, or IEEE half floats when
+// cache_half). key_cache and value_cache are updated in place.
 typedef struct {
 	cv_pa_attrs a;
 	cv_pa_geom g;
 	const float *query, *key, *value; // key, value NULL when packed
-	float *key_cache, *value_cache;
+	void *key_cache, *value_cache;
+	int cache_half; // 1: the caches hold float16 (uint16_t bits), written rounded to nearest even
 	const int32_t *cu_seqlens, *past_seqlens, *block_table;
 	const float *cos_cache, *sin_cache; // NULL when absent
 	// attention_metadata (input 16): [max_query_len, max_kv_len] bounds, 0 for unknown;
@@ -74,8 +75,9 @@ int cv_pa_check_attrs(const cv_pa_attrs *a, char *err);
 int cv_pa_check(const cv_pa_args *x, char *err);
 
 // cv_pa_store writes the new keys (rotated when do_rotary) and values into their cache
-// slots. It must finish before any cv_pa_attend of the call runs.
-void cv_pa_store(const cv_pa_args *x);
+// slots. It must finish before any cv_pa_attend of the call runs. It returns 0, or -1
+// when out of memory, before writing anything.
+int cv_pa_store(const cv_pa_args *x);
 
 // cv_pa_plan writes the call's work items to items (when not NULL) and returns their
 // count. The call must have passed cv_pa_check.

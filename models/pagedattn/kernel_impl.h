@@ -106,13 +106,30 @@ KFN static inline void N(weigh)(float *restrict acc, const float *restrict w, co
 	}
 }
 
-// prefetch asks for n rows of D floats, stride apart, in L2.
-KFN static inline void N(prefetch)(const float *p, int64_t stride, int n, int D) {
+// prefetch asks for n rows of bytes bytes, stride bytes apart, in L2.
+KFN static inline void N(prefetch)(const char *p, int64_t stride, int n, int64_t bytes) {
 	for (int i = 0; i < n; i++) {
-		const char *row = (const char *)(p + i * stride);
-		for (int64_t b = 0; b < (int64_t)D * 4; b += 64) {
+		const char *row = p + i * stride;
+		for (int64_t b = 0; b < bytes; b += 64) {
 			__builtin_prefetch(row + b, 0, 2);
 		}
+	}
+}
+
+// halves converts n IEEE half-precision values to float32.
+KFN static inline void N(halves)(float *restrict dst, const uint16_t *restrict src, int n) {
+	int i = 0;
+#if VW == 16
+	for (; i + 16 <= n; i += 16) {
+		_mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+	}
+#elif VW == 8
+	for (; i + 8 <= n; i += 8) {
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+	}
+#endif
+	for (; i < n; i++) {
+		dst[i] = cv_pa_half_to_float(src[i]);
 	}
 }
 
@@ -158,11 +175,15 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 	const float scale = x->a.scale != 0 ? x->a.scale : 1.0f / sqrtf((float)D), cap = x->a.softcap;
 	const int half = (int)g->rotary_half;
 
-	float *buf = cv_pa_alloc((size_t)rows * D * 2 + 2 * (size_t)rows + CV_PA_TILE);
+	// A half cache's tile is converted to float32 rows (ktile, vtile) before it is scored.
+	const size_t tile = x->cache_half ? (size_t)CV_PA_TILE * D : 0;
+	float *buf = cv_pa_alloc((size_t)rows * D * 2 + 2 * (size_t)rows + CV_PA_TILE + 2 * tile);
 	if (buf == NULL) {
 		return -1;
 	}
 	float *q = buf, *acc = q + (size_t)rows * D, *m = acc + (size_t)rows * D, *l = m + rows, *s = l + rows;
+	float *ktile = s + CV_PA_TILE, *vtile = ktile + tile;
+	const int64_t esize = x->cache_half ? 2 : 4; // bytes per cache element
 	for (int j = 0; j < nt; j++) {
 		for (int gh = 0; gh < G; gh++) {
 			const int r = j * G + gh;
@@ -188,17 +209,27 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 		int64_t end = (pos / bs + 1) * bs;
 		end = end < pos + CV_PA_TILE ? end : pos + CV_PA_TILE;
 		end = end < last + 1 ? end : last + 1;
-		const int64_t slot = (int64_t)bt[pos / bs] * bs + pos % bs;
-		const float *kt = x->key_cache + slot * kvw + (int64_t)kvh * D;
-		const float *vt = x->value_cache + slot * kvw + (int64_t)kvh * D;
+		const int64_t slot = (int64_t)bt[pos / bs] * bs + pos % bs, head = slot * kvw + (int64_t)kvh * D;
+		const float *kt, *vt;
+		int64_t ks; // floats from one key (and value) row of the tile to the next
+		if (x->cache_half) {
+			const uint16_t *kh = (const uint16_t *)x->key_cache + head, *vh = (const uint16_t *)x->value_cache + head;
+			for (int64_t i = 0; i < end - pos; i++) {
+				N(halves)(ktile + i * D, kh + i * kvw, D);
+				N(halves)(vtile + i * D, vh + i * kvw, D);
+			}
+			kt = ktile, vt = vtile, ks = D;
+		} else {
+			kt = (const float *)x->key_cache + head, vt = (const float *)x->value_cache + head, ks = kvw;
+		}
 		if (end <= last) {
 			// The next tile starts a block somewhere else: fetch it while this one is scored.
-			const int64_t next = (int64_t)bt[end / bs] * bs + end % bs;
+			const int64_t next = ((int64_t)bt[end / bs] * bs + end % bs) * kvw + (int64_t)kvh * D;
 			int64_t n = bs - end % bs;
 			n = n < CV_PA_TILE ? n : CV_PA_TILE;
 			n = n < last + 1 - end ? n : last + 1 - end;
-			N(prefetch)(x->key_cache + next * kvw + (int64_t)kvh * D, kvw, (int)n, D);
-			N(prefetch)(x->value_cache + next * kvw + (int64_t)kvh * D, kvw, (int)n, D);
+			N(prefetch)((const char *)x->key_cache + next * esize, kvw * esize, (int)n, D * esize);
+			N(prefetch)((const char *)x->value_cache + next * esize, kvw * esize, (int)n, D * esize);
 		}
 		for (int j = 0; j < nt; j++) {
 			const int64_t p = p0 + j, first = cv_pa_first_key(x, p);
@@ -207,13 +238,13 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 				continue;
 			}
 			const int n = (int)(hi - lo);
-			const float *k = kt + (lo - pos) * kvw, *v = vt + (lo - pos) * kvw;
+			const float *k = kt + (lo - pos) * ks, *v = vt + (lo - pos) * ks;
 			for (int r = j * G; r < (j + 1) * G; r++) {
 				const float *qr = q + (size_t)r * D;
 				float *ar = acc + (size_t)r * D;
 				float mx = -INFINITY;
 				for (int i = 0; i < n; i++) {
-					s[i] = N(dot)(qr, k + i * kvw, D);
+					s[i] = N(dot)(qr, k + i * ks, D);
 				}
 				if (cap > 0) {
 					N(softcap)(s, n, cap);
@@ -230,7 +261,7 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 					m[r] = mx;
 				}
 				l[r] += N(exp_sum)(s, n, m[r]);
-				N(weigh)(ar, s, v, kvw, n, D);
+				N(weigh)(ar, s, v, ks, n, D);
 			}
 		}
 		pos = end;

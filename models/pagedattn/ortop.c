@@ -283,7 +283,9 @@ static OrtStatusPtr ORT_API_CALL paop_compute(void *kernel, OrtKernelContext *ct
 		return paop_fail(api, ORT_INVALID_ARGUMENT, err);
 	}
 
-	cv_pa_store(&x);
+	if (cv_pa_store(&x) != 0) {
+		return paop_fail(api, ORT_FAIL, "PagedAttention: out of memory");
+	}
 	const int64_t n = cv_pa_plan(&x, NULL);
 	if (n == 0) {
 		return NULL;

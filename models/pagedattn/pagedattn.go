@@ -57,6 +57,10 @@ type Tensors struct {
 	Key, Value  []float32 // [T, KVNumHeads·D], or both nil
 	KeyCache    []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
 	ValueCache  []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
+	// KeyCacheHalf and ValueCacheHalf are the caches in float16 (IEEE half bits), when
+	// KeyCache and ValueCache are nil: new keys and values are rounded to nearest even
+	// as they are stored, and read back exactly.
+	KeyCacheHalf, ValueCacheHalf []uint16
 	CumSeqLens  []int32   // [B+1]: row b's new tokens are Query rows CumSeqLens[b] ... CumSeqLens[b+1]-1
 	PastSeqLens []int32   // [B]: tokens already cached for row b; its new token j is at position PastSeqLens[b]+j
 	BlockTable  []int32   // [B, MaxBlocks]: position p of row b lives in block BlockTable[b][p/BlockSize]
@@ -94,7 +98,9 @@ func Run(a Attrs, d Dims, t Tensors) error {
 	if C.cv_pa_check(x, &msg[0]) != 0 {
 		return fmt.Errorf("%w: %s", ErrInput, C.GoString(&msg[0]))
 	}
-	C.cv_pa_store(x)
+	if C.cv_pa_store(x) != 0 {
+		return errors.New("pagedattn: out of memory")
+	}
 	n := int(C.cv_pa_plan(x, nil))
 	if n == 0 {
 		return nil
@@ -154,6 +160,14 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 	if (t.Cos == nil) != (t.Sin == nil) {
 		return nil, fmt.Errorf("%w: Cos and Sin must both be given, or both be nil", ErrInput)
 	}
+	half := t.KeyCache == nil && t.ValueCache == nil && (t.KeyCacheHalf != nil || t.ValueCacheHalf != nil)
+	if half && (t.KeyCacheHalf == nil || t.ValueCacheHalf == nil) || !half && (t.KeyCacheHalf != nil || t.ValueCacheHalf != nil) {
+		return nil, fmt.Errorf("%w: give KeyCache and ValueCache, or KeyCacheHalf and ValueCacheHalf", ErrInput)
+	}
+	keyCache, valueCache := len(t.KeyCache), len(t.ValueCache)
+	if half {
+		keyCache, valueCache = len(t.KeyCacheHalf), len(t.ValueCacheHalf)
+	}
 	rotary := t.Cos != nil
 	if rotary && (d.RotaryDim < 2 || d.RotaryDim%2 != 0) {
 		return nil, fmt.Errorf("%w: Dims.RotaryDim = %d, want an even number >= 2 with Cos and Sin", ErrInput, d.RotaryDim)
@@ -173,8 +187,8 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 		{"Query", len(t.Query), mul(d.Tokens, qHeads, d.HeadDim), "Tokens × query columns"},
 		{"Key", len(t.Key), mul(d.Tokens, a.KVNumHeads, d.HeadDim), "Tokens × KVNumHeads × HeadDim"},
 		{"Value", len(t.Value), mul(d.Tokens, a.KVNumHeads, d.HeadDim), "Tokens × KVNumHeads × HeadDim"},
-		{"KeyCache", len(t.KeyCache), mul(d.NumBlocks, d.BlockSize, a.KVNumHeads, d.HeadDim), "NumBlocks × BlockSize × KVNumHeads × HeadDim"},
-		{"ValueCache", len(t.ValueCache), mul(d.NumBlocks, d.BlockSize, a.KVNumHeads, d.HeadDim), "NumBlocks × BlockSize × KVNumHeads × HeadDim"},
+		{"KeyCache", keyCache, mul(d.NumBlocks, d.BlockSize, a.KVNumHeads, d.HeadDim), "NumBlocks × BlockSize × KVNumHeads × HeadDim"},
+		{"ValueCache", valueCache, mul(d.NumBlocks, d.BlockSize, a.KVNumHeads, d.HeadDim), "NumBlocks × BlockSize × KVNumHeads × HeadDim"},
 		{"CumSeqLens", len(t.CumSeqLens), d.Batch + 1, "Batch + 1"},
 		{"PastSeqLens", len(t.PastSeqLens), d.Batch, "Batch"},
 		{"BlockTable", len(t.BlockTable), mul(d.Batch, d.MaxBlocks), "Batch × MaxBlocks"},
@@ -201,7 +215,11 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 		packed:      C.int(b2i(packed)),
 	}
 	x.query, x.key, x.value = f32(t.Query), f32(t.Key), f32(t.Value)
-	x.key_cache, x.value_cache, x.output = f32(t.KeyCache), f32(t.ValueCache), f32(t.Out)
+	x.key_cache, x.value_cache = unsafe.Pointer(f32(t.KeyCache)), unsafe.Pointer(f32(t.ValueCache))
+	if half {
+		x.key_cache, x.value_cache, x.cache_half = unsafe.Pointer(u16(t.KeyCacheHalf)), unsafe.Pointer(u16(t.ValueCacheHalf)), 1
+	}
+	x.output = f32(t.Out)
 	x.cu_seqlens, x.past_seqlens, x.block_table = i32(t.CumSeqLens), i32(t.PastSeqLens), i32(t.BlockTable)
 	x.cos_cache, x.sin_cache = f32(t.Cos), f32(t.Sin)
 	if t.Metadata != nil {
@@ -264,3 +282,10 @@ var isas = []int{C.CV_PA_GENERIC, C.CV_PA_AVX2, C.CV_PA_AVX512}
 
 // setISA makes the kernel use isa (for tests); it reports false when the CPU lacks it.
 func setISA(isa int) bool { return C.cv_pa_set_isa(C.int(isa)) == 0 }
+
+func u16(s []uint16) *C.uint16_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint16_t)(unsafe.Pointer(&s[0]))
+}

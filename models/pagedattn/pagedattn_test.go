@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // row is one sequence of a test call: n new tokens on top of past cached ones.
@@ -477,4 +479,81 @@ func isaByName(name string) int {
 		}
 	}
 	return isas[0]
+}
+
+// TestRunHalfCache: with float16 caches, every instruction set stores each new key
+// (rotated in float32) and value rounded to nearest even, bit for bit as
+// kvcache.Float32ToFloat16 rounds them (large, tiny and subnormal values included),
+// changes nothing else, and attends over the half values within 5e-3 of the float64
+// reference (whose new keys and values are not rounded).
+func TestRunHalfCache(t *testing.T) {
+	defer setISA(isaByName(ISA()))
+	halves := func(xs []float32) []uint16 {
+		h := make([]uint16, len(xs))
+		for i, x := range xs {
+			h[i] = kvcache.Float32ToFloat16(x)
+		}
+		return h
+	}
+	for _, isa := range isas {
+		if !setISA(isa) {
+			continue
+		}
+		for i, tc := range referenceCases {
+			t.Run(isaName(isa)+"/"+tc.name, func(t *testing.T) {
+				tc.spec.seed = uint64(i + 1)
+				c := newCall(tc.spec)
+				// The past in the cache is what a half cache holds: rounded.
+				for _, cache := range [][]float32{c.t.KeyCache, c.t.ValueCache} {
+					for j, x := range cache {
+						cache[j] = kvcache.Float16ToFloat32(kvcache.Float32ToFloat16(x))
+					}
+				}
+				// New values at the edges of float16's range (values are stored unrotated).
+				vals := c.t.Value
+				if vals == nil {
+					vals = c.t.Query // packed: some of these are values, the rest scale queries harmlessly
+				}
+				for j, x := range []float32{65504, 65519, 65520, -1e5, 6.1e-5, 3e-6, 2.98e-8, 1e-9, -0.0} {
+					if j < len(vals) {
+						vals[len(vals)-1-j] = x
+					}
+				}
+				want, wantK, wantV := reference(c)
+				kh, vh := halves(c.t.KeyCache), halves(c.t.ValueCache)
+				c.t.KeyCache, c.t.ValueCache, c.t.KeyCacheHalf, c.t.ValueCacheHalf = nil, nil, kh, vh
+				if err := Run(c.a, c.d, c.t); err != nil {
+					t.Fatal(err)
+				}
+				for name, pair := range map[string]struct {
+					got  []uint16
+					want []float32
+				}{"key": {kh, wantK}, "value": {vh, wantV}} {
+					for j, w := range pair.want {
+						wh := kvcache.Float32ToFloat16(w)
+						if g := pair.got[j]; g != wh && (name == "value" || absDiff16(g, wh) > 1) {
+							t.Fatalf("%s cache element %d = %#04x, want %#04x (%g rounded)", name, j, g, wh, w)
+						}
+					}
+				}
+				worst := 0.0
+				for j, w := range want {
+					if math.Abs(w) < 1e3 { // rows that attend over the huge edge values are left out
+						worst = max(worst, math.Abs(float64(c.t.Out[j])-w))
+					}
+				}
+				if worst > 5e-3 {
+					t.Errorf("max |out - reference| = %.3g, want <= 5e-3", worst)
+				}
+			})
+		}
+	}
+}
+
+// absDiff16 is the distance between two half floats' bit patterns of the same sign.
+func absDiff16(a, b uint16) int {
+	if a > b {
+		return int(a - b)
+	}
+	return int(b - a)
 }
