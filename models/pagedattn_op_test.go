@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
@@ -89,7 +91,23 @@ func (c pagedAttentionCase) clone() pagedAttentionCase {
 	for _, s := range []*[]int32{&t.CumSeqLens, &t.PastSeqLens, &t.BlockTable, &t.Metadata} {
 		*s = slices.Clone(*s)
 	}
+	t.KeyCacheHalf, t.ValueCacheHalf = slices.Clone(t.KeyCacheHalf), slices.Clone(t.ValueCacheHalf)
 	c.t = t
+	return c
+}
+
+// halfCaches returns c with its caches in float16 (KeyCacheHalf, ValueCacheHalf).
+func (c pagedAttentionCase) halfCaches() pagedAttentionCase {
+	c = c.clone()
+	toHalf := func(xs []float32) []uint16 {
+		h := make([]uint16, len(xs))
+		for i, x := range xs {
+			h[i] = kvcache.Float32ToFloat16(x)
+		}
+		return h
+	}
+	c.t.KeyCacheHalf, c.t.ValueCacheHalf = toHalf(c.t.KeyCache), toHalf(c.t.ValueCache)
+	c.t.KeyCache, c.t.ValueCache = nil, nil
 	return c
 }
 
@@ -97,7 +115,10 @@ func (c pagedAttentionCase) clone() pagedAttentionCase {
 // with c's attributes and its 17 inputs (key and value, cos and sin, slot_mapping and
 // attention_metadata absent where c has none; 11-15 absent), every dimension symbolic.
 func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
-	f32, i32 := convert.OpFloat32, convert.OpInt32
+	f32, i32, cache := convert.OpFloat32, convert.OpInt32, convert.OpFloat32
+	if c.t.KeyCacheHalf != nil {
+		cache = convert.OpFloat16
+	}
 	name := func(present bool, n string) string {
 		if present {
 			return n
@@ -111,8 +132,8 @@ func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 			{Name: "query", Elem: f32, Dims: []int64{-1, -1}},
 			{Name: name(c.t.Key != nil, "key"), Elem: f32, Dims: []int64{-1, -1}},
 			{Name: name(c.t.Value != nil, "value"), Elem: f32, Dims: []int64{-1, -1}},
-			{Name: "key_cache", Elem: f32, Dims: []int64{-1, -1, -1, -1}},
-			{Name: "value_cache", Elem: f32, Dims: []int64{-1, -1, -1, -1}},
+			{Name: "key_cache", Elem: cache, Dims: []int64{-1, -1, -1, -1}},
+			{Name: "value_cache", Elem: cache, Dims: []int64{-1, -1, -1, -1}},
 			{Name: "cumulative_sequence_length", Elem: i32, Dims: []int64{-1}},
 			{Name: "past_seqlens", Elem: i32, Dims: []int64{-1}},
 			{Name: "block_table", Elem: i32, Dims: []int64{-1, -1}},
@@ -124,8 +145,8 @@ func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 		},
 		Outputs: []convert.OpValue{
 			{Name: "output", Elem: f32, Dims: []int64{-1, -1}},
-			{Name: "key_cache_out", Elem: f32, Dims: []int64{-1, -1, -1, -1}},
-			{Name: "value_cache_out", Elem: f32, Dims: []int64{-1, -1, -1, -1}},
+			{Name: "key_cache_out", Elem: cache, Dims: []int64{-1, -1, -1, -1}},
+			{Name: "value_cache_out", Elem: cache, Dims: []int64{-1, -1, -1, -1}},
 		},
 		Ints: map[string]int64{
 			"num_heads": int64(c.a.NumHeads), "kv_num_heads": int64(c.a.KVNumHeads),
@@ -199,6 +220,9 @@ func runPagedAttentionOp(t *testing.T, s *ort.DynamicAdvancedSession, c pagedAtt
 			v, err = ort.NewTensor(shape, data)
 		case []int32:
 			v, err = ort.NewTensor(shape, data)
+		case []uint16: // float16 bits
+			v, err = ort.NewCustomDataTensor(shape, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 2*len(data)),
+				ort.TensorElementDataTypeFloat16)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +239,12 @@ func runPagedAttentionOp(t *testing.T, s *ort.DynamicAdvancedSession, c pagedAtt
 	T, D := int64(d.Tokens), int64(d.HeadDim)
 	kvw := int64(a.KVNumHeads) * D
 	cacheShape := ort.NewShape(int64(d.NumBlocks), int64(d.BlockSize), int64(a.KVNumHeads), D)
-	kc, vc := tensor(cacheShape, c.t.KeyCache), tensor(cacheShape, c.t.ValueCache)
+	var kc, vc ort.Value
+	if c.t.KeyCacheHalf != nil {
+		kc, vc = tensor(cacheShape, c.t.KeyCacheHalf), tensor(cacheShape, c.t.ValueCacheHalf)
+	} else {
+		kc, vc = tensor(cacheShape, c.t.KeyCache), tensor(cacheShape, c.t.ValueCache)
+	}
 	ins := []ort.Value{tensor(ort.NewShape(T, int64(len(c.t.Query))/max(T, 1)), c.t.Query)}
 	if c.t.Key != nil {
 		ins = append(ins, tensor(ort.NewShape(T, kvw), c.t.Key), tensor(ort.NewShape(T, kvw), c.t.Value))
@@ -287,6 +316,34 @@ func TestPagedAttentionOp(t *testing.T) {
 				t.Error("the operator's caches differ from pagedattn.Run's")
 			}
 			if slices.Equal(c.t.KeyCache, tc.c().t.KeyCache) {
+				t.Error("the operator did not update the key cache in place")
+			}
+		})
+	}
+}
+
+// TestPagedAttentionOpHalfCache: with float16 caches (the kernel ONNX Runtime picks by
+// the caches' type) the operator gives exactly what pagedattn.Run gives on them.
+func TestPagedAttentionOpHalfCache(t *testing.T) {
+	for _, tc := range pagedAttentionOpCases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c().halfCaches()
+			before := c.clone()
+			want := c.clone()
+			if err := pagedattn.Run(want.a, want.d, want.t); err != nil {
+				t.Fatal(err)
+			}
+			s := pagedAttentionOp(t, c)
+			if err := runPagedAttentionOp(t, s, c, false); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !slices.Equal(c.t.Out, want.t.Out) {
+				t.Error("the operator's output differs from pagedattn.Run's")
+			}
+			if !slices.Equal(c.t.KeyCacheHalf, want.t.KeyCacheHalf) || !slices.Equal(c.t.ValueCacheHalf, want.t.ValueCacheHalf) {
+				t.Error("the operator's caches differ from pagedattn.Run's")
+			}
+			if slices.Equal(c.t.KeyCacheHalf, before.t.KeyCacheHalf) {
 				t.Error("the operator did not update the key cache in place")
 			}
 		})

@@ -14,6 +14,7 @@ type OpElem int32
 const (
 	OpFloat32 OpElem = 1
 	OpInt32   OpElem = 6
+	OpFloat16 OpElem = 10
 	OpInt64   OpElem = 7
 )
 

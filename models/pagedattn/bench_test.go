@@ -11,8 +11,8 @@ import (
 const benchLayers = 24
 
 // BenchmarkRun times one call on Qwen2.5-0.5B's attention shape (14 query heads over 2
-// KV heads of 64, rotary over the whole head, blocks of 16 tokens), float32 caches: a
-// decode step of 16 rows at past 512 and a 128-token prompt. Run uses GOMAXPROCS
+// KV heads of 64, rotary over the whole head, blocks of 16 tokens), float32 and float16
+// caches: a decode step of 16 rows at past 512 and a 128-token prompt. Run uses GOMAXPROCS
 // goroutines.
 func BenchmarkRun(b *testing.B) {
 	decode := make([]row, 16)
@@ -22,9 +22,12 @@ func BenchmarkRun(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		rows []row
+		half bool
 	}{
-		{"decode-16x512", decode},
-		{"prefill-128", []row{{128, 0}}},
+		{"decode-16x512", decode, false},
+		{"decode-16x512-f16", decode, true},
+		{"prefill-128", []row{{128, 0}}, false},
+		{"prefill-128-f16", []row{{128, 0}}, true},
 	} {
 		b.Run(fmt.Sprintf("%s/%s", bc.name, ISA()), func(b *testing.B) {
 			spec := callSpec{a: Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, headDim: 64, blockSize: 16, rows: bc.rows, rotaryDim: 64}
@@ -32,6 +35,11 @@ func BenchmarkRun(b *testing.B) {
 			for i := range calls {
 				spec.seed = uint64(i)
 				calls[i] = newCall(spec)
+				if bc.half {
+					t := &calls[i].t
+					t.KeyCacheHalf, t.ValueCacheHalf = make([]uint16, len(t.KeyCache)), make([]uint16, len(t.ValueCache))
+					t.KeyCache, t.ValueCache = nil, nil
+				}
 			}
 			tokens := calls[0].d.Tokens
 			for i := 0; b.Loop(); i++ {

@@ -1,6 +1,6 @@
 // PagedAttention, ONNX Runtime custom operator (domain com.conveyor) over this package's
 // kernel, with com.microsoft.PagedAttention's 17 inputs (10-15 declared and refused),
-// outputs and attributes in float32. See doc.go for the contract and ortop.go for the registration.
+// outputs and attributes in float32, the caches in float32 or float16. See doc.go for the contract and ortop.go for the registration.
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -120,6 +120,17 @@ static int paop_shape(const OrtApi *api, const OrtValue *v, int64_t *dims, OrtSt
 	}
 	api->ReleaseTensorTypeAndShapeInfo(info);
 	return *st != NULL || n > 4 ? -1 : (int)n;
+}
+
+// paop_elem_type reads a value's element type into *t.
+static OrtStatusPtr paop_elem_type(const OrtApi *api, const OrtValue *v, ONNXTensorElementDataType *t) {
+	OrtTensorTypeAndShapeInfo *info = NULL;
+	OrtStatusPtr st = api->GetTensorTypeAndShape(v, &info);
+	if (st == NULL) {
+		st = api->GetTensorElementType(info, t);
+		api->ReleaseTensorTypeAndShapeInfo(info);
+	}
+	return st;
 }
 
 // paop_data returns a value's data, or NULL for an absent value.
@@ -247,6 +258,14 @@ static OrtStatusPtr ORT_API_CALL paop_compute(void *kernel, OrtKernelContext *ct
 	if (paop_geom(k, in, &x.g, &x.metadata_len, err, &st) != 0) {
 		return st != NULL ? st : paop_fail(api, ORT_INVALID_ARGUMENT, err);
 	}
+	ONNXTensorElementDataType kt, vt;
+	if ((st = paop_elem_type(api, in[IN_KEY_CACHE], &kt)) != NULL || (st = paop_elem_type(api, in[IN_VALUE_CACHE], &vt)) != NULL) {
+		return st;
+	}
+	if (kt != vt || (kt != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && kt != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16)) {
+		return paop_fail(api, ORT_INVALID_ARGUMENT, "PagedAttention: key_cache and value_cache must both be float32 or both float16 on the CPU");
+	}
+	x.cache_half = kt == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 
 	// The cache outputs must be the caches given as inputs, as in com.microsoft.PagedAttention.
 	int64_t cache_dims[4] = {x.g.num_blocks, x.g.block_size, k->a.kv_num_heads, x.g.head_dim};
@@ -309,16 +328,21 @@ static void ORT_API_CALL paop_destroy(void *kernel) { free(kernel); }
 
 static const char *ORT_API_CALL paop_name(const OrtCustomOp *op) { (void)op; return CV_PA_OP; }
 static const char *ORT_API_CALL paop_ep(const OrtCustomOp *op) { (void)op; return "CPUExecutionProvider"; }
+// The operator is registered twice, once per cache type (paop, paop_half): ONNX Runtime
+// makes one schema of the two and picks the kernel by the caches' type (inputs 3 and 4,
+// outputs 1 and 2). Every other float is float32.
+static ONNXTensorElementDataType paop_cache_type(const OrtCustomOp *op);
 static ONNXTensorElementDataType ORT_API_CALL paop_in_type(const OrtCustomOp *op, size_t i) {
-	(void)op;
+	if (i == IN_KEY_CACHE || i == IN_VALUE_CACHE) {
+		return paop_cache_type(op);
+	}
 	return i == IN_CU || i == IN_PAST || i == IN_BLOCK_TABLE || i == IN_SLOT_MAPPING || i == IN_METADATA
 		       ? ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
 		       : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
 static size_t ORT_API_CALL paop_in_count(const OrtCustomOp *op) { (void)op; return IN_COUNT; }
 static ONNXTensorElementDataType ORT_API_CALL paop_out_type(const OrtCustomOp *op, size_t i) {
-	(void)op; (void)i;
-	return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+	return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : paop_cache_type(op);
 }
 static size_t ORT_API_CALL paop_out_count(const OrtCustomOp *op) { (void)op; return 3; }
 static OrtCustomOpInputOutputCharacteristic ORT_API_CALL paop_in_required(const OrtCustomOp *op, size_t i) {
@@ -361,6 +385,36 @@ static OrtCustomOp paop = {
 	.ReleaseAliasMap = paop_release_map,
 };
 
+static OrtCustomOp paop_half = {
+	.version = ORT_API_VERSION,
+	.GetName = paop_name,
+	.GetExecutionProviderType = paop_ep,
+	.GetInputType = paop_in_type,
+	.GetInputTypeCount = paop_in_count,
+	.GetOutputType = paop_out_type,
+	.GetOutputTypeCount = paop_out_count,
+	.KernelDestroy = paop_destroy,
+	.GetInputCharacteristic = paop_in_required,
+	.GetOutputCharacteristic = paop_out_required,
+	.GetInputMemoryType = paop_mem,
+	.GetVariadicInputMinArity = paop_one,
+	.GetVariadicInputHomogeneity = paop_one,
+	.GetVariadicOutputMinArity = paop_one,
+	.GetVariadicOutputHomogeneity = paop_one,
+	.CreateKernelV2 = paop_create,
+	.KernelComputeV2 = paop_compute,
+	.GetStartVersion = paop_one,
+	.GetEndVersion = paop_end,
+	.GetMayInplace = paop_no_map,
+	.ReleaseMayInplace = paop_release_map,
+	.GetAliasMap = paop_no_map,
+	.ReleaseAliasMap = paop_release_map,
+};
+
+static ONNXTensorElementDataType paop_cache_type(const OrtCustomOp *op) {
+	return op == &paop_half ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+
 // CV_PAOP_MAX_OPS bounds the operators of the domain.
 #define CV_PAOP_MAX_OPS 16
 
@@ -387,6 +441,9 @@ char *cv_paop_register(const void *api_ptr, void *session_options, const void *c
 		OrtCustomOpDomain *d = NULL;
 		if ((st = api->CreateCustomOpDomain(CV_PA_DOMAIN, &d)) == NULL) {
 			st = api->CustomOpDomain_Add(d, &paop);
+			if (st == NULL) {
+				st = api->CustomOpDomain_Add(d, &paop_half);
+			}
 			for (int i = 0; i < n && st == NULL; i++) {
 				st = api->CustomOpDomain_Add(d, (OrtCustomOp *)others[i]);
 			}
