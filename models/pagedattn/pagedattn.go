@@ -53,18 +53,18 @@ type Dims struct {
 // KeyCache and ValueCache are updated in place (the operator's key_cache_out and
 // value_cache_out are the same buffers).
 type Tensors struct {
-	Query       []float32 // [T, NumHeads·D], or q|k|v [T, (NumHeads+2·KVNumHeads)·D] when Key and Value are nil
-	Key, Value  []float32 // [T, KVNumHeads·D], or both nil
-	KeyCache    []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
-	ValueCache  []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
+	Query      []float32 // [T, NumHeads·D], or q|k|v [T, (NumHeads+2·KVNumHeads)·D] when Key and Value are nil
+	Key, Value []float32 // [T, KVNumHeads·D], or both nil
+	KeyCache   []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
+	ValueCache []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
 	// KeyCacheHalf and ValueCacheHalf are the caches in float16 (IEEE half bits), when
 	// KeyCache and ValueCache are nil: new keys and values are rounded to nearest even
 	// as they are stored, and read back exactly.
 	KeyCacheHalf, ValueCacheHalf []uint16
-	CumSeqLens  []int32   // [B+1]: row b's new tokens are Query rows CumSeqLens[b] ... CumSeqLens[b+1]-1
-	PastSeqLens []int32   // [B]: tokens already cached for row b; its new token j is at position PastSeqLens[b]+j
-	BlockTable  []int32   // [B, MaxBlocks]: position p of row b lives in block BlockTable[b][p/BlockSize]
-	Cos, Sin    []float32 // [MaxPos, RotaryDim/2], or both nil
+	CumSeqLens                   []int32   // [B+1]: row b's new tokens are Query rows CumSeqLens[b] ... CumSeqLens[b+1]-1
+	PastSeqLens                  []int32   // [B]: tokens already cached for row b; its new token j is at position PastSeqLens[b]+j
+	BlockTable                   []int32   // [B, MaxBlocks]: position p of row b lives in block BlockTable[b][p/BlockSize]
+	Cos, Sin                     []float32 // [MaxPos, RotaryDim/2], or both nil
 	// Metadata is attention_metadata, or nil: [max_query_len, max_kv_len] over the call's
 	// rows, each 0 when unknown. CUDA sizes its launches by these bounds instead of
 	// reading the lengths back; this kernel checks them as CUDA does and needs none.
