@@ -76,8 +76,9 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		return nil, fmt.Errorf("%w: %s's step graph is float32 for the CPU: rebuild it with `conveyor build-model --dtype float16` "+
 			"(or bfloat16) to serve it on %s", ErrModelDir, dir, dev.Name())
 	}
-	if kv := opts.KVCacheDType; kv != "" && kv != KVCacheAuto && kv != man.DType {
-		return nil, fmt.Errorf("%w: --kv-cache-dtype %s: the step graph's cache is its own type, %s (leave it auto)", ErrModelDir, kv, man.DType)
+	if kv := opts.KVCacheDType; kv != "" && kv != KVCacheAuto && kv != man.CacheDType() {
+		return nil, fmt.Errorf("%w: --kv-cache-dtype %s: %s's step graph was built for a %s cache (leave it auto, or rebuild it with `conveyor build-model --kv-cache-dtype %s`)",
+			ErrModelDir, kv, dir, man.CacheDType(), kv)
 	}
 	if man.Quantization == "int8" {
 		// Every product runs on Int8Linear's own threads: ONNX Runtime's pool must not spin
@@ -92,7 +93,7 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		return nil, err
 	}
 	kvType, elem := Float32, cvort.Float32
-	switch man.DType {
+	switch man.CacheDType() {
 	case "float16":
 		kvType, elem = Float16, cvort.Float16
 	case "bfloat16":

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,8 +88,8 @@ func TestOpenDevices(t *testing.T) {
 		}
 	}
 	if _, err := Open(cpuDir, RunnerOptions{ORTLib: lib, Attention: AttentionGraph, KVCacheDType: "float16"}); err == nil ||
-		!strings.Contains(err.Error(), "the step graph's cache is its own type, float32") {
-		t.Errorf("a float16 cache for a float32 step graph: %v", err)
+		!strings.Contains(err.Error(), "built for a float32 cache") || !strings.Contains(err.Error(), "--kv-cache-dtype float16") {
+		t.Errorf("a float16 cache for a step graph built with a float32 one: %v", err)
 	}
 	if _, err := open(gpuDir, DeviceCUDA, ""); !errors.Is(err, cvort.ErrNoDevice) {
 		t.Errorf("cuda without the provider: %v, want ErrNoDevice", err)
@@ -138,5 +139,55 @@ func TestStepPacking(t *testing.T) {
 	out = r.split(b)
 	if out.Logits[1] != nil || out.Argmax[1] != 1 || out.Logits[2] == nil {
 		t.Errorf("an argmax-only row: logits %v, argmax %v", out.Logits, out.Argmax)
+	}
+}
+
+// TestStepFloat16KV: family fixtures whose CPU step graphs keep their caches in float16
+// (convert.Options.StepKVDType) stay close to PyTorch, one batch and token by token, and
+// differ from the float32 cache's logits (the cache really holds halves, two bytes each).
+func TestStepFloat16KV(t *testing.T) {
+	for _, family := range []string{"llama3", "qwen2", "gemma2"} {
+		t.Run(family, func(t *testing.T) {
+			src := filepath.Join("testdata", "families", family)
+			ref := loadFamilyReference(t, filepath.Join(src, "reference.json"))
+			open := func(kv convert.DType) Model {
+				dir := t.TempDir()
+				if _, err := convert.BuildFromHFWith(src, dir, convert.Options{StepKVDType: kv}); err != nil {
+					t.Fatal(err)
+				}
+				return openTestModel(t, dir, AttentionGraph)
+			}
+			half, full := open(convert.Float16), open(convert.Float32)
+			if half.Spec().KVDType != Float16 || full.Spec().KVDType != Float32 {
+				t.Fatalf("KV types %v and %v", half.Spec().KVDType, full.Spec().KVDType)
+			}
+			vocab := len(ref.Logits[0][0])
+			worst, moved := 0.0, 0.0
+			for s, seq := range ref.Sequences {
+				kvh, kvf := newTestCache(half.Spec(), 1, 64, 16, 3), newTestCache(full.Spec(), 1, 64, 16, 3)
+				for p := range seq {
+					step := [][]int32{seq[p : p+1]}
+					oh, err := half.Forward(kvh.batch([]int{0}, step, false))
+					if err != nil {
+						t.Fatal(err)
+					}
+					of, err := full.Forward(kvf.batch([]int{0}, step, false))
+					if err != nil {
+						t.Fatal(err)
+					}
+					worst = max(worst, maxAbsDiff64(oh.Logits[0][:vocab], ref.Logits[s][p]))
+					for j := range vocab {
+						moved = max(moved, math.Abs(float64(oh.Logits[0][j]-of.Logits[0][j])))
+					}
+				}
+			}
+			t.Logf("%s, float16 cache: largest difference from PyTorch %.2e, from the float32 cache %.2e", family, worst, moved)
+			if worst > 1e-2 {
+				t.Errorf("the float16 cache's logits differ from PyTorch by %.2e, want at most 1e-2", worst)
+			}
+			if moved == 0 {
+				t.Error("float16 and float32 caches gave identical logits: the float16 cache is not used")
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
 )
 
@@ -27,9 +28,10 @@ func runBuildModel(args []string) error {
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
 	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; Conveyor's int8 kernel) or int4 (blocks of 32 along the input axis; MatMulNBits), or none; a GGUF file's default is the nearest to its own types (int4 for 4-bit files, int8 for 5- to 8-bit ones)")
 	dtype := fs.String("dtype", "float32", "float type of the step graph (step/, served with --attention graph): float32 runs on CPUs, float16 or bfloat16 on NVIDIA GPUs (--device cuda)")
+	kvDType := fs.String("kv-cache-dtype", models.KVCacheAuto, "KV cache element type of the float32 step graph (the CPU's): float16 (half the memory per token; auto) or float32; a 16-bit graph's cache is its own type")
 	hfCheckpoint := fs.Bool("hf-checkpoint", false, "with --random: write a Hugging Face checkpoint (config.json, model.safetensors in the config's torch_dtype) instead of a model directory")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR|FILE.gguf --out DIR [--quantize int8|int4] [--dtype float32|float16|bfloat16]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: conveyor build-model --from HF_DIR|FILE.gguf --out DIR [--quantize int8|int4] [--dtype float32|float16|bfloat16] [--kv-cache-dtype auto|float16|float32]\n       conveyor build-model --random --config CONFIG.json --out DIR [--seed N] [--hf-checkpoint]\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -60,6 +62,13 @@ func runBuildModel(args []string) error {
 	if err != nil {
 		return fmt.Errorf("build-model: --dtype: %w", err)
 	}
+	if *kvDType != models.KVCacheAuto && *kvDType != "float32" && *kvDType != "float16" {
+		return fmt.Errorf("build-model: --kv-cache-dtype %q: want float32, float16 or auto", *kvDType)
+	}
+	opts := convert.Options{Quantize: quant, StepDType: stepType}
+	if stepType == convert.Float32 {
+		opts.StepKVDType = stepKVDType(*kvDType)
+	}
 	if *hfCheckpoint && quant.Bits != 0 {
 		return errors.New("build-model: --quantize applies to model directories, not --hf-checkpoint")
 	}
@@ -77,7 +86,7 @@ func runBuildModel(args []string) error {
 	}
 	var res *convert.BuildResult
 	if *random {
-		res, err = convert.BuildRandomWith(*configPath, *out, *seed, convert.Options{Quantize: quant, StepDType: stepType})
+		res, err = convert.BuildRandomWith(*configPath, *out, *seed, opts)
 	} else if convert.IsGGUF(*from) {
 		if *quantize == "" {
 			var holds string
@@ -86,9 +95,10 @@ func runBuildModel(args []string) error {
 			}
 			fmt.Fprintf(os.Stdout, "%s: %s: building with %s weights (--quantize says otherwise)\n", *from, holds, quant)
 		}
-		res, err = convert.BuildFromGGUF(*from, *out, convert.Options{Quantize: quant, StepDType: stepType})
+		opts.Quantize = quant
+		res, err = convert.BuildFromGGUF(*from, *out, opts)
 	} else {
-		res, err = convert.BuildFromHFWith(*from, *out, convert.Options{Quantize: quant, StepDType: stepType})
+		res, err = convert.BuildFromHFWith(*from, *out, opts)
 	}
 	if err != nil {
 		return err

@@ -72,6 +72,11 @@ func load(dir string, o loadOptions) (*loaded, error) {
 			return nil, err
 		}
 	}
+	if opts.StepDType == convert.Float32 {
+		// The CPU step graph's cache type is built in: --kv-cache-dtype's (auto: float16,
+		// as on the paged path).
+		opts.StepKVDType = stepKVDType(o.runner.KVCacheDType)
+	}
 	if o.quantize == "" && convert.IsGGUF(dir) {
 		// A GGUF file keeps its linear weights as close to its own types as Conveyor's
 		// quantized linears come (int4 for 4-bit files, int8 for 5- to 8-bit ones).
@@ -106,6 +111,16 @@ func isBuilt(dir string) bool {
 
 // reopen opens the loaded model's directory again, with the same options.
 func (l *loaded) reopen() (models.Model, error) { return models.Open(l.dir, l.runner) }
+
+// stepKVDType is the KV cache type a CPU step graph is built with for a --kv-cache-dtype
+// value: float16 for float16 and auto, float32 for float32 and "" (the model's own, as on
+// the paged path).
+func stepKVDType(kv string) convert.DType {
+	if kv == models.KVCacheAuto || kv == convert.Float16.String() {
+		return convert.Float16
+	}
+	return convert.Float32
+}
 
 // checkDType checks a --dtype value: one GPUStepDType takes, and not float16 or bfloat16
 // on the CPU, where a checkpoint's graph is float32.

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 func TestRunMainListsCommands(t *testing.T) {
@@ -87,6 +89,29 @@ func TestBuildModelRandom(t *testing.T) {
 	var errOut bytes.Buffer
 	if code := runMain([]string{"build-model", "--from", t.TempDir(), "--out", out}, &stdout, &errOut); code != 1 || !strings.Contains(errOut.String(), "config.json") {
 		t.Errorf("empty checkpoint dir: exit %d, %q", code, errOut.String())
+	}
+	// The CPU step graph keeps its cache in float16 unless --kv-cache-dtype float32.
+	for kv, want := range map[string]string{"": "float16", "float32": "float32", "float16": "float16"} {
+		dir := t.TempDir()
+		args := []string{"build-model", "--random", "--config", cfg, "--out", dir}
+		if kv != "" {
+			args = append(args, "--kv-cache-dtype", kv)
+		}
+		if code := runMain(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		man, err := modeldir.LoadStep(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if man.CacheDType() != want {
+			t.Errorf("--kv-cache-dtype %q: the step graph's cache is %s, want %s", kv, man.CacheDType(), want)
+		}
+	}
+	errOut.Reset()
+	if code := runMain([]string{"build-model", "--random", "--config", cfg, "--out", out, "--kv-cache-dtype", "int8"}, &stdout, &errOut); code != 1 ||
+		errOut.String() != "conveyor: build-model: --kv-cache-dtype \"int8\": want float32, float16 or auto\n" {
+		t.Errorf("--kv-cache-dtype int8: exit %d, %q", code, errOut.String())
 	}
 }
 

@@ -42,6 +42,10 @@ type Options struct {
 	// on CPUs with Conveyor's own PagedAttention, Float16 and BFloat16 on NVIDIA GPUs
 	// with ONNX Runtime's.
 	StepDType DType
+	// StepKVDType is the KV cache's element type of a float32 step graph: Float32 (the
+	// zero value) or Float16 (half the bytes per token; Conveyor's PagedAttention rounds
+	// new keys and values as it stores them). A 16-bit step graph's cache is its own type.
+	StepKVDType DType
 }
 
 // BuildFromHFWith is BuildFromHF with options.
@@ -142,7 +146,7 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 		return nil, err
 	}
 	files = append(files, filepath.Join(outDir, modeldir.PagedDir))
-	if err := buildStep(cfg, w, outDir, o.Quantize, o.StepDType, opts); err != nil {
+	if err := buildStep(cfg, w, outDir, o.Quantize, o.StepDType, o.StepKVDType, opts); err != nil {
 		return nil, err
 	}
 	files = append(files, filepath.Join(outDir, modeldir.StepDir))

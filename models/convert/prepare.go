@@ -115,6 +115,9 @@ func ggufKey(path string, o Options) (string, error) {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "gguf layout %d\x00quantize %s/%d/%d/%t\x00step %s\x00", builtLayout, o.Quantize, o.Quantize.BlockSize, o.Quantize.AccuracyLevel, o.Quantize.WideInt8, o.StepDType)
+	if o.StepKVDType != Float32 {
+		fmt.Fprintf(h, "step kv %s\x00", o.StepKVDType)
+	}
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", filepath.Base(path), st.Size(), st.ModTime().UnixNano())
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
@@ -134,6 +137,9 @@ func checkpointKey(dir string, o Options) (string, error) {
 	}
 	if o.StepDType != Float32 {
 		fmt.Fprintf(h, "step %s\x00", o.StepDType)
+	}
+	if o.StepKVDType != Float32 {
+		fmt.Fprintf(h, "step kv %s\x00", o.StepKVDType)
 	}
 	if _, err := io.Copy(h, cfg); err != nil {
 		return "", fmt.Errorf("models: %w", err)

@@ -31,7 +31,7 @@ const pagedAttentionOp = "PagedAttention"
 // dtype, and its manifest. A model whose heads PagedAttention cannot take (a size not a
 // multiple of 8, or above pagedattn.MaxHeadDim) gets no step graph: its directory serves
 // on the other paths, and asking for the graph says it has none.
-func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DType, opts writeOptions) error {
+func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype, kvType DType, opts writeOptions) error {
 	m, err := planModel(cfg, w, q)
 	if err != nil {
 		return err
@@ -40,13 +40,19 @@ func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DTyp
 		return nil
 	}
 	domain := modeldir.StepDomainConveyor
+	switch {
+	case dtype != Float32:
+		kvType = dtype // a 16-bit graph's cache is its own type
+	case kvType != Float32 && kvType != Float16:
+		return fmt.Errorf("%w: a float32 step graph's KV cache is float32 or float16, not %v", ErrBadConfig, kvType)
+	}
 	if dtype != Float32 {
 		domain = modeldir.StepDomainMicrosoft
 		if q.Bits == 8 || q.WideInt8 {
 			return fmt.Errorf("%w: int8 weights run on the CPU only (Conveyor's Int8Linear); a %v step graph for the GPU takes float or int4 weights", ErrBadConfig, dtype)
 		}
 	}
-	model := stepGraph(m, dtype, domain)
+	model := stepGraph(m, dtype, kvType, domain)
 	dir := filepath.Join(outDir, modeldir.StepDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("convert: %w", err)
@@ -59,6 +65,7 @@ func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DTyp
 		Format:          modeldir.StepFormat,
 		Graph:           stepGraphFile,
 		DType:           dtype.String(),
+		KVDType:         kvDTypeField(dtype, kvType),
 		AttentionDomain: domain,
 		NumLayers:       d.layers,
 		NumHeads:        d.heads,
@@ -74,9 +81,17 @@ func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype DTyp
 	return modeldir.WriteStep(outDir, man)
 }
 
-// stepGraph builds the step graph of m in float type dtype with PagedAttention nodes of
-// domain.
-func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
+// kvDTypeField is the manifest's kv_dtype: empty when the cache is the graph's type.
+func kvDTypeField(dtype, kvType DType) string {
+	if kvType == dtype {
+		return ""
+	}
+	return kvType.String()
+}
+
+// stepGraph builds the step graph of m in float type dtype, its KV caches of kvType (the
+// graph's own, or float16 in a float32 graph), with PagedAttention nodes of domain.
+func stepGraph(m *modelPlan, dtype, kvType DType, domain string) *onnxModel {
 	d := m.llamaDims
 	b := newGraphBuilder("step")
 	b.ownOps = domain == modeldir.StepDomainConveyor
@@ -88,6 +103,12 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 	sel := b.input(modeldir.StepLogitRows, onnxInt64, rows)
 	meta := b.input(modeldir.StepAttentionMetadata, onnxInt32, fixDim(2))
 	cacheDims := []onnxDim{symDim("num_blocks"), symDim("block_size"), fixDim(d.kvHeads), fixDim(d.headDim)}
+	// A 16-bit graph's caches are declared float here and turned with every other float
+	// input by toHalf; a float32 graph's half caches are declared so.
+	cacheElem := int32(onnxFloat)
+	if dtype == Float32 {
+		cacheElem = halfType(kvType)
+	}
 
 	embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
 	x := scaleEmbeddings(b, m, b.op("Gather", []string{embed, ids}, attrI("axis", 0)))
@@ -118,8 +139,8 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 			qkv = rotatePacked(b, qkv, cachesOf(rot), positions, rot, d)
 		}
 		parts := b.opN("Split", 3, []string{qkv, b.ints(int64(d.heads*d.headDim), int64(d.kvHeads*d.headDim), int64(d.kvHeads*d.headDim))}, attrI("axis", -1))
-		kc := b.input(modeldir.StepKeyCache(i), onnxFloat, cacheDims...)
-		vc := b.input(modeldir.StepValueCache(i), onnxFloat, cacheDims...)
+		kc := b.input(modeldir.StepKeyCache(i), cacheElem, cacheDims...)
+		vc := b.input(modeldir.StepValueCache(i), cacheElem, cacheDims...)
 		// Inputs 0-7, cos and sin (8, 9) when the node rotates, nothing for 10-15, and
 		// attention_metadata (16).
 		ins := []string{parts[0], parts[1], parts[2], kc, vc, cu, past, table, "", ""}
@@ -167,7 +188,7 @@ func stepGraph(m *modelPlan, dtype DType, domain string) *onnxModel {
 	// copies back ids instead of whole vocabularies.
 	b.opTo(modeldir.StepArgmax, "ArgMax", []string{logits}, attrI("axis", 1), attrI("keepdims", 0))
 	b.output(modeldir.StepArgmax, onnxInt64, rows)
-	elem := halfType(dtype)
+	elem := halfType(kvType)
 	for _, name := range cacheOuts {
 		b.output(name, elem, cacheDims...)
 	}

@@ -73,9 +73,12 @@ type StepManifest struct {
 	Format int `json:"format"`
 	// Graph is the ONNX file inside StepDir (its weights may sit beside it in Graph+".data").
 	Graph string `json:"graph"`
-	// DType is the graph's float type, of its weights, activations and KV cache:
-	// "float32", "float16" or "bfloat16".
+	// DType is the graph's float type, of its weights, activations and (unless KVDType
+	// says otherwise) KV cache: "float32", "float16" or "bfloat16".
 	DType string `json:"dtype"`
+	// KVDType is the KV cache's element type when it is not DType: "float16" in a float32
+	// graph for the CPU (Conveyor's PagedAttention stores its caches in half floats).
+	KVDType string `json:"kv_dtype,omitempty"`
 	// AttentionDomain is the domain of the graph's PagedAttention nodes.
 	AttentionDomain string `json:"attention_domain"`
 	NumLayers       int    `json:"num_layers"`
@@ -95,6 +98,14 @@ type StepManifest struct {
 	OwnOps bool `json:"own_ops,omitempty"`
 }
 
+// CacheDType is the KV cache's element type: KVDType, or DType when it is empty.
+func (m *StepManifest) CacheDType() string {
+	if m.KVDType != "" {
+		return m.KVDType
+	}
+	return m.DType
+}
+
 // Validate checks the manifest's consistency (not the files it names).
 func (m *StepManifest) Validate() error {
 	bad := func(format string, args ...any) error {
@@ -107,6 +118,8 @@ func (m *StepManifest) Validate() error {
 		return bad("no graph")
 	case m.DType != "float32" && m.DType != "float16" && m.DType != "bfloat16":
 		return bad("dtype %q: want float32, float16 or bfloat16", m.DType)
+	case m.KVDType != "" && m.KVDType != m.DType && (m.DType != "float32" || m.KVDType != "float16"):
+		return bad("kv_dtype %q in a %s graph: only a float32 graph takes another cache type, float16", m.KVDType, m.DType)
 	case m.AttentionDomain != StepDomainMicrosoft && m.AttentionDomain != StepDomainConveyor:
 		return bad("attention_domain %q: want %s or %s", m.AttentionDomain, StepDomainMicrosoft, StepDomainConveyor)
 	case m.NumLayers <= 0 || m.NumHeads <= 0 || m.NumKVHeads <= 0 || m.HeadDim <= 0:
