@@ -67,7 +67,7 @@ func tinyConfigCtx(hidden, layers, heads, kvHeads, inter, vocab, ctx int) *conve
 // benchModelDir builds (once per config and quantization, cached under os.TempDir()) a
 // random model and returns its directory; it skips the benchmark when the model cannot
 // be built.
-func benchModelDir(b *testing.B, cfg *convert.Config, quantize string) string {
+func benchModelDir(b *testing.B, cfg *convert.Config, quantize string, stepKV convert.DType) string {
 	b.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -79,7 +79,7 @@ func benchModelDir(b *testing.B, cfg *convert.Config, quantize string) string {
 	}
 	// The fields, not q's String (which names only the bit width): a change of scheme
 	// must not reuse a model built with another.
-	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads step", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName)...))
+	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads step kv %v", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName, stepKV)...))
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "step", "step.json")); err == nil {
 		return dir
@@ -98,7 +98,7 @@ func benchModelDir(b *testing.B, cfg *convert.Config, quantize string) string {
 	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), raw, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := convert.BuildRandomWith(filepath.Join(cfgDir, "config.json"), tmp, 1, convert.Options{Quantize: q}); err != nil {
+	if _, err := convert.BuildRandomWith(filepath.Join(cfgDir, "config.json"), tmp, 1, convert.Options{Quantize: q, StepKVDType: stepKV}); err != nil {
 		b.Skipf("cannot build the benchmark model: %v", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
@@ -139,6 +139,23 @@ func BenchmarkDecodeStepGraphInt8(b *testing.B) {
 	benchDecode(b, benchOptions{attention: AttentionGraph, quantize: "int8"})
 }
 
+// BenchmarkDecodeStepGraphFloat16 is BenchmarkDecodeStepGraph with a float16 KV cache.
+func BenchmarkDecodeStepGraphFloat16(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionGraph, kvDType: "float16"})
+}
+
+// BenchmarkDecodeStepInt8Float16 is BenchmarkDecodeStepInt8 with a float16 KV cache (the
+// paged path's serving default).
+func BenchmarkDecodeStepInt8Float16(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int8", kvDType: "float16"})
+}
+
+// BenchmarkDecodeStepGraphInt8Float16 is BenchmarkDecodeStepGraphInt8 with a float16 KV
+// cache (the step graph's serving default).
+func BenchmarkDecodeStepGraphInt8Float16(b *testing.B) {
+	benchDecode(b, benchOptions{attention: AttentionGraph, quantize: "int8", kvDType: "float16"})
+}
+
 // BenchmarkDecodeStepInt4 is BenchmarkDecodeStep with int4 weights.
 func BenchmarkDecodeStepInt4(b *testing.B) {
 	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int4"})
@@ -177,8 +194,9 @@ func BenchmarkPrefill(b *testing.B) {
 	benchPrefill(b, "", []string{AttentionPaged, AttentionDense, AttentionGraph})
 }
 
-// BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the paged path.
-func BenchmarkPrefillInt8(b *testing.B) { benchPrefill(b, "int8", []string{AttentionPaged}) }
+// BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the paged path and the
+// step graph.
+func BenchmarkPrefillInt8(b *testing.B) { benchPrefill(b, "int8", []string{AttentionPaged, AttentionGraph}) }
 
 func benchPrefill(b *testing.B, quantize string, paths []string) {
 	for _, m := range benchModels {
@@ -201,7 +219,11 @@ func benchPrefill(b *testing.B, quantize string, paths []string) {
 }
 
 func openBenchModel(b *testing.B, cfg *convert.Config, o benchOptions) Model {
-	dir := benchModelDir(b, cfg, o.quantize)
+	stepKV := convert.Float32
+	if o.attention == AttentionGraph && o.kvDType == "float16" {
+		stepKV = convert.Float16 // the step graph's cache type is built in
+	}
+	dir := benchModelDir(b, cfg, o.quantize, stepKV)
 	r, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Attention: o.attention, KVCacheDType: o.kvDType})
 	if err != nil {
 		b.Fatal(err)
