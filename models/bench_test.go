@@ -196,7 +196,9 @@ func BenchmarkPrefill(b *testing.B) {
 
 // BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the paged path and the
 // step graph.
-func BenchmarkPrefillInt8(b *testing.B) { benchPrefill(b, "int8", []string{AttentionPaged, AttentionGraph}) }
+func BenchmarkPrefillInt8(b *testing.B) {
+	benchPrefill(b, "int8", []string{AttentionPaged, AttentionGraph})
+}
 
 func benchPrefill(b *testing.B, quantize string, paths []string) {
 	for _, m := range benchModels {
