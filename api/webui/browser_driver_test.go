@@ -201,7 +201,10 @@ func (p *pageDriver) errorText() string {
 const statsJS = `(() => { const g = (id) => document.getElementById(id).textContent; return {
 	running: g("stat-running"), waiting: g("stat-waiting"), kv_used: g("stat-kv-used"),
 	kv_cached: g("stat-kv-cached"), kv_free: g("stat-kv-free"), steps: g("stat-steps"),
-	bars: String(document.querySelectorAll("#batch-bars div").length) }; })()`
+	bars: String(document.querySelectorAll("#batch-bars div").length),
+	kv_bar_used: document.querySelector("#kv-bar .used").style.width,
+	spec_proposed: g("stat-spec-proposed"), spec_rate: g("stat-spec-rate"), spec_length: g("stat-spec-length"),
+	spec_off_hidden: String(document.getElementById("spec-off").hidden) }; })()`
 
 // pollStats waits until cond (a JavaScript expression over s, the live view's numbers
 // as strings) holds and returns that snapshot.

@@ -27,6 +27,7 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
+	"github.com/conveyor-llm/conveyor/scheduler"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -124,8 +125,14 @@ func TestChatPageInBrowser(t *testing.T) {
 		if total := fx.eng.Stats().KVTotalBlocks; used+cached+free != total {
 			t.Errorf("used %d + cached %d + free %d blocks != %d in the pool", used, cached, free, total)
 		}
-		if !p.eval(`parseFloat(document.querySelector("#kv-bar .used").style.width) > 0`) {
-			t.Errorf("the KV bar shows no used blocks")
+		if w, err := strconv.ParseFloat(strings.TrimSuffix(snap["kv_bar_used"], "%"), 64); err != nil || w <= 0 {
+			t.Errorf("the KV bar shows no used blocks (its width %q in the same snapshot)", snap["kv_bar_used"])
+		}
+		// The server speculates (ngram): a sampled reply of a few dozen tokens repeats a
+		// token, and the view shows the proposals and what was accepted of them.
+		spec := p.pollStats(`Number(s.spec_proposed) > 0`)
+		if spec["spec_off_hidden"] != "true" || !strings.HasSuffix(spec["spec_rate"], " %") || spec["spec_length"] == "–" {
+			t.Errorf("speculation view %v: want the rate in %% and the mean accepted length, the hint hidden", spec)
 		}
 		p.poll(`document.querySelector("#messages .msg.assistant.streaming .content").textContent.length > 60`)
 		p.screenshot(artifactPath(t, "webui-midstream.png"))
@@ -364,6 +371,9 @@ func newFixture(t *testing.T, dir string) *fixture {
 	blockBytes := int64(2 * spec.NumLayers * spec.NumKVHeads * spec.HeadDim * ecfg.BlockSizeTokens * spec.KVDType.Size())
 	ecfg.KVCacheBytes = 256 * blockBytes
 	ecfg.MaxNumSeqs = 16
+	// Prompt lookup, as `serve --speculative-config '{"method": "ngram", ...}'` turns on:
+	// exact, so every reply is what it would be without it; the live view shows it.
+	ecfg.Speculation = scheduler.Speculation{NumTokens: 3, LookupMin: 1, LookupMax: 3, MaxBatch: 4}
 	eng, err := engine.New(ecfg, pm, tok)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
@@ -518,14 +528,17 @@ func (p *pacedModel) Forward(b *models.Batch) (*models.Output, error) {
 				row[off+int(id)] = -1e9
 			}
 		}
-		// The last position of the row predicts the token at this position.
-		next := b.Seqs[i].PastLen + len(b.Seqs[i].Tokens)
-		if k := next - p.forceFrom; p.force != nil && k >= 0 && k < len(p.force) {
-			last := row[len(row)-vocab:]
-			for j := range last {
-				last[j] = -1e9
+		// The row's last position predicts the token at index next, the one before it the
+		// token before that (a speculating row brings several positions).
+		n, next := len(row)/vocab, b.Seqs[i].PastLen+len(b.Seqs[i].Tokens)
+		for j := range n {
+			if k := next - (n - 1 - j) - p.forceFrom; p.force != nil && k >= 0 && k < len(p.force) {
+				pos := row[j*vocab : (j+1)*vocab]
+				for v := range pos {
+					pos[v] = -1e9
+				}
+				pos[p.force[k]] = 0
 			}
-			last[p.force[k]] = 0
 		}
 	}
 	return out, nil

@@ -51,6 +51,15 @@ type Stats struct {
 	Preemptions       int64   `json:"preemptions"`
 	Steps             int64   `json:"steps"`
 	RecentBatchSizes  []int   `json:"recent_batch_sizes"`
+	// Speculative decoding (serve --speculative-config): drafts verified, the tokens they
+	// proposed and those accepted; the acceptance rate (accepted ÷ proposed) and the mean
+	// accepted length (the tokens a verifying step gives its sequence: 1 + accepted ÷
+	// drafts, as vLLM counts it), both 0 before the first draft.
+	SpecDrafts             int64   `json:"spec_drafts"`
+	SpecDraftTokens        int64   `json:"spec_draft_tokens"`
+	SpecAcceptedTokens     int64   `json:"spec_accepted_tokens"`
+	SpecAcceptanceRate     float64 `json:"spec_acceptance_rate"`
+	SpecMeanAcceptedLength float64 `json:"spec_mean_accepted_length"`
 }
 
 // StatsFrom converts an engine snapshot to the endpoint's JSON shape. The engine's
@@ -64,6 +73,13 @@ func StatsFrom(s engine.Stats) Stats {
 		KVUsage: s.KVUsage, BlockSizeTokens: s.BlockSizeTokens,
 		PrefixQueryTokens: s.PrefixQueryTokens, PrefixHitTokens: s.PrefixHitTokens,
 		Preemptions: s.Preemptions, Steps: s.Steps, RecentBatchSizes: s.RecentBatchSizes,
+		SpecDrafts: s.SpecDrafts, SpecDraftTokens: s.SpecDraftTokens, SpecAcceptedTokens: s.SpecAcceptedTokens,
+	}
+	if s.SpecDraftTokens > 0 {
+		out.SpecAcceptanceRate = float64(s.SpecAcceptedTokens) / float64(s.SpecDraftTokens)
+	}
+	if s.SpecDrafts > 0 {
+		out.SpecMeanAcceptedLength = 1 + float64(s.SpecAcceptedTokens)/float64(s.SpecDrafts)
 	}
 	if s.PrefixQueryTokens > 0 {
 		out.PrefixHitRate = float64(s.PrefixHitTokens) / float64(s.PrefixQueryTokens)

@@ -80,3 +80,24 @@ func TestHandlerServesThePage(t *testing.T) {
 		t.Errorf("the page refers to another site: %s", body)
 	}
 }
+
+func TestStatsFromSpeculation(t *testing.T) {
+	// 10 drafts of 4 proposals, 25 accepted: 62.5 % accepted, 3.5 tokens per verifying step.
+	s := webui.StatsFrom(engine.Stats{SpecDrafts: 10, SpecDraftTokens: 40, SpecAcceptedTokens: 25})
+	if s.SpecAcceptanceRate != 0.625 || s.SpecMeanAcceptedLength != 3.5 || s.SpecDraftTokens != 40 {
+		t.Fatalf("speculation %+v, want rate 0.625 and mean length 3.5", s)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"spec_drafts":10`, `"spec_draft_tokens":40`, `"spec_accepted_tokens":25`,
+		`"spec_acceptance_rate":0.625`, `"spec_mean_accepted_length":3.5`} {
+		if !strings.Contains(string(raw), key) {
+			t.Errorf("stats JSON %s lacks %s", raw, key)
+		}
+	}
+	if off := webui.StatsFrom(engine.Stats{}); off.SpecAcceptanceRate != 0 || off.SpecMeanAcceptedLength != 0 {
+		t.Fatalf("no drafts: %+v, want zeros", off)
+	}
+}

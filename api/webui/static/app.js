@@ -242,6 +242,11 @@ function showStats(s) {
   $("stat-prefix").textContent = s.prefix_cache_queries_tokens ? pct(s.prefix_cache_hit_rate) : "–";
   $("stat-preempt").textContent = fmt(s.preemptions);
   $("stat-steps").textContent = fmt(s.steps);
+  const drafted = s.spec_drafts > 0;
+  $("stat-spec-proposed").textContent = fmt(s.spec_draft_tokens);
+  $("stat-spec-rate").textContent = drafted ? pct(s.spec_acceptance_rate) : "–";
+  $("stat-spec-length").textContent = drafted ? s.spec_mean_accepted_length.toFixed(2) : "–";
+  $("spec-off").hidden = drafted;
   const total = s.kv_total_blocks || 0;
   const share = (n) => (total > 0 ? (100 * (n || 0)) / total : 0) + "%";
   $("kv-bar").querySelector(".used").style.width = share(s.kv_used_blocks);
