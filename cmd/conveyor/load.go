@@ -187,6 +187,28 @@ func gpuKVBudget(m models.Model, util float64) (int64, error) {
 	return kv, nil
 }
 
+// checkGPUKV refuses a --kv-cache-memory that does not fit in the free memory of the GPU
+// the model runs on, the activations' reserve kept (as gpuKVBudget keeps it): the cache is
+// allocated on the first step, and a server that cannot hold it should not start. A model
+// whose cache is not on a GPU passes.
+func checkGPUKV(m models.Model, kvBytes int64) error {
+	dm, ok := m.(interface {
+		DeviceMemory() (free, total int64, err error)
+	})
+	if !ok || !m.Spec().KVOnDevice {
+		return nil
+	}
+	free, total, err := dm.DeviceMemory()
+	if err != nil {
+		return err
+	}
+	if room := free - activationReserveBytes(total); kvBytes > room {
+		return fmt.Errorf("--kv-cache-memory %s does not fit on %s: %s of %s free with the weights loaded, %s kept for activations; lower it, or size the cache with --gpu-memory-utilization",
+			humanBytes(kvBytes), m.Device(), humanBytes(free), humanBytes(total), humanBytes(activationReserveBytes(total)))
+	}
+	return nil
+}
+
 // checkAttention checks an --attention value (the rule is RunnerOptions.Validate's).
 func checkAttention(attention string) error {
 	if (models.RunnerOptions{Attention: attention}).Validate() != nil {
@@ -242,6 +264,9 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		}
 		ecfg.KVCacheBytes = kv
 		log.Info("KV cache sized from GPU memory", "gpu_memory_utilization", o.gpuMemUtil, "kv_cache_bytes", kv)
+	} else if err := checkGPUKV(runner, ecfg.KVCacheBytes); err != nil {
+		runner.Close()
+		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	if !runner.Spec().KVOnDevice && o.mayServeOnGPU() { // auto chose the CPU: the cache is host memory
 		if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {

@@ -109,9 +109,20 @@ func TestGPUMemoryUtilization(t *testing.T) {
 	if _, err := gpuKVBudget(gpu, 0.05); err == nil || !strings.Contains(err.Error(), "leaves no room") {
 		t.Errorf("a fraction below what is in use: %v", err)
 	}
+	// An explicit --kv-cache-memory must fit in what is free, the activations' reserve kept.
+	if err := checkGPUKV(gpu, 70*gib); err != nil {
+		t.Errorf("70 GiB of cache with 78 GiB free: %v", err)
+	}
+	if err := checkGPUKV(gpu, 75*gib); err == nil || strings.Contains(err.Error(), "\n") ||
+		!strings.Contains(err.Error(), "--kv-cache-memory 75.0GiB does not fit") || !strings.Contains(err.Error(), "--gpu-memory-utilization") {
+		t.Errorf("75 GiB of cache with 78 GiB free and 4 GiB kept: %v, want one line naming both flags", err)
+	}
 	gpu.onHost = true
 	if _, err := gpuKVBudget(gpu, 0.9); err == nil || !strings.Contains(err.Error(), "--device cuda") {
 		t.Errorf("a model on the CPU: %v", err)
+	}
+	if err := checkGPUKV(gpu, 1000*gib); err != nil {
+		t.Errorf("a model on the CPU is not checked against GPU memory: %v", err)
 	}
 }
 
