@@ -389,6 +389,47 @@ func permuteRotary(data []float32, shape []int, heads int) []float32 {
 	return out
 }
 
+// ggufFamiliesOutEnv names a folder TestGGUFFamiliesMatchCheckpoint copies every family's
+// GGUF file into (FAMILY.gguf), for scripts/gguf-check.sh to run llama.cpp on them.
+const ggufFamiliesOutEnv = "CONVEYOR_GGUF_FAMILIES_OUT"
+
+// TestGGUFFamiliesForLlamaCpp writes, when CONVEYOR_GGUF_FAMILIES_OUT names a folder, a
+// float32 GGUF file of Gemma 2 with 26 layers (gemma2_26.gguf: llama.cpp b4747 runs Gemma
+// 2 only at the layer counts of its 2B, 9B and 27B, and scales queries by the head size
+// at 2B), random weights on the gemma2 fixture's other sizes, for scripts/gguf-check.sh.
+func TestGGUFFamiliesForLlamaCpp(t *testing.T) {
+	out := os.Getenv(ggufFamiliesOutEnv)
+	if out == "" {
+		t.Skip("set " + ggufFamiliesOutEnv + " to write the files")
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "families", "gemma2", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	const layers = 26
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "full_attention"
+		if i%2 == 0 {
+			types[i] = "sliding_attention"
+		}
+	}
+	cfg["num_hidden_layers"], cfg["layer_types"], cfg["query_pre_attn_scalar"] = layers, types, cfg["head_dim"]
+	dir := t.TempDir()
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := convert.WriteRandomCheckpoint(filepath.Join(dir, "config.json"), dir, 26); err != nil {
+		t.Fatal(err)
+	}
+	writeFamilyGGUF(t, dir, filepath.Join(out, "gemma2_26.gguf"))
+}
+
 // TestGGUFFamiliesMatchCheckpoint: every family llama.cpp has an architecture for,
 // written as a float32 GGUF file, builds and gives the logits of the same checkpoint
 // built from its safetensors within 1e-4, at every position of the fixtures' sequences.
@@ -406,6 +447,15 @@ func TestGGUFFamiliesMatchCheckpoint(t *testing.T) {
 			arch, cfgJSON := writeFamilyGGUF(t, src, file)
 			if arch == "" {
 				t.Skip("no GGUF architecture for this model_type in llama.cpp's list here")
+			}
+			if dir := os.Getenv(ggufFamiliesOutEnv); dir != "" {
+				raw, err := os.ReadFile(file)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, filepath.Base(src)+".gguf"), raw, 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
 			// The checkpoint the file stands for: the fixture's weights and its config as
 			// a GGUF of this architecture can say it.

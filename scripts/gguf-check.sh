@@ -21,7 +21,8 @@
 #      apart;
 #   3. 64 greedy tokens from llama-server and from Conveyor (--quantize none) on the
 #      default model's F32 and F16 files, ten prompts: identical ids, and where they part,
-#      whether llama.cpp's top two probabilities were within 1e-4 (a tie);
+#      whether llama.cpp's top two probabilities were within 1e-4 (a tie); the same on the
+#      model families' float32 files of every architecture b4747 runs (needs Go);
 #   4. perplexity of the same text with the default model's F32, Q8_0 and Q4_K_M files:
 #      llama-perplexity, `conveyor perplexity` (each its own method), and llama-perplexity's
 #      method (chunks of 256 tokens starting with BOS, the second half scored) computed
@@ -175,7 +176,7 @@ def greedy(lurl, curl, model, gguf_path, prompts_file, label, n=64):
     prompts = json.load(open(prompts_file))
     rows, ident, ties_total, gaps = [], 0, 0, []
     for p in prompts:
-        ids = llama_ids(lurl, p)
+        ids = p if isinstance(p, list) else llama_ids(lurl, p)  # a list is prompt ids
         lr = post(lurl + "/completion", {"prompt": ids, "n_predict": n, "temperature": 0, "n_probs": 2,
                                           "ignore_eos": True, "return_tokens": True, "cache_prompt": False})
         la = lr["tokens"]
@@ -328,6 +329,31 @@ if [ -s "$out/mismatch-default.md" ] || [ -s "$out/mismatch-qwen.md" ]; then
 		echo "|---|---|---|---|---|"
 		cat "$out/mismatch-default.md" "$out/mismatch-qwen.md"
 	} >>"$report"
+fi
+# 3b. The other architectures llama.cpp b4747 runs, on the families' float32 files as
+# TestGGUFFamiliesMatchCheckpoint writes them (random tiny weights, a byte-level vocabulary):
+# llama (llama3, llama_linear), qwen2, gemma, phi3 (phi3, phi35, phi4mini), and Gemma 2 at
+# 26 layers (TestGGUFFamiliesForLlamaCpp: b4747 runs gemma2 only at its 2B/9B/27B layer
+# counts). Mistral's and Qwen2's sliding-window fixtures are left out: b4747's llama and
+# qwen2 graphs have no sliding window.
+fam=$files/families
+mkdir -p "$fam"
+# Their vocabulary is 128 made-up tokens ("tok0" ...), so the prompts are ids.
+fam_prompts=$out/family-prompts.json
+"$py" -c 'import json, random; r = random.Random(5); print(json.dumps([[r.randrange(1, 128) for _ in range(r.randrange(4, 16))] for _ in range(10)]))' >"$fam_prompts"
+if (cd models && CONVEYOR_GGUF_FAMILIES_OUT=$fam go test -count=1 -run 'TestGGUFFamiliesMatchCheckpoint|TestGGUFFamiliesForLlamaCpp' .) >"$out/logs/families.log" 2>&1; then
+	for f in llama3 llama_linear qwen2 gemma gemma2_26 phi3 phi35 phi4mini; do
+		if llama_up "$fam/$f.gguf" -c 512; then
+			conveyor_up "$fam/$f.gguf" --quantize none
+			compare greedy "$L" "$C" "$f.gguf" "$fam/$f.gguf" "$fam_prompts" "$f F32" >>"$report.greedy"
+			down "$cpid"
+		else
+			echo "| $f F32 | - | - | llama-server did not load it (see logs/llama-server-$f.log) | - |" >>"$report.greedy"
+		fi
+		down "$lpid"
+	done
+else
+	echo "| families | - | - | the family files were not written (see logs/families.log) | - |" >>"$report.greedy"
 fi
 cat "$report.greedy" >>"$report"
 rm -f "$report.greedy"
