@@ -138,12 +138,12 @@ func stepGraph(m *modelPlan, dtype, kvType DType, domain string) *onnxModel {
 			}
 			qkv = rotatePacked(b, qkv, cachesOf(rot), positions, rot, d)
 		}
+		parts := b.opN("Split", 3, []string{qkv, b.ints(int64(d.heads*d.headDim), int64(d.kvHeads*d.headDim), int64(d.kvHeads*d.headDim))}, attrI("axis", -1))
 		kc := b.input(modeldir.StepKeyCache(i), cacheElem, cacheDims...)
 		vc := b.input(modeldir.StepValueCache(i), cacheElem, cacheDims...)
-		// Inputs 0-7 (the query packed q|k|v, key and value absent: no Split node to
-		// launch per layer), cos and sin (8, 9) when the node rotates, nothing for 10-15,
-		// and attention_metadata (16).
-		ins := []string{qkv, "", "", kc, vc, cu, past, table, "", ""}
+		// Inputs 0-7, cos and sin (8, 9) when the node rotates, nothing for 10-15, and
+		// attention_metadata (16).
+		ins := []string{parts[0], parts[1], parts[2], kc, vc, cu, past, table, "", ""}
 		attrs := []onnxAttr{attrI("num_heads", int64(d.heads)), attrI("kv_num_heads", int64(d.kvHeads)),
 			attrF("scale", 1)} // the attention scale is folded into the query projection
 		if nodeRotates {
