@@ -43,8 +43,10 @@
 // the endpoint's parser in package openai validates it into the engine request; any
 // failure is written as the OpenAI error object with its status. A generation handler
 // then checks the model, submits one engine request per prompt (engine.Submit) and hands
-// the events to one loop, runGeneration, which serves both generation endpoints, streamed
-// or not, through the endpoint's openai.Converter. The handlers talk to the engine and the
+// the events to one loop, readEvents (merging, keep-alives, aborts, shutdown), which
+// serves every generation endpoint: runGeneration writes completions and chat, streamed or
+// not, through the endpoint's openai.Converter, and generateResponse builds a Responses
+// API response, streamed, plain or in the background. The handlers talk to the engine and the
 // tokenizer through two small interfaces, Engine (Submit, Abort, Stats) and
 // openai.Tokenizer, so handler tests run on fakes.
 //

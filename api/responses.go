@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -142,57 +140,23 @@ func (s *Server) startBackground(c *gin.Context, b *Backend, req *openai.ParsedR
 // fails (the client is gone) aborts the response.
 func (s *Server) generateResponse(ctx context.Context, b *Backend, req *openai.ParsedResponses, jobs []*job, resp *openai.Response,
 	st *responseStream) error {
-	m := mergeEvents(ctx, jobs)
-	defer m.stop()
-	abort := func() {
-		abortJobs(b, jobs)
-		m.stop()
-	}
 	var emit func(openai.ResponseEvent)
+	var keepAlive func() error
 	if st != nil {
-		emit = st.send
+		emit, keepAlive = st.send, st.sse.keepAlive
 	}
 	rb := openai.NewResponseBuilder(req, b.Tokenizer, s.metrics.rejectToolCalls, emit)
-	ticker := time.NewTicker(s.cfg.KeepAliveInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			abort()
-			if s.Draining() {
-				return fmt.Errorf("the server is shutting down: %w", engine.ErrClosed)
-			}
-			return ctx.Err()
-		case <-ticker.C:
-			if st != nil && st.sse.keepAlive() != nil {
-				abort()
-				return errors.New("the client went away")
-			}
-		case je, ok := <-m.events:
-			if !ok {
-				if ctx.Err() != nil {
-					abort()
-					return ctx.Err()
-				}
-				rb.Finish(resp, totalUsage(jobs), time.Now().Unix())
-				return nil
-			}
-			ticker.Reset(s.cfg.KeepAliveInterval)
-			ev := je.ev
-			if isFailure(ev) || ev.Index != 0 {
-				abort()
-				if !isFailure(ev) {
-					ev.Err = fmt.Errorf("the engine sent sequence index %d of 1: %w", ev.Index, engine.ErrModel)
-				}
-				return eventError(ev)
-			}
-			rb.Add(&ev)
-			if st != nil && st.sse.failed {
-				abort()
-				return errors.New("the client went away")
-			}
+	err := s.readEvents(ctx, b, jobs, 1, keepAlive, func(_ int, ev *engine.Event) error {
+		rb.Add(ev)
+		if st != nil && st.sse.failed {
+			return errClientGone
 		}
+		return nil
+	})
+	if err == nil {
+		rb.Finish(resp, totalUsage(jobs), time.Now().Unix())
 	}
+	return err
 }
 
 // handleResponsesGet serves GET /v1/responses/{id}.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -10,59 +11,54 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 )
 
-// runGeneration reads the events of a request's jobs until every sequence ended and
-// writes the response through conv: one JSON body, or Server-Sent Events with
-// keep-alive comments filling silences. A failure before anything was sent is a plain
-// error with its status, after that an in-band error event. A client that goes away (or
-// a write that fails, or a server that aborts on shutdown) aborts the jobs.
-func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Backend, g *openai.Generation, jobs []*job, conv openai.Converter) {
+// errClientGone is readEvents' error when a write to the client failed: nothing more can
+// be sent, and nothing is.
+var errClientGone = errors.New("the client went away")
+
+// readEvents is the generation loop of every endpoint (completions, chat, Responses): it
+// merges the events of a request's jobs (n sequences) and hands each to add, in order,
+// until every sequence ended (it returns nil). When keepAlive is not nil it is called in
+// silences of Config.KeepAliveInterval. Anything else aborts the jobs and returns why:
+// the request's context ended (ctx.Err(), or engine.ErrClosed when the server is
+// shutting down), a keep-alive or add failed (errClientGone, or add's error), or the
+// engine failed a sequence or sent an index outside [0, n) (engine.ErrModel).
+func (s *Server) readEvents(ctx context.Context, b *Backend, jobs []*job, n int, keepAlive func() error,
+	add func(pi int, ev *engine.Event) error) error {
 	m := mergeEvents(ctx, jobs)
 	defer m.stop()
-	sse := newSSEWriter(w)
-	fail := func(err error) {
-		if g.Stream {
-			sse.fail(err)
-		} else {
-			writeError(w, err)
-		}
-	}
 	abort := func() {
 		abortJobs(b, jobs)
 		m.stop()
 	}
+	cancelled := func() error {
+		abort()
+		if s.Draining() {
+			return fmt.Errorf("the server is shutting down: %w", engine.ErrClosed)
+		}
+		return ctx.Err()
+	}
 	var tick <-chan time.Time
 	var ticker *time.Ticker
-	if g.Stream {
+	if keepAlive != nil {
 		ticker = time.NewTicker(s.cfg.KeepAliveInterval)
 		defer ticker.Stop()
 		tick = ticker.C
 	}
-	cancelled := func() {
-		abort()
-		if s.Draining() {
-			fail(fmt.Errorf("the server is shutting down: %w", engine.ErrClosed))
-		}
-	}
-	n := g.Params.N
 	for {
 		select {
 		case <-ctx.Done():
-			cancelled()
-			return
+			return cancelled()
 		case <-tick:
-			if sse.keepAlive() != nil {
+			if keepAlive() != nil {
 				abort()
-				return
+				return errClientGone
 			}
-			continue
 		case je, ok := <-m.events:
 			if !ok {
 				if ctx.Err() != nil { // the forwarders stopped early, not every sequence ended
-					cancelled()
-					return
+					return cancelled()
 				}
-				s.finishGeneration(w, sse, g, totalUsage(jobs), conv)
-				return
+				return nil
 			}
 			if ticker != nil {
 				ticker.Reset(s.cfg.KeepAliveInterval) // keep-alives only fill silences
@@ -73,16 +69,44 @@ func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Ba
 				if !isFailure(ev) {
 					ev.Err = fmt.Errorf("the engine sent sequence index %d of %d: %w", ev.Index, n, engine.ErrModel)
 				}
-				fail(eventError(ev))
-				return
+				return eventError(ev)
 			}
-			for _, chunk := range conv.Add(je.pi, &ev) {
-				if sse.data(chunk) != nil {
-					abort()
-					return
-				}
+			if err := add(je.pi, &ev); err != nil {
+				abort()
+				return err
 			}
 		}
+	}
+}
+
+// runGeneration reads the events of a request's jobs until every sequence ended and
+// writes the response through conv: one JSON body, or Server-Sent Events with
+// keep-alive comments filling silences. A failure before anything was sent is a plain
+// error with its status, after that an in-band error event. A client that goes away (or
+// a write that fails, or a server that aborts on shutdown) aborts the jobs.
+func (s *Server) runGeneration(ctx context.Context, w http.ResponseWriter, b *Backend, g *openai.Generation, jobs []*job, conv openai.Converter) {
+	sse := newSSEWriter(w)
+	var keepAlive func() error
+	if g.Stream {
+		keepAlive = sse.keepAlive
+	}
+	err := s.readEvents(ctx, b, jobs, g.Params.N, keepAlive, func(pi int, ev *engine.Event) error {
+		for _, chunk := range conv.Add(pi, ev) {
+			if sse.data(chunk) != nil {
+				return errClientGone
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		s.finishGeneration(w, sse, g, totalUsage(jobs), conv)
+	case errors.Is(err, errClientGone) || (ctx.Err() != nil && !s.Draining()):
+		// Nobody to tell.
+	case g.Stream:
+		sse.fail(err)
+	default:
+		writeError(w, err)
 	}
 }
 
