@@ -481,18 +481,7 @@ func TestGGUFFamiliesMatchCheckpoint(t *testing.T) {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			ref := loadFamilyReference(t, refPath)
-			logits := func(dir string) [][]float32 {
-				m := openTestModel(t, dir, AttentionGraph)
-				seqs := make([]int, len(ref.Sequences))
-				for i := range seqs {
-					seqs[i] = i
-				}
-				out, err := m.Forward(newTestCache(m.Spec(), len(seqs), 64, 16, 3).batch(seqs, ref.Sequences, true))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return out.Logits
-			}
+			logits := func(dir string) [][]float32 { return familyLogits(t, dir, ref) }
 			got, want := logits(fromGGUF), logits(fromCkpt)
 			worst := 0.0
 			for s := range want {
@@ -575,13 +564,10 @@ func TestGGUFRefusals(t *testing.T) {
 // int8 bound of the float checkpoint's (mean KL over the fixtures' positions, the bound
 // TestFamiliesQuantized holds int8 to); with --quantize none it is served in float32,
 // closer still.
-// ggufKL builds the GGUF file at file with quantization q into dir and returns the mean
-// KL divergence of its next-token distributions from the family's PyTorch reference.
-func ggufKL(t *testing.T, file, dir string, q convert.Quantization, ref *familyReference) float64 {
+// familyLogits opens the model directory dir on the step graph and returns every
+// position's logits for the fixture's sequences, all in one step.
+func familyLogits(t *testing.T, dir string, ref *familyReference) [][]float32 {
 	t.Helper()
-	if _, err := convert.BuildFromGGUF(file, dir, convert.Options{Quantize: q}); err != nil {
-		t.Fatal(err)
-	}
 	m := openTestModel(t, dir, AttentionGraph)
 	seqs := make([]int, len(ref.Sequences))
 	for i := range seqs {
@@ -591,11 +577,22 @@ func ggufKL(t *testing.T, file, dir string, q convert.Quantization, ref *familyR
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out.Logits
+}
+
+// ggufKL builds the GGUF file at file with quantization q into dir and returns the mean
+// KL divergence of its next-token distributions from the family's PyTorch reference.
+func ggufKL(t *testing.T, file, dir string, q convert.Quantization, ref *familyReference) float64 {
+	t.Helper()
+	if _, err := convert.BuildFromGGUF(file, dir, convert.Options{Quantize: q}); err != nil {
+		t.Fatal(err)
+	}
+	logits := familyLogits(t, dir, ref)
 	vocab := len(ref.Logits[0][0])
 	sum, n := 0.0, 0
 	for s, toks := range ref.Sequences {
 		for p := range toks {
-			want, have := logSoftmax64(ref.Logits[s][p]), logSoftmax(out.Logits[s][p*vocab:(p+1)*vocab])
+			want, have := logSoftmax64(ref.Logits[s][p]), logSoftmax(logits[s][p*vocab:(p+1)*vocab])
 			for j := range want {
 				sum += math.Exp(want[j]) * (want[j] - have[j])
 			}

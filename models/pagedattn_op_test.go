@@ -296,57 +296,41 @@ var pagedAttentionOpCases = []struct {
 
 // TestPagedAttentionOp: the operator run through an ONNX Runtime session, its caches
 // bound as inputs and outputs alike, gives exactly what pagedattn.Run gives on the same
-// inputs: the same output and the same caches.
+// inputs: the same output and the same caches, with float32 caches and with float16 ones
+// (the kernel ONNX Runtime picks by the caches' type).
 func TestPagedAttentionOp(t *testing.T) {
 	for _, tc := range pagedAttentionOpCases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := tc.c()
-			want := c.clone()
-			if err := pagedattn.Run(want.a, want.d, want.t); err != nil {
-				t.Fatal(err)
+		for _, half := range []bool{false, true} {
+			name := tc.name
+			if half {
+				name += "/float16-cache"
 			}
-			s := pagedAttentionOp(t, c)
-			if err := runPagedAttentionOp(t, s, c, false); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if !slices.Equal(c.t.Out, want.t.Out) {
-				t.Error("the operator's output differs from pagedattn.Run's")
-			}
-			if !slices.Equal(c.t.KeyCache, want.t.KeyCache) || !slices.Equal(c.t.ValueCache, want.t.ValueCache) {
-				t.Error("the operator's caches differ from pagedattn.Run's")
-			}
-			if slices.Equal(c.t.KeyCache, tc.c().t.KeyCache) {
-				t.Error("the operator did not update the key cache in place")
-			}
-		})
-	}
-}
-
-// TestPagedAttentionOpHalfCache: with float16 caches (the kernel ONNX Runtime picks by
-// the caches' type) the operator gives exactly what pagedattn.Run gives on them.
-func TestPagedAttentionOpHalfCache(t *testing.T) {
-	for _, tc := range pagedAttentionOpCases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := tc.c().halfCaches()
-			before := c.clone()
-			want := c.clone()
-			if err := pagedattn.Run(want.a, want.d, want.t); err != nil {
-				t.Fatal(err)
-			}
-			s := pagedAttentionOp(t, c)
-			if err := runPagedAttentionOp(t, s, c, false); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if !slices.Equal(c.t.Out, want.t.Out) {
-				t.Error("the operator's output differs from pagedattn.Run's")
-			}
-			if !slices.Equal(c.t.KeyCacheHalf, want.t.KeyCacheHalf) || !slices.Equal(c.t.ValueCacheHalf, want.t.ValueCacheHalf) {
-				t.Error("the operator's caches differ from pagedattn.Run's")
-			}
-			if slices.Equal(c.t.KeyCacheHalf, before.t.KeyCacheHalf) {
-				t.Error("the operator did not update the key cache in place")
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				c := tc.c()
+				if half {
+					c = c.halfCaches()
+				}
+				before := c.clone()
+				want := c.clone()
+				if err := pagedattn.Run(want.a, want.d, want.t); err != nil {
+					t.Fatal(err)
+				}
+				s := pagedAttentionOp(t, c)
+				if err := runPagedAttentionOp(t, s, c, false); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if !slices.Equal(c.t.Out, want.t.Out) {
+					t.Error("the operator's output differs from pagedattn.Run's")
+				}
+				if !slices.Equal(c.t.KeyCache, want.t.KeyCache) || !slices.Equal(c.t.ValueCache, want.t.ValueCache) ||
+					!slices.Equal(c.t.KeyCacheHalf, want.t.KeyCacheHalf) || !slices.Equal(c.t.ValueCacheHalf, want.t.ValueCacheHalf) {
+					t.Error("the operator's caches differ from pagedattn.Run's")
+				}
+				if slices.Equal(c.t.KeyCache, before.t.KeyCache) && slices.Equal(c.t.KeyCacheHalf, before.t.KeyCacheHalf) {
+					t.Error("the operator did not update the key cache in place")
+				}
+			})
+		}
 	}
 }
 

@@ -385,31 +385,9 @@ static OrtCustomOp paop = {
 	.ReleaseAliasMap = paop_release_map,
 };
 
-static OrtCustomOp paop_half = {
-	.version = ORT_API_VERSION,
-	.GetName = paop_name,
-	.GetExecutionProviderType = paop_ep,
-	.GetInputType = paop_in_type,
-	.GetInputTypeCount = paop_in_count,
-	.GetOutputType = paop_out_type,
-	.GetOutputTypeCount = paop_out_count,
-	.KernelDestroy = paop_destroy,
-	.GetInputCharacteristic = paop_in_required,
-	.GetOutputCharacteristic = paop_out_required,
-	.GetInputMemoryType = paop_mem,
-	.GetVariadicInputMinArity = paop_one,
-	.GetVariadicInputHomogeneity = paop_one,
-	.GetVariadicOutputMinArity = paop_one,
-	.GetVariadicOutputHomogeneity = paop_one,
-	.CreateKernelV2 = paop_create,
-	.KernelComputeV2 = paop_compute,
-	.GetStartVersion = paop_one,
-	.GetEndVersion = paop_end,
-	.GetMayInplace = paop_no_map,
-	.ReleaseMayInplace = paop_release_map,
-	.GetAliasMap = paop_no_map,
-	.ReleaseAliasMap = paop_release_map,
-};
+// paop_half is paop for float16 caches: a copy made at registration (paop_cache_type
+// tells the two apart by address).
+static OrtCustomOp paop_half;
 
 static ONNXTensorElementDataType paop_cache_type(const OrtCustomOp *op) {
 	return op == &paop_half ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
@@ -439,6 +417,7 @@ char *cv_paop_register(const void *api_ptr, void *session_options, const void *c
 	OrtStatusPtr st = NULL;
 	if (paop_domain == NULL) {
 		OrtCustomOpDomain *d = NULL;
+		paop_half = paop;
 		if ((st = api->CreateCustomOpDomain(CV_PA_DOMAIN, &d)) == NULL) {
 			st = api->CustomOpDomain_Add(d, &paop);
 			if (st == NULL) {
