@@ -77,6 +77,9 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 			"(or bfloat16) to serve it on %s", ErrModelDir, dir, dev.Name())
 	}
 	if kv := opts.KVCacheDType; kv != "" && kv != KVCacheAuto && kv != man.CacheDType() {
+		if man.DType != "float32" {
+			return nil, fmt.Errorf("%w: --kv-cache-dtype %s: a %s step graph's cache is its own type (leave it auto)", ErrModelDir, kv, man.DType)
+		}
 		return nil, fmt.Errorf("%w: --kv-cache-dtype %s: %s's step graph was built for a %s cache (leave it auto, or rebuild it with `conveyor build-model --kv-cache-dtype %s`)",
 			ErrModelDir, kv, dir, man.CacheDType(), kv)
 	}

@@ -66,8 +66,11 @@ func runBuildModel(args []string) error {
 		return fmt.Errorf("build-model: --kv-cache-dtype %q: want float32, float16 or auto", *kvDType)
 	}
 	opts := convert.Options{Quantize: quant, StepDType: stepType}
-	if stepType == convert.Float32 {
+	switch {
+	case stepType == convert.Float32:
 		opts.StepKVDType = stepKVDType(*kvDType)
+	case *kvDType != models.KVCacheAuto && *kvDType != stepType.String():
+		return fmt.Errorf("build-model: --kv-cache-dtype %s: a %v step graph's cache is its own type (leave it auto)", *kvDType, stepType)
 	}
 	if *hfCheckpoint && quant.Bits != 0 {
 		return errors.New("build-model: --quantize applies to model directories, not --hf-checkpoint")

@@ -109,6 +109,11 @@ func TestBuildModelRandom(t *testing.T) {
 		}
 	}
 	errOut.Reset()
+	if code := runMain([]string{"build-model", "--random", "--config", cfg, "--out", t.TempDir(), "--dtype", "bfloat16", "--kv-cache-dtype", "float16"}, &stdout, &errOut); code != 1 ||
+		errOut.String() != "conveyor: build-model: --kv-cache-dtype float16: a bfloat16 step graph's cache is its own type (leave it auto)\n" {
+		t.Errorf("--dtype bfloat16 --kv-cache-dtype float16: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
 	if code := runMain([]string{"build-model", "--random", "--config", cfg, "--out", out, "--kv-cache-dtype", "int8"}, &stdout, &errOut); code != 1 ||
 		errOut.String() != "conveyor: build-model: --kv-cache-dtype \"int8\": want float32, float16 or auto\n" {
 		t.Errorf("--kv-cache-dtype int8: exit %d, %q", code, errOut.String())
