@@ -72,6 +72,12 @@ type Config struct {
 	// (models.Runner's is), and closes a model it reopened when its loop stops. Nil: the
 	// engine reports itself unhealthy and keeps the model it has.
 	ReopenModel func() (Model, error)
+	// DraftModel, with Speculation.External, proposes the tokens of speculative decoding
+	// (the draft_model method): a smaller model with the same vocabulary, run before each
+	// step over the speculating rows with a KV cache of its own that holds as many tokens
+	// as the model's. Its greedy tokens are proposed and verified as prompt lookup's are.
+	// The engine does not close it.
+	DraftModel Model
 }
 
 // DefaultMaxStepFailures is Config.MaxStepFailures when it is 0.
@@ -105,6 +111,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: StorageParallelism %d must be >= 0", ErrInvalidConfig, c.StorageParallelism)
 	case c.MaxStepFailures < 0:
 		return fmt.Errorf("%w: MaxStepFailures %d must be >= 0", ErrInvalidConfig, c.MaxStepFailures)
+	case c.Speculation.External && c.Speculation.NumTokens > 0 && c.DraftModel == nil:
+		return fmt.Errorf("%w: Speculation.External needs a DraftModel to propose tokens", ErrInvalidConfig)
+	case c.DraftModel != nil && (!c.Speculation.External || c.Speculation.NumTokens == 0):
+		return fmt.Errorf("%w: a DraftModel needs Speculation.External with NumTokens > 0", ErrInvalidConfig)
 	}
 	// The model's context is not known yet: check the rest with the smallest context
 	// that makes sense (1 token) when MaxModelLen is 0.

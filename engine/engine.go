@@ -48,6 +48,7 @@ type Engine struct {
 	pool    *kvcache.Pool
 	storage *kvcache.Storage
 	copier  models.BlockCopier // copies blocks on the model's device; nil: in storage
+	drafter *drafter           // the draft model's side of speculative decoding; nil: none
 	sched   *scheduler.Scheduler
 	batch   models.Batch // its Cache is storage
 	// groupBuf backs the batch rows' GroupBlocks (layer groups 1, 2, ...).
@@ -181,11 +182,19 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	scfg := cfg.schedulerConfig(maxLen)
 	sched, err := scheduler.New(scfg, pool, nil)
 	if err != nil {
+		storage.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	var d *drafter
+	if cfg.DraftModel != nil {
+		if d, err = newDrafter(cfg.DraftModel, spec, numBlocks*cfg.BlockSizeTokens, maxLen, log); err != nil {
+			storage.Close()
+			return nil, err
+		}
 	}
 	e := &Engine{
 		cfg:         cfg,
@@ -201,6 +210,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		pool:        pool,
 		storage:     storage,
 		copier:      copier,
+		drafter:     d,
 		sched:       sched,
 		nextSeq:     1,
 		live:        make(map[*request]struct{}),
@@ -222,6 +232,14 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	}
 	e.publishStats()
 	return e, nil
+}
+
+// closeCaches gives back the memory of the KV cache and of the draft model's.
+func (e *Engine) closeCaches() {
+	e.storage.Close()
+	if e.drafter != nil {
+		e.drafter.close()
+	}
 }
 
 // MaxModelLen returns the longest sequence (prompt + generated tokens) the engine runs.
@@ -376,7 +394,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 func (e *Engine) run(ctx context.Context) error {
 	defer close(e.done)
-	defer e.storage.Close() // the cache's memory goes back as the engine stops
+	defer e.closeCaches() // the caches' memory goes back as the engine stops
 	defer e.closeReopened()
 	defer func() {
 		e.mu.Lock()
@@ -455,7 +473,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.takeInbox()
 		e.abortAll()
 		e.publishStats()
-		e.storage.Close()
+		e.closeCaches()
 		close(e.done)
 		return nil
 	}

@@ -462,3 +462,80 @@ func TestONNXPrefixCachingLargeBlocks(t *testing.T) {
 		t.Fatalf("cached %d tokens, want one 256-token block", cached[1].usage.CachedTokens)
 	}
 }
+
+// TestONNXDraftModelMatches: with a draft model proposing the tokens (the draft_model
+// method), greedy decoding returns the very tokens it returns without speculation, one
+// request alone and 64 at once, whether the draft is the model itself (every proposal
+// accepted) or its int4 build (proposals accepted and rejected); on every attention
+// path with the model as its own draft, on the step graph with the int4 one.
+func TestONNXDraftModelMatches(t *testing.T) {
+	int4Dir := filepath.Join(t.TempDir(), "int4")
+	q := convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 32}}
+	if _, err := convert.BuildRandomWith(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), int4Dir, 1, q); err != nil {
+		t.Fatal(err)
+	}
+	openDraft := func(t *testing.T, dir, attention string) Model {
+		r, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1, Attention: attention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	for _, tc := range []struct {
+		attention, draft string
+	}{
+		{models.AttentionGraph, "int4"}, {models.AttentionGraph, "itself"},
+		{models.AttentionPaged, "itself"}, {models.AttentionDense, "itself"},
+	} {
+		t.Run(tc.attention+"/"+tc.draft, func(t *testing.T) {
+			m, tok := openTiny(t, tc.attention)
+			dir := tinyModelDir(t)
+			if tc.draft == "int4" {
+				dir = int4Dir
+			}
+			draft := openDraft(t, dir, tc.attention)
+			for _, n := range []int{1, 64} {
+				run := func(draft Model) ([]result, Stats) {
+					cfg := tinyConfig()
+					if draft != nil {
+						cfg.Speculation = scheduler.Speculation{NumTokens: 4, External: true}
+						cfg.DraftModel = draft
+					}
+					e, err := New(cfg, m, tok)
+					if err != nil {
+						t.Fatal(err)
+					}
+					e.Start(context.Background())
+					reqs := tinyRequests(t, tok, 64)[64-n:]
+					for _, r := range reqs {
+						r.Params.MaxTokens += 24
+					}
+					out := runAll(t, e, reqs)
+					st := e.Stats()
+					shutdown(t, e)
+					if e.drafter != nil && e.drafter.failures != 0 {
+						t.Fatalf("%d draft passes failed", e.drafter.failures)
+					}
+					return out, st
+				}
+				want, _ := run(nil)
+				got, st := run(draft)
+				for i := range want {
+					if w, g := want[i].seqs[0].TokenIDs, got[i].seqs[0].TokenIDs; !slices.Equal(w, g) {
+						t.Fatalf("%d at once, request %d: %v with speculation, %v without", n, i, g, w)
+					}
+				}
+				t.Logf("%d at once: %d proposed, %d accepted (by depth %v)", n, st.SpecDraftTokens, st.SpecAcceptedTokens, st.SpecAcceptedAt)
+				switch {
+				case st.SpecDraftTokens == 0:
+					t.Fatal("nothing proposed")
+				case tc.draft == "itself" && float64(st.SpecAcceptedTokens) < 0.9*float64(st.SpecDraftTokens):
+					t.Fatalf("the model as its own draft: %d of %d accepted", st.SpecAcceptedTokens, st.SpecDraftTokens)
+				case tc.draft == "int4" && n == 64 && (st.SpecAcceptedTokens == 0 || st.SpecAcceptedTokens == st.SpecDraftTokens):
+					t.Fatalf("the int4 draft: %d of %d accepted; the test needs both outcomes", st.SpecAcceptedTokens, st.SpecDraftTokens)
+				}
+			}
+		})
+	}
+}

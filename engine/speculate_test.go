@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -39,12 +41,14 @@ func specRequests() []*Request {
 	return reqs
 }
 
-// runSpec runs reqs at once on a fresh engine over m with speculation spec and returns
-// each request's sequences' token ids and logprobs, and the engine's stats.
-func runSpec(t *testing.T, m Model, spec scheduler.Speculation) (map[string][][]int32, map[string][][]float32, Stats) {
+// runSpec runs reqs at once on a fresh engine over m with speculation spec (and draft
+// model draft, if not nil) and returns each request's sequences' token ids and logprobs,
+// and the engine's stats.
+func runSpec(t *testing.T, m Model, spec scheduler.Speculation, draft Model) (map[string][][]int32, map[string][][]float32, Stats) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Speculation = spec
+	cfg.DraftModel = draft
 	// Every request is queued before the engine starts, so both runs see the same
 	// arrivals and their step counts compare speculation alone.
 	e, err := newEngine(cfg, m, fakeText{})
@@ -85,6 +89,9 @@ func runSpec(t *testing.T, m Model, spec scheduler.Speculation) (map[string][][]
 	wg.Wait()
 	st := e.Stats()
 	shutdown(t, e)
+	if e.drafter != nil && e.drafter.failures != 0 {
+		t.Fatalf("%d draft passes failed", e.drafter.failures)
+	}
 	return ids, lps, st
 }
 
@@ -99,24 +106,9 @@ func TestSpeculationIsExact(t *testing.T) {
 		t.Run(fmt.Sprintf("context %d", context), func(t *testing.T) {
 			m := newFakeModel(1024)
 			m.context = context
-			wantIDs, wantLPs, off := runSpec(t, m, scheduler.Speculation{})
-			gotIDs, gotLPs, st := runSpec(t, m, on)
-			for id, want := range wantIDs {
-				got := gotIDs[id]
-				slices.SortFunc(want, slices.Compare[[]int32])
-				slices.SortFunc(got, slices.Compare[[]int32])
-				if len(got) != len(want) {
-					t.Fatalf("%s: %d sequences with speculation, %d without", id, len(got), len(want))
-				}
-				for i := range want {
-					if !slices.Equal(got[i], want[i]) {
-						t.Fatalf("%s: tokens with speculation %v, without %v", id, got[i], want[i])
-					}
-				}
-				if len(wantLPs[id]) == 1 && !slices.Equal(gotLPs[id][0], wantLPs[id][0]) {
-					t.Fatalf("%s: logprobs with speculation %v, without %v", id, gotLPs[id][0], wantLPs[id][0])
-				}
-			}
+			wantIDs, wantLPs, off := runSpec(t, m, scheduler.Speculation{}, nil)
+			gotIDs, gotLPs, st := runSpec(t, m, on, nil)
+			sameOutputs(t, wantIDs, gotIDs, wantLPs, gotLPs)
 			if off.SpecDraftTokens != 0 || st.SpecDraftTokens == 0 {
 				t.Fatalf("proposals counted: %d without speculation, %d with", off.SpecDraftTokens, st.SpecDraftTokens)
 			}
@@ -126,5 +118,79 @@ func TestSpeculationIsExact(t *testing.T) {
 					st.SpecAcceptedTokens, st.SpecDraftTokens, st.SpecAcceptedAt, st.Steps, off.Steps)
 			}
 		})
+	}
+}
+
+// sameOutputs fails unless every request's sequences (in any order) have the same
+// tokens with speculation as without, and a one-sequence request the same logprobs.
+func sameOutputs(t *testing.T, wantIDs, gotIDs map[string][][]int32, wantLPs, gotLPs map[string][][]float32) {
+	t.Helper()
+	for id, want := range wantIDs {
+		got := gotIDs[id]
+		slices.SortFunc(want, slices.Compare[[]int32])
+		slices.SortFunc(got, slices.Compare[[]int32])
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d sequences with speculation, %d without", id, len(got), len(want))
+		}
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("%s: tokens with speculation %v, without %v", id, got[i], want[i])
+			}
+		}
+		if len(wantLPs[id]) == 1 && !slices.Equal(gotLPs[id][0], wantLPs[id][0]) {
+			t.Fatalf("%s: logprobs with speculation %v, without %v", id, gotLPs[id][0], wantLPs[id][0])
+		}
+	}
+}
+
+// TestDraftModelIsExact: with a draft model proposing the tokens, the engine returns
+// the very tokens and logprobs it returns without speculation (greedy and seeded
+// sampled rows, stop strings, max_tokens, logprobs, n=2), with a draft that is the model
+// itself (every greedy proposal accepted, half the steps; the cache kept in step over many
+// steps: the fake model fails a pass whose cache holds a wrong past) and with a poor one
+// (a different model: proposals rejected, the draft's cache cut back); and an engine
+// without a draft refuses an external speculation, as one with a draft refuses prompt
+// lookup.
+func TestDraftModelIsExact(t *testing.T) {
+	on := scheduler.Speculation{NumTokens: 4, External: true}
+	m := newFakeModel(1024)
+	m.context = 1
+	wantIDs, wantLPs, off := runSpec(t, m, scheduler.Speculation{}, nil)
+	for _, tc := range []struct {
+		name    string
+		context int
+	}{{"itself", 1}, {"poor", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			draft := newFakeModel(1024)
+			draft.context = tc.context
+			gotIDs, gotLPs, st := runSpec(t, m, on, draft)
+			sameOutputs(t, wantIDs, gotIDs, wantLPs, gotLPs)
+			t.Logf("%d proposed, %d accepted, by depth %v; %d steps with, %d without", st.SpecDraftTokens, st.SpecAcceptedTokens, st.SpecAcceptedAt, st.Steps, off.Steps)
+			switch rate := float64(st.SpecAcceptedTokens) / float64(max(st.SpecDraftTokens, 1)); {
+			case st.SpecDraftTokens == 0:
+				t.Fatal("nothing proposed")
+			case tc.name == "itself" && (rate < 0.3 || 2*st.Steps >= off.Steps):
+				t.Fatalf("the model as its own draft: %.2f accepted, %d steps against %d", rate, st.Steps, off.Steps)
+			case tc.name == "poor" && rate > 0.2:
+				t.Fatalf("a poor draft: %.2f accepted", rate)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		spec  scheduler.Speculation
+		draft Model
+	}{{on, nil}, {scheduler.Speculation{NumTokens: 4, LookupMin: 1, LookupMax: 2}, newFakeModel(1024)}} {
+		cfg := testConfig()
+		cfg.Speculation, cfg.DraftModel = tc.spec, tc.draft
+		if _, err := newEngine(cfg, m, fakeText{}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("speculation %+v with draft %v: %v, want ErrInvalidConfig", tc.spec, tc.draft != nil, err)
+		}
+	}
+	small := newFakeModel(1024)
+	small.spec.VocabSize = fakeVocab - 1
+	cfg := testConfig()
+	cfg.Speculation, cfg.DraftModel = on, small
+	if _, err := newEngine(cfg, m, fakeText{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "vocabulary") {
+		t.Errorf("a draft with another vocabulary: %v, want ErrInvalidConfig naming it", err)
 	}
 }

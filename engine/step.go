@@ -25,6 +25,9 @@ func (e *Engine) step(plan *scheduler.Plan, start time.Time) {
 	clear(e.results)
 
 	err := e.copyBlocks(plan.Copies)
+	if err == nil {
+		e.timeDraft(items)
+	}
 
 	e.batch.Seqs = e.batch.Seqs[:0]
 	e.draftToks = e.draftToks[:0]

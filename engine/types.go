@@ -198,6 +198,9 @@ type StepInfo struct {
 	// stop checks, detokenization, events, the scheduler's update). Duration is their
 	// sum plus the small bookkeeping between them.
 	Schedule, Forward, Sample, Emit time.Duration
+	// Draft is the draft model's passes before Forward (speculative decoding with a draft
+	// model; 0 without one), counted in Duration.
+	Draft time.Duration
 	// ParallelSampled counts the rows whose token was drawn on several goroutines at once
 	// (rows sampling from their logits, when the step has two or more and GOMAXPROCS > 1).
 	ParallelSampled int

@@ -25,8 +25,10 @@ type Item struct {
 	// last one: they are fed at positions StartPos+1, ... and their KV slots are reserved
 	// (and counted in the step's tokens). The engine needs logits at every position of the
 	// row and reports the tokens it sampled in Result.Tokens. A view valid until the next
-	// Schedule.
+	// Schedule. With Speculation.External the engine fills it (see speculate.go).
 	Draft []int32
+	// draftSlots is how many slots were reserved for Draft when it was planned.
+	draftSlots int
 	// Blocks is the sequence's block table for this pass: entry i holds positions
 	// [i*B, (i+1)*B) for the pool's block size B, and it covers at least
 	// StartPos+NumNewTokens positions. Read the past from it and write the new K/V into it.

@@ -13,7 +13,11 @@ import "fmt"
 //
 // Proposals come from prompt lookup (vLLM's ngram method): the sequence's last n tokens,
 // for n from LookupMax down to LookupMin, are looked for earlier in the sequence (prompt
-// and output); the tokens that followed an earlier occurrence are proposed.
+// and output); the tokens that followed an earlier occurrence are proposed. With
+// Speculation.External they come from the engine instead (a draft model): the plan
+// reserves NumTokens slots for each speculating row, Item.Draft holds that many
+// placeholders, and the engine writes its proposals over them, or shortens Draft, before
+// the pass; Update gives back the slots of what was not kept.
 
 // Speculation configures speculative decoding; the zero value is off.
 type Speculation struct {
@@ -21,6 +25,10 @@ type Speculation struct {
 	NumTokens int
 	// LookupMin and LookupMax bound the n-gram sizes prompt lookup matches (1 <= min <= max).
 	LookupMin, LookupMax int
+	// External leaves the proposals to the engine (a draft model): a speculating row's
+	// Draft holds NumTokens placeholders for it to overwrite or shorten. LookupMin and
+	// LookupMax are then unused.
+	External bool
 	// MaxBatch turns speculation off for a step whose running batch holds more than
 	// MaxBatch sequences (vLLM's disable_by_batch_size): verification then costs more than
 	// it saves. 0: no limit.
@@ -37,10 +45,12 @@ func (c Speculation) validate() error {
 		return fmt.Errorf("%w: Speculation.NumTokens %d must be in [0, 64]", ErrInvalid, c.NumTokens)
 	case !c.on():
 		return nil
-	case c.LookupMin < 1 || c.LookupMax < c.LookupMin || c.LookupMax > 64:
-		return fmt.Errorf("%w: Speculation.LookupMin %d and LookupMax %d must satisfy 1 <= min <= max <= 64", ErrInvalid, c.LookupMin, c.LookupMax)
 	case c.MaxBatch < 0:
 		return fmt.Errorf("%w: Speculation.MaxBatch %d must be >= 0", ErrInvalid, c.MaxBatch)
+	case c.External:
+		return nil
+	case c.LookupMin < 1 || c.LookupMax < c.LookupMin || c.LookupMax > 64:
+		return fmt.Errorf("%w: Speculation.LookupMin %d and LookupMax %d must satisfy 1 <= min <= max <= 64", ErrInvalid, c.LookupMin, c.LookupMax)
 	}
 	return nil
 }
@@ -68,6 +78,14 @@ func proposeLookup(dst, toks []int32, k, lo, hi int) []int32 {
 		if len(best) > 0 {
 			return append(dst, best...)
 		}
+	}
+	return dst
+}
+
+// proposeSlots appends k placeholder tokens to dst (External proposals) and returns dst.
+func proposeSlots(dst []int32, k int) []int32 {
+	for range max(k, 0) {
+		dst = append(dst, 0)
 	}
 	return dst
 }

@@ -82,7 +82,7 @@ func (s *Scheduler) addItem(q *Sequence, n int, blocks []kvcache.BlockID) {
 	it.StartPos = q.numComputed
 	it.NumNewTokens = n
 	it.Sample = it.StartPos+n == len(q.Tokens)
-	it.Draft = nil
+	it.Draft, it.draftSlots = nil, 0
 	it.Blocks = blocks
 }
 
@@ -108,7 +108,11 @@ func (s *Scheduler) scheduleRunning(budget int) int {
 		if speculate && q.Speculate && n == 1 && len(q.awaiting) == 0 && q.wantTokens() == 1 {
 			k := min(spec.NumTokens, budget-1-(len(s.running)-1-i), s.cfg.MaxModelLen-len(q.Tokens)-1)
 			from := len(s.plan.draft)
-			s.plan.draft = proposeLookup(s.plan.draft, q.Tokens, k, spec.LookupMin, spec.LookupMax)
+			if spec.External {
+				s.plan.draft = proposeSlots(s.plan.draft, k)
+			} else {
+				s.plan.draft = proposeLookup(s.plan.draft, q.Tokens, k, spec.LookupMin, spec.LookupMax)
+			}
 			draft = s.plan.draft[from:]
 		}
 		blocks, ok := s.reserve(i, n+len(draft))
@@ -116,7 +120,8 @@ func (s *Scheduler) scheduleRunning(budget int) int {
 			break // q left the running batch; it was the newest, so nothing follows it
 		}
 		s.addItem(q, n, blocks)
-		s.plan.Items[len(s.plan.Items)-1].Draft = draft
+		it := &s.plan.Items[len(s.plan.Items)-1]
+		it.Draft, it.draftSlots = draft, len(draft)
 		budget -= n + len(draft)
 	}
 	return budget
@@ -410,7 +415,7 @@ func (s *Scheduler) Update(plan *Plan, results []Result) ([]*Sequence, error) {
 			if err := s.pool.Commit(q.ID, it.StartPos, q.Tokens[it.StartPos:end], q.PrefixKey); err != nil && firstErr == nil {
 				firstErr = fmt.Errorf("scheduler: commit sequence %d: %w", q.ID, err)
 			}
-			if len(it.Draft) > 0 { // nothing sampled: no proposal is kept
+			if it.draftSlots > 0 { // no proposal verified or kept: give their slots back
 				if err := s.pool.Truncate(q.ID, end); err != nil && firstErr == nil {
 					firstErr = fmt.Errorf("scheduler: truncate sequence %d: %w", q.ID, err)
 				}

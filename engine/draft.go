@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/scheduler"
+)
+
+// draftCatchUp is the most tokens a row feeds the draft model in one step to catch up
+// with its sequence (a new sequence's prompt, chunk by chunk): a row further behind
+// proposes nothing that step.
+const draftCatchUp = 512
+
+// drafter proposes the tokens of speculative decoding with a draft model (the
+// "draft_model" method; Speculation.External): before the target's pass, the draft model
+// runs its own batched steps over every speculating row, with its own paged KV cache,
+// and the row's proposals are its greedy tokens, one step each. The first step feeds the
+// draft what it has not seen of the sequence (the whole prompt at first; after a
+// verification, the tokens accepted and sampled since) and gives the first proposal;
+// each further step feeds the proposal before it.
+//
+// The draft's cache holds each sequence's tokens and the proposals fed after them; at the
+// next step the proposals the target rejected are cut off (kvcache.Pool.Truncate), so the
+// draft stays in step with the tokens the target accepted. A sequence that does not
+// speculate in a step (finished, aborted, or the batch too large) loses its draft cache,
+// and rebuilds it when it speculates again.
+//
+// Proposals are the draft's argmax, so verification (Engine.verifyDraft) is rejection
+// sampling with a one-point draft distribution: exact for greedy and sampled rows alike.
+type drafter struct {
+	model   Model
+	spec    models.Spec
+	pool    *kvcache.Pool
+	storage *kvcache.Storage
+	batch   models.Batch
+	log     *slog.Logger
+
+	seqs     map[kvcache.SeqID]*draftSeq
+	step     uint64
+	rows     []draftRow
+	next     []int32 // the last round's greedy token of each row
+	groupBuf [][]kvcache.BlockID
+	failures int64
+}
+
+// draftSeq is one sequence's state in the draft's cache.
+type draftSeq struct {
+	fed   []int32 // the tokens whose keys and values the draft's cache holds, in order
+	known int     // fed[:known] are the sequence's own tokens (the rest: proposals)
+	step  uint64  // the last step it speculated in
+}
+
+// draftRow is one speculating row of the step being drafted.
+type draftRow struct {
+	item *scheduler.Item
+	id   kvcache.SeqID
+	ds   *draftSeq
+	feed []int32 // this round's tokens
+	past int     // the row's tokens in the draft's cache before this round
+	n    int     // proposals made
+}
+
+// newDrafter builds the draft side: model's own KV cache, holding as many tokens as
+// tokens (the target's cache) in blocks of its own default size.
+func newDrafter(model Model, target models.Spec, tokens int, maxLen int, log *slog.Logger) (*drafter, error) {
+	spec := model.Spec()
+	if spec.VocabSize != target.VocabSize {
+		return nil, fmt.Errorf("%w: the draft model's vocabulary has %d tokens, the model's %d: a draft must share the model's tokenizer",
+			ErrInvalidConfig, spec.VocabSize, target.VocabSize)
+	}
+	if spec.NumLayers <= 0 || spec.NumKVHeads <= 0 || spec.HeadDim <= 0 || spec.MaxPositions <= 1 {
+		return nil, fmt.Errorf("%w: draft model spec %+v", ErrInvalidConfig, spec)
+	}
+	if spec.MaxPositions < maxLen {
+		return nil, fmt.Errorf("%w: the draft model has %d positions, fewer than the %d the model serves", ErrInvalidConfig, spec.MaxPositions, maxLen)
+	}
+	if spec.KVOnDevice != target.KVOnDevice {
+		return nil, fmt.Errorf("%w: the draft model and the model must run on the same device", ErrInvalidConfig)
+	}
+	dt, err := kvDType(spec.KVDType)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := spec.BlockSize(0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: draft model: %w", ErrInvalidConfig, err)
+	}
+	layout := kvcache.PlanLayout(spec.CacheWindows(), spec.NumLayers, maxLen)
+	numBlocks := len(layout.Windows) * ((max(tokens, maxLen) + bs - 1) / bs)
+	pool, err := kvcache.NewPool(layout.Pool(kvcache.PoolConfig{NumBlocks: numBlocks, BlockSizeTokens: bs}))
+	if err != nil {
+		return nil, fmt.Errorf("%w: draft model: %w", ErrInvalidConfig, err)
+	}
+	storage, err := kvcache.NewStorage(layout.Storage(kvcache.StorageConfig{
+		NumBlocks: numBlocks, BlockSizeTokens: bs, Layers: spec.NumLayers,
+		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: dt,
+		TokenMajor: spec.KVTokenMajor, NoArenas: spec.KVOnDevice,
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("%w: draft model: %w", ErrInvalidConfig, err)
+	}
+	d := &drafter{model: model, spec: spec, pool: pool, storage: storage, log: log, seqs: make(map[kvcache.SeqID]*draftSeq)}
+	d.batch.Cache = storage
+	return d, nil
+}
+
+// close gives the draft's cache memory back.
+func (d *drafter) close() { d.storage.Close() }
+
+// propose writes the draft's proposals over the placeholders of every speculating item
+// of the step (Item.Draft), shortening Draft where it proposes fewer (none for a row
+// still catching up, or when the draft's cache is full or its pass failed).
+func (d *drafter) propose(items []scheduler.Item) {
+	d.step++
+	d.rows = d.rows[:0]
+	for i := range items {
+		it := &items[i]
+		if len(it.Draft) == 0 {
+			continue
+		}
+		if r, ok := d.catchUp(it); ok {
+			d.rows = append(d.rows, r)
+		} else {
+			it.Draft = it.Draft[:0]
+		}
+	}
+	for id, ds := range d.seqs {
+		if ds.step != d.step {
+			d.pool.Free(id)
+			delete(d.seqs, id)
+		}
+	}
+	for round := 0; len(d.rows) > 0; round++ {
+		if err := d.forward(); err != nil {
+			d.fail(items, err)
+			return
+		}
+		kept := d.rows[:0]
+		for i, r := range d.rows {
+			toks := r.item.Seq.Tokens
+			if round == 0 { // the sequence's own tokens are in the draft's cache now
+				end := r.past + len(r.feed)
+				from := d.pool.NumCommittedTokens(r.id)
+				if err := d.pool.Commit(r.id, from, toks[from:end], 0); err != nil {
+					d.fail(items, err)
+					return
+				}
+				r.ds.known = end
+			}
+			r.past += len(r.feed)
+			if r.past < len(toks) { // still catching up: no proposal this step
+				r.item.Draft = r.item.Draft[:0]
+				continue
+			}
+			r.item.Draft[r.n] = d.next[i]
+			r.n++
+			if r.n == len(r.item.Draft) {
+				continue // the last proposal is not fed
+			}
+			r.feed = r.item.Draft[r.n-1 : r.n]
+			r.ds.fed = append(r.ds.fed, d.next[i])
+			kept = append(kept, r)
+		}
+		d.rows = kept
+	}
+}
+
+// catchUp plans item it's first draft round: the draft's cache is cut back to the
+// longest prefix it shares with the sequence, and the row feeds what follows (at most
+// draftCatchUp tokens), with room reserved for the proposals it will feed after. It
+// reports false when the row cannot draft this step.
+func (d *drafter) catchUp(it *scheduler.Item) (draftRow, bool) {
+	id := it.Seq.ID
+	toks := it.Seq.Tokens
+	ds := d.seqs[id]
+	if ds == nil {
+		ds = &draftSeq{}
+		d.seqs[id] = ds
+	}
+	ds.step = d.step
+	c := ds.known
+	for c < len(ds.fed) && c < len(toks) && ds.fed[c] == toks[c] {
+		c++
+	}
+	c = min(c, len(toks)-1) // the last token is fed: its logits give the first proposal
+	if c < d.pool.NumCommittedTokens(id) {
+		d.pool.Free(id) // cannot happen with a sequence's tokens only appended; start over
+		c, ds.known = 0, 0
+	}
+	if err := d.pool.Truncate(id, c); err != nil && d.pool.NumTokens(id) > 0 {
+		d.drop(id)
+		return draftRow{}, false
+	}
+	ds.fed = ds.fed[:c]
+	ds.known = min(ds.known, c)
+	feed := toks[c:min(len(toks), c+draftCatchUp)]
+	extra := 0
+	if c+len(feed) == len(toks) {
+		extra = len(it.Draft) - 1 // the proposals fed after the first
+	}
+	if _, _, ok := d.pool.AllocateSlots(id, nil, len(feed)+extra); !ok {
+		d.drop(id)
+		return draftRow{}, false
+	}
+	ds.fed = append(ds.fed, feed...)
+	return draftRow{item: it, id: id, ds: ds, feed: feed, past: c}, true
+}
+
+// forward runs one draft round over d.rows and takes each row's greedy token.
+func (d *drafter) forward() error {
+	d.batch.Seqs = d.batch.Seqs[:0]
+	d.groupBuf = d.groupBuf[:0]
+	for _, r := range d.rows {
+		var groups [][]kvcache.BlockID
+		if d.pool.NumGroups() > 1 {
+			start := len(d.groupBuf)
+			d.groupBuf = d.pool.AppendGroupTables(d.groupBuf, r.id, 1)
+			groups = d.groupBuf[start:len(d.groupBuf):len(d.groupBuf)]
+		}
+		d.batch.Seqs = append(d.batch.Seqs, models.SeqInput{
+			Tokens: r.feed, PastLen: r.past, Blocks: d.pool.BlockTable(r.id), GroupBlocks: groups, ArgmaxOnly: true,
+		})
+	}
+	out, err := d.model.Forward(&d.batch)
+	if err == nil && (out == nil || len(out.Logits) != len(d.rows)) {
+		err = fmt.Errorf("forward returned %d logit rows for %d sequences", lenLogits(out), len(d.rows))
+	}
+	if err != nil {
+		return err
+	}
+	d.next = d.next[:0]
+	for i := range d.rows {
+		switch row := out.Logits[i]; {
+		case row != nil:
+			d.next = append(d.next, argmax(row[len(row)-d.spec.VocabSize:]))
+		case i < len(out.Argmax):
+			d.next = append(d.next, out.Argmax[i])
+		default:
+			return fmt.Errorf("forward returned neither logits nor argmax for row %d", i)
+		}
+	}
+	return nil
+}
+
+// fail gives up the step's proposals after a failed draft pass: the draft's cache may
+// hold half-written rows, so every sequence starts over.
+func (d *drafter) fail(items []scheduler.Item, err error) {
+	d.failures++
+	d.log.Error("engine: the draft model's pass failed; the step verifies no proposals", "err", err, "failures", d.failures)
+	for i := range items {
+		items[i].Draft = items[i].Draft[:0]
+	}
+	for id := range d.seqs {
+		d.drop(id)
+	}
+	d.rows = d.rows[:0]
+}
+
+// drop forgets sequence id's draft cache.
+func (d *drafter) drop(id kvcache.SeqID) {
+	d.pool.Free(id)
+	delete(d.seqs, id)
+}
+
+// timeDraft runs the drafter over the step's items, if there is one, and times it.
+func (e *Engine) timeDraft(items []scheduler.Item) {
+	if e.drafter == nil {
+		return
+	}
+	t0 := time.Now()
+	e.drafter.propose(items)
+	e.phases.Draft = time.Since(t0)
+}
