@@ -40,6 +40,7 @@ func runBenchCompare(args []string) error {
 	attention := fs.String("attention", "", "attention path of every server: paged, dense or graph (default: the server's, paged when the model has it)")
 	var device, cudaProvider string
 	deviceFlags(fs, &device, &cudaProvider)
+	speculative := fs.String("speculative-config", "", `speculative decoding of every server, as serve's (vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4} or {"method": "draft_model", "model": DIR, "num_speculative_tokens": 4}); "" = off`)
 	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
 	notes := fs.String("notes", "", "Markdown file whose text the report ends with (under \"Notes\")")
 	workload := workloadFlags(fs)
@@ -97,6 +98,12 @@ func runBenchCompare(args []string) error {
 		return err
 	}
 	serverFlags = append(serverFlags, "--device", device)
+	if *speculative != "" {
+		if _, err := parseSpeculativeConfig(*speculative); err != nil {
+			return fmt.Errorf("bench compare: %v", err)
+		}
+		serverFlags = append(serverFlags, "--speculative-config", *speculative)
+	}
 	if cudaProvider != "" {
 		serverFlags = append(serverFlags, "--cuda-provider", cudaProvider)
 	}

@@ -51,7 +51,7 @@ func runGenerate(args []string) error {
 	fs.IntVar(&o.threads, "threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")
 	fs.StringVar(&o.attention, "attention", "", attentionHelp)
 	fs.StringVar(&o.quantize, "quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
-	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as serve's (vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4}); "" = off`)
+	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as serve's (vLLM's JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4} or {"method": "draft_model", "model": DIR, "num_speculative_tokens": 4}); "" = off`)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: conveyor generate --model DIR --prompt TEXT [flags]\n\nflags:")
 		fs.PrintDefaults()
@@ -93,19 +93,31 @@ func runGenerate(args []string) error {
 // out and a summary line to info. It returns the generated token ids (an eos token
 // included).
 func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]int32, error) {
-	l, err := load(o.modelDir, loadOptions{
+	sc, err := parseSpeculativeConfig(o.speculative)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %v", err)
+	}
+	lo := loadOptions{
 		quantize: o.quantize,
 		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention,
 			Device: o.device, CUDAProvider: o.cudaProvider},
 		built: func(dir string, _ time.Duration) {
 			fmt.Fprintf(info, "built the ONNX graph of %s in %s\n", o.modelDir, dir)
 		},
-	})
+	}
+	l, err := load(o.modelDir, lo)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	r, tok := l.model, l.tok
 	defer r.Close()
+	draft, err := sc.loadDraft(l, lo)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	if draft != nil {
+		defer draft.Close()
+	}
 	spec := r.Spec()
 
 	ids, err := tok.Encode(o.prompt, true)
@@ -123,9 +135,7 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	ecfg := engine.DefaultConfig()
 	ecfg.MaxNumSeqs = 1
 	ecfg.EnablePrefixCaching = false
-	if ecfg.Speculation, err = parseSpeculativeConfig(o.speculative); err != nil {
-		return nil, fmt.Errorf("generate: %v", err)
-	}
+	ecfg.Speculation, ecfg.DraftModel = sc.Speculation, draft
 	bs, err := spec.BlockSize(ecfg.BlockSizeTokens)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
@@ -178,7 +188,11 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	if len(generated) > 1 && finished.After(firstToken) {
 		decodeRate = float64(len(generated)-1) / finished.Sub(firstToken).Seconds()
 	}
-	fmt.Fprintf(info, "[%d prompt tokens, %d generated; first token %.0f ms, %.1f tokens/s after]\n",
-		len(ids), len(generated), firstToken.Sub(start).Seconds()*1e3, decodeRate)
+	specNote := ""
+	if st := eng.Stats(); st.SpecDraftTokens > 0 {
+		specNote = fmt.Sprintf("; %d of %d proposed tokens accepted", st.SpecAcceptedTokens, st.SpecDraftTokens)
+	}
+	fmt.Fprintf(info, "[%d prompt tokens, %d generated; first token %.0f ms, %.1f tokens/s after%s]\n",
+		len(ids), len(generated), firstToken.Sub(start).Seconds()*1e3, decodeRate, specNote)
 	return generated, nil
 }

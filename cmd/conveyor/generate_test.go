@@ -135,3 +135,46 @@ func argmax(xs []float32) int32 {
 	}
 	return int32(best)
 }
+
+// TestGenerateWithDraftModel: generate with --speculative-config's draft_model method
+// (the model's int4 build as its draft) prints the tokens it prints without; a draft
+// whose tokenizer differs from the model's is refused with one line naming the token.
+func TestGenerateWithDraftModel(t *testing.T) {
+	dir := tinyModelDir(t)
+	draft := filepath.Join(t.TempDir(), "int4")
+	cfg := filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json")
+	if _, err := convert.BuildRandomWith(cfg, draft, 5, convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 32}}); err != nil {
+		t.Fatal(err)
+	}
+	o := generateOptions{modelDir: dir, prompt: "the quick brown fox", maxTokens: 40, ortLib: testORTLib(t), threads: 1}
+	want, err := generate(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.speculative = `{"method": "draft_model", "model": "` + draft + `", "num_speculative_tokens": 3}`
+	got, err := generate(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("with the draft model %v, without %v", got, want)
+	}
+
+	// The same weights, two tokens of the vocabulary swapped.
+	path := filepath.Join(draft, "tokenizer.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := strings.Replace(strings.Replace(string(data), `"!": 3,`, `"!": 4,`, 1), `"\"": 4,`, `"\"": 3,`, 1)
+	if swapped == string(data) {
+		t.Fatal("the tokenizer has no tokens to swap")
+	}
+	if err := os.WriteFile(path, []byte(swapped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = generate(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "a draft must share the model's tokenizer") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a draft with another vocabulary: %v; want one line refusing it", err)
+	}
+}

@@ -230,6 +230,7 @@ func checkDevice(device string) error {
 type loadedModel struct {
 	dir          string // the built model directory
 	runner       models.Model
+	draft        models.Model // speculative decoding's draft model; nil: none
 	eng          *engine.Engine
 	stopEngine   context.CancelFunc
 	backend      api.Backend
@@ -243,7 +244,7 @@ type loadedModel struct {
 func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedModel, error) {
 	log.Info("loading model", "dir", o.modelDir)
 	start := time.Now()
-	l, err := load(o.modelDir, loadOptions{
+	lo := loadOptions{
 		quantize: o.quantize,
 		dtype:    o.dtype,
 		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention,
@@ -251,26 +252,55 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		built: func(dir string, took time.Duration) {
 			log.Info("built the checkpoint's ONNX graph", "dir", dir, "seconds", took.Seconds())
 		},
-	})
+	}
+	l, err := load(o.modelDir, lo)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
+	var draft models.Model
+	sc, err := parseSpeculativeConfig(o.speculative)
+	if err == nil {
+		lo.runner.Device = l.model.Device() // the draft runs where the model does
+		lo.built = nil
+		draft, err = sc.loadDraft(l, lo)
+	}
+	if err != nil {
+		l.model.Close()
+		return nil, fmt.Errorf("%s: %w", o.name(), err)
+	}
+	if draft != nil {
+		ecfg.DraftModel = draft
+		log.Info("speculative decoding with a draft model", "draft", sc.draft, "device", draft.Device(), "attention", draft.Attention(),
+			"num_speculative_tokens", sc.NumTokens)
+	}
+	m, err := o.startEngine(log, ecfg, l, start)
+	if err != nil {
+		if draft != nil {
+			draft.Close()
+		}
+		l.model.Close()
+		return nil, err
+	}
+	m.draft = draft
+	return m, nil
+}
+
+// startEngine starts an engine configured by ecfg (its DraftModel set) over the loaded
+// model l. Errors name the command; the caller closes the models on one.
+func (o *serveOptions) startEngine(log *slog.Logger, ecfg engine.Config, l *loaded, start time.Time) (*loadedModel, error) {
 	runner, tok, dir := l.model, l.tok, l.dir
 	if o.gpuMemUtil > 0 {
 		kv, err := gpuKVBudget(runner, o.gpuMemUtil)
 		if err != nil {
-			runner.Close()
 			return nil, fmt.Errorf("%s: %w", o.name(), err)
 		}
 		ecfg.KVCacheBytes = kv
 		log.Info("KV cache sized from GPU memory", "gpu_memory_utilization", o.gpuMemUtil, "kv_cache_bytes", kv)
 	} else if err := checkGPUKV(runner, ecfg.KVCacheBytes); err != nil {
-		runner.Close()
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	if !runner.Spec().KVOnDevice && o.mayServeOnGPU() { // auto chose the CPU: the cache is host memory
 		if err := checkKVMemory(int64(o.kvCacheBytes), meminfoPath); err != nil {
-			runner.Close()
 			return nil, fmt.Errorf("%s: %w", o.name(), err)
 		}
 	}
@@ -285,13 +315,11 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	}
 	eng, err := engine.New(ecfg, runner, tok)
 	if err != nil {
-		runner.Close()
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	defaults, err := o.samplingDefaults(log, dir, eng.Limits())
 	if err != nil {
 		_ = eng.Close()
-		runner.Close()
 		return nil, fmt.Errorf("%s: %w", o.name(), err)
 	}
 	engCtx, stopEngine := context.WithCancel(context.Background())
@@ -337,4 +365,7 @@ func (m *loadedModel) shutdown(log *slog.Logger, grace time.Duration) {
 	}
 	m.stopEngine()
 	m.runner.Close()
+	if m.draft != nil {
+		m.draft.Close()
+	}
 }

@@ -180,7 +180,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.Var(&o.kvCacheBytes, "kv-cache-memory", "KV-cache memory budget in bytes; suffixes KiB/MiB/GiB (1024) or KB/MB/GB (1000)")
 	fs.Float64Var(&o.gpuMemUtil, "gpu-memory-utilization", 0, "on a GPU, size the KV cache so that the process uses this fraction of the GPU's memory (vLLM's flag; 0.9 leaves a tenth to others), instead of --kv-cache-memory; 0 = off")
 	fs.StringVar(&o.targetStepTime, "target-step-time", "auto", "bound on a step's time while sequences decode (prompt chunks are sized from measured step times): auto (3× the decode rows' own time, at least 20ms), off, or a duration such as 50ms; --max-num-batched-tokens stays the upper bound")
-	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4, "disable_by_batch_size": 8} proposes tokens by prompt lookup and verifies them in the shared step (outputs are those of decoding without it); "" = off`)
+	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4, "disable_by_batch_size": 8} proposes tokens by prompt lookup, {"method": "draft_model", "model": DIR, "num_speculative_tokens": 4, "quantization": "int4"} by a smaller model with the same tokenizer (its greedy tokens); either is verified in the shared step (outputs are those of decoding without it); "" = off`)
 	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block; 0 = the model's default: 16, on the GPU the smallest with which FlashAttention runs for its head size (256 for heads up to 64, 128 up to 128, else 64). The step graph takes powers of two of at least 16 (on the GPU, of at least that default)")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
 	fs.DurationVar(&o.maxBatchDelay, "max-batch-delay", ec.MaxBatchDelay, "how long a static batch waits to fill (e.g. 50ms)")
@@ -409,9 +409,11 @@ func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config
 		}
 		c.TargetStepTime = d
 	}
-	if c.Speculation, err = parseSpeculativeConfig(o.speculative); err != nil {
+	sc, err := parseSpeculativeConfig(o.speculative)
+	if err != nil {
 		return c, fmt.Errorf("%s: %v", o.name(), err)
 	}
+	c.Speculation = sc.Speculation
 	c.OnStep = onStep
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%s: %v", o.name(), err)

@@ -156,10 +156,15 @@ func TestDTypeFlag(t *testing.T) {
 	}
 }
 
-// TestSpeculativeConfigFlag: --speculative-config takes vLLM's ngram JSON and refuses
-// anything else with one line naming the flag.
+// TestSpeculativeConfigFlag: --speculative-config takes vLLM's ngram and draft_model
+// JSON and refuses anything else with one line naming the flag.
 func TestSpeculativeConfigFlag(t *testing.T) {
-	for _, bad := range []string{`{"method": "draft_model", "model": "x", "num_speculative_tokens": 4}`, `{"method": "ngram"}`,
+	dir := t.TempDir()
+	for _, bad := range []string{`{"method": "draft_model", "model": "/no/such/draft", "num_speculative_tokens": 4}`, `{"method": "ngram"}`,
+		`{"method": "draft_model", "num_speculative_tokens": 4}`, `{"method": "eagle", "num_speculative_tokens": 4}`,
+		`{"method": "draft_model", "model": "` + dir + `", "num_speculative_tokens": 4, "prompt_lookup_max": 3}`,
+		`{"method": "draft_model", "model": "` + dir + `", "num_speculative_tokens": 4, "quantization": "int3"}`,
+		`{"method": "ngram", "model": "` + dir + `", "num_speculative_tokens": 4}`,
 		`{"method": "ngram", "num_speculative_tokens": 0}`, `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5, "prompt_lookup_max": 2}`,
 		`{"method": "ngram", "num_speculative_tokens": 4, "colour": "red"}`, `not json`} {
 		if _, err := parseServeFlags([]string{"--speculative-config", bad}, env(nil), io.Discard); err == nil ||
@@ -168,8 +173,12 @@ func TestSpeculativeConfigFlag(t *testing.T) {
 		}
 	}
 	sp, err := parseSpeculativeConfig(`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}`)
-	if err != nil || sp.NumTokens != 4 || sp.LookupMin != 2 || sp.LookupMax != 4 || sp.MaxBatch != defaultSpecMaxBatch {
+	if err != nil || sp.NumTokens != 4 || sp.LookupMin != 2 || sp.LookupMax != 4 || sp.MaxBatch != defaultSpecMaxBatch || sp.External || sp.draft != "" {
 		t.Errorf("ngram config: %+v, %v", sp, err)
+	}
+	sp, err = parseSpeculativeConfig(`{"method": "draft_model", "model": "` + dir + `", "num_speculative_tokens": 3, "quantization": "int4", "disable_by_batch_size": 2}`)
+	if err != nil || sp.NumTokens != 3 || !sp.External || sp.draft != dir || sp.draftQuantize != "int4" || sp.MaxBatch != 2 {
+		t.Errorf("draft_model config: %+v, %v", sp, err)
 	}
 }
 
