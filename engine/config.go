@@ -111,10 +111,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: StorageParallelism %d must be >= 0", ErrInvalidConfig, c.StorageParallelism)
 	case c.MaxStepFailures < 0:
 		return fmt.Errorf("%w: MaxStepFailures %d must be >= 0", ErrInvalidConfig, c.MaxStepFailures)
-	case c.Speculation.External && c.Speculation.NumTokens > 0 && c.DraftModel == nil:
-		return fmt.Errorf("%w: Speculation.External needs a DraftModel to propose tokens", ErrInvalidConfig)
-	case c.DraftModel != nil && (!c.Speculation.External || c.Speculation.NumTokens == 0):
-		return fmt.Errorf("%w: a DraftModel needs Speculation.External with NumTokens > 0", ErrInvalidConfig)
 	}
 	// The model's context is not known yet: check the rest with the smallest context
 	// that makes sense (1 token) when MaxModelLen is 0.

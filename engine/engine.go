@@ -130,6 +130,10 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if model == nil {
 		return nil, fmt.Errorf("%w: nil model", ErrInvalidConfig)
 	}
+	if ext := cfg.Speculation.External && cfg.Speculation.NumTokens > 0; ext != (cfg.DraftModel != nil) {
+		// The draft model is the engine's, not the configuration's: checked here.
+		return nil, fmt.Errorf("%w: external speculation (%v) and a draft model (%v) go together", ErrInvalidConfig, ext, cfg.DraftModel != nil)
+	}
 	spec := model.Spec()
 	if spec.NumLayers <= 0 || spec.NumKVHeads <= 0 || spec.HeadDim <= 0 || spec.VocabSize <= 0 || spec.MaxPositions <= 1 {
 		return nil, fmt.Errorf("%w: model spec %+v", ErrInvalidConfig, spec)

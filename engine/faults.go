@@ -9,6 +9,15 @@ type faultHooks struct {
 	// beforeSample runs on the engine goroutine before a token of request id is sampled;
 	// a test makes one request's sampling panic with it.
 	beforeSample func(id string)
+	// acceptProposal, when it returns true, makes verification take the proposal as the
+	// row's token without sampling: a broken acceptance rule, which the statistical test of
+	// speculative decoding must detect.
+	acceptProposal func(proposal int32, logits []float32) bool
+}
+
+// accept calls acceptProposal.
+func (f *faultHooks) accept(proposal int32, logits []float32) bool {
+	return f != nil && f.acceptProposal != nil && f.acceptProposal(proposal, logits)
 }
 
 // sample calls beforeSample.

@@ -215,7 +215,11 @@ func (e *Engine) verifyDraft(st *seqState, i int, it scheduler.Item, logits []fl
 	vocab := e.spec.VocabSize
 	from := len(e.sampledToks) // the step's buffer: Update copies the tokens out
 	for j := 0; j <= len(it.Draft) && !st.done; j++ {
-		e.sampleOne(st, i, logits[j*vocab:(j+1)*vocab], -1, now)
+		row, forced := logits[j*vocab:(j+1)*vocab], int32(-1)
+		if j < len(it.Draft) && e.faults.accept(it.Draft[j], row) {
+			forced = it.Draft[j]
+		}
+		e.sampleOne(st, i, row, forced, now)
 		tok := e.results[i].Token
 		e.sampledToks = append(e.sampledToks, tok)
 		if e.results[i].Finished || j == len(it.Draft) || tok != it.Draft[j] {
