@@ -32,7 +32,9 @@
 //  2. scheduler.Schedule() plans ONE forward pass: running sequences' decode tokens
 //     first, then waiting prompts (chunked under the token budget, prefix-cache hits
 //     skipped), preempting the newest sequence when blocks run out;
-//  3. apply the plan's copy-on-write block copies to the storage;
+//  3. apply the plan's copy-on-write block copies to the storage; with a draft model
+//     (Config.DraftModel, draft.go), run its own batched passes over the speculating rows
+//     and write its greedy tokens over the proposal slots the plan reserved;
 //  4. build a models.Batch: the K/V storage, and for each sequence its new tokens, past
 //     length and the block table its plan item carries, plus, for a model whose layers
 //     have sliding windows, its tables of the other layer groups (kvcache.PlanLayout: the

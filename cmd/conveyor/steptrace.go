@@ -16,12 +16,13 @@ import (
 // line, flushed as it is written:
 //
 //	{"step":12,"time":"2026-01-02T15:04:05.123456Z","rows":16,"tokens":16,"past":2048,"max_past":140,
-//	 "duration_ms":61.2,"schedule_ms":0.05,"forward_ms":58.9,"sample_ms":1.4,"emit_ms":0.7,
+//	 "duration_ms":61.2,"schedule_ms":0.05,"draft_ms":0,"forward_ms":58.9,"sample_ms":1.4,"emit_ms":0.7,
 //	 "parallel_sampled":0,"gc_pauses_ms":0.2,"gcs":1}
 //
 // time is when the step ended; past sums the tokens already cached that the rows'
 // attention reads (max_past is the longest row's); the phases and parallel_sampled (the
-// rows sampled on several goroutines at once) are engine.StepInfo's;
+// rows sampled on several goroutines at once) are engine.StepInfo's (draft_ms: the draft
+// model's passes, with a draft_model --speculative-config);
 // gc_pauses_ms and gcs are the Go garbage collector's stop-the-world pauses and cycles
 // that completed since the previous line.
 type stepTrace struct {
@@ -45,6 +46,7 @@ type stepTraceLine struct {
 	MaxPast    int     `json:"max_past"`
 	DurationMS float64 `json:"duration_ms"`
 	ScheduleMS float64 `json:"schedule_ms"`
+	DraftMS    float64 `json:"draft_ms"`
 	ForwardMS  float64 `json:"forward_ms"`
 	SampleMS   float64 `json:"sample_ms"`
 	EmitMS     float64 `json:"emit_ms"`
@@ -78,7 +80,7 @@ func (t *stepTrace) OnStep(s engine.StepInfo) {
 	line, err := json.Marshal(stepTraceLine{
 		Step: t.steps, Time: time.Now().UTC().Format(time.RFC3339Nano),
 		Rows: s.NumSeqs, Tokens: s.NumTokens, Past: s.PastTokens, MaxPast: s.MaxPast,
-		DurationMS: ms(s.Duration), ScheduleMS: ms(s.Schedule), ForwardMS: ms(s.Forward),
+		DurationMS: ms(s.Duration), ScheduleMS: ms(s.Schedule), DraftMS: ms(s.Draft), ForwardMS: ms(s.Forward),
 		SampleMS: ms(s.Sample), EmitMS: ms(s.Emit), Parallel: s.ParallelSampled,
 		GCPausesMS: ms(t.gc.PauseTotal - t.pause), GCs: t.gc.NumGC - t.numGC,
 	})

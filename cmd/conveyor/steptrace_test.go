@@ -21,7 +21,7 @@ func TestStepTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.OnStep(engine.StepInfo{NumSeqs: 3, NumTokens: 130, PastTokens: 40, MaxPast: 30, Duration: 12 * time.Millisecond,
-		Schedule: 100 * time.Microsecond, Forward: 10 * time.Millisecond, Sample: 1500 * time.Microsecond, Emit: 250 * time.Microsecond})
+		Schedule: 100 * time.Microsecond, Draft: 2 * time.Millisecond, Forward: 10 * time.Millisecond, Sample: 1500 * time.Microsecond, Emit: 250 * time.Microsecond})
 	runtime.GC()
 	runtime.GC()
 	tr.OnStep(engine.StepInfo{NumSeqs: 1, NumTokens: 1, Duration: time.Millisecond, Forward: time.Millisecond})
@@ -49,7 +49,7 @@ func TestStepTrace(t *testing.T) {
 	}
 	first := lines[0]
 	for k, want := range map[string]float64{"step": 1, "rows": 3, "tokens": 130, "past": 40, "max_past": 30,
-		"duration_ms": 12, "schedule_ms": 0.1, "forward_ms": 10, "sample_ms": 1.5, "emit_ms": 0.25} {
+		"duration_ms": 12, "schedule_ms": 0.1, "draft_ms": 2, "forward_ms": 10, "sample_ms": 1.5, "emit_ms": 0.25} {
 		if first[k] != want {
 			t.Errorf("%s = %v, want %v (line %v)", k, first[k], want, first)
 		}
