@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
@@ -29,8 +30,11 @@ const draftCatchUp = 512
 // speculate in a step (finished, aborted, or the batch too large) loses its draft cache,
 // and rebuilds it when it speculates again.
 //
-// Proposals are the draft's argmax, so verification (Engine.verifyDraft) is rejection
-// sampling with a one-point draft distribution: exact for greedy and sampled rows alike.
+// A greedy row's proposals are the draft's argmax: verification (Engine.verifyDraft)
+// accepts the longest prefix the model agrees with. A sampled row's are drawn from the
+// draft's distribution (the row's temperature, top_k, top_p and min_p over the draft's
+// logits), which is kept for verification's rejection sampling (sampler.verifyProposal):
+// either way the output is distributed as the model's own.
 type drafter struct {
 	model   Model
 	spec    models.Spec
@@ -39,10 +43,15 @@ type drafter struct {
 	batch   models.Batch
 	log     *slog.Logger
 
-	seqs     map[kvcache.SeqID]*draftSeq
-	step     uint64
-	rows     []draftRow
-	next     []int32 // the last round's greedy token of each row
+	seqs map[kvcache.SeqID]*draftSeq
+	step uint64
+	rows []draftRow
+	next []int32 // the last round's greedy token of each row
+	// dists holds, by item index, a sampled row's draft distributions (nil for a row
+	// proposing greedy tokens); qbuf backs them from step to step.
+	dists    [][]float32
+	qbuf     [][]float32
+	sc       sampleScratch
 	groupBuf [][]kvcache.BlockID
 	failures int64
 }
@@ -57,6 +66,9 @@ type draftSeq struct {
 // draftRow is one speculating row of the step being drafted.
 type draftRow struct {
 	item *scheduler.Item
+	idx  int       // the item's index in the step
+	st   *seqState // its sequence: the sampler draws sampled rows' proposals
+	q    []float32 // sampled rows: each proposal's draft distribution, VocabSize apart
 	id   kvcache.SeqID
 	ds   *draftSeq
 	feed []int32 // this round's tokens
@@ -117,12 +129,26 @@ func (d *drafter) close() { d.storage.Close() }
 func (d *drafter) propose(items []scheduler.Item) {
 	d.step++
 	d.rows = d.rows[:0]
+	clear(d.dists)
+	d.dists = append(d.dists[:0], make([][]float32, len(items))...)
 	for i := range items {
 		it := &items[i]
 		if len(it.Draft) == 0 {
 			continue
 		}
 		if r, ok := d.catchUp(it); ok {
+			r.idx = i
+			r.st = it.Seq.Data.(*seqState)
+			if r.st.sampler.params.Temperature > 0 {
+				// Its proposals are drawn from the draft's distribution, kept for verification.
+				n := len(d.rows)
+				for len(d.qbuf) <= n {
+					d.qbuf = append(d.qbuf, nil)
+				}
+				d.qbuf[n] = slices.Grow(d.qbuf[n][:0], len(it.Draft)*d.spec.VocabSize)[:len(it.Draft)*d.spec.VocabSize]
+				r.q = d.qbuf[n]
+				d.dists[i] = r.q
+			}
 			d.rows = append(d.rows, r)
 		} else {
 			it.Draft = it.Draft[:0]
@@ -222,7 +248,8 @@ func (d *drafter) forward() error {
 			groups = d.groupBuf[start:len(d.groupBuf):len(d.groupBuf)]
 		}
 		d.batch.Seqs = append(d.batch.Seqs, models.SeqInput{
-			Tokens: r.feed, PastLen: r.past, Blocks: d.pool.BlockTable(r.id), GroupBlocks: groups, ArgmaxOnly: true,
+			Tokens: r.feed, PastLen: r.past, Blocks: d.pool.BlockTable(r.id), GroupBlocks: groups,
+			ArgmaxOnly: r.q == nil || r.past+len(r.feed) < len(r.item.Seq.Tokens),
 		})
 	}
 	out, err := d.model.Forward(&d.batch)
@@ -233,8 +260,20 @@ func (d *drafter) forward() error {
 		return err
 	}
 	d.next = d.next[:0]
-	for i := range d.rows {
+	vocab := d.spec.VocabSize
+	for i, r := range d.rows {
 		switch row := out.Logits[i]; {
+		case r.q != nil && row != nil && r.past+len(r.feed) == len(r.item.Seq.Tokens)+r.n:
+			// A sampled row's proposal: drawn from the draft's distribution.
+			q := r.q[r.n*vocab : (r.n+1)*vocab]
+			d.next = append(d.next, r.st.sampler.drawDraft(row[len(row)-vocab:], q, &d.sc))
+		case r.q != nil && r.past+len(r.feed) == len(r.item.Seq.Tokens)+r.n:
+			// The draft gave its argmax only: a proposal for certain.
+			q := r.q[r.n*vocab : (r.n+1)*vocab]
+			clear(q)
+			x := out.Argmax[i]
+			q[x] = 1
+			d.next = append(d.next, x)
 		case row != nil:
 			d.next = append(d.next, argmax(row[len(row)-d.spec.VocabSize:]))
 		case i < len(out.Argmax):
@@ -264,6 +303,16 @@ func (d *drafter) fail(items []scheduler.Item, err error) {
 func (d *drafter) drop(id kvcache.SeqID) {
 	d.pool.Free(id)
 	delete(d.seqs, id)
+}
+
+// dist returns item i's draft distribution of proposal j (VocabSize probabilities), or
+// nil when its proposals are greedy.
+func (d *drafter) dist(i, j int) []float32 {
+	if i >= len(d.dists) || d.dists[i] == nil {
+		return nil
+	}
+	v := d.spec.VocabSize
+	return d.dists[i][j*v : (j+1)*v]
 }
 
 // timeDraft runs the drafter over the step's items, if there is one, and times it.

@@ -40,6 +40,10 @@ type sampler struct {
 	numOut int
 	// stopIDs are masked while numOut < MinTokens (eos ids unless IgnoreEOS, plus StopTokenIDs).
 	stopIDs []int32
+	// index is the sequence's index in its request; draftRng draws a draft model's
+	// proposals (drawDraft), created on first use.
+	index    uint64
+	draftRng *rand.Rand
 }
 
 // sampleScratch holds buffers shared by every sampler of one engine; the engine
@@ -67,7 +71,7 @@ type sampled struct {
 // gets the same random stream for the same (seed, index) whatever else runs; without a
 // seed the stream is random.
 func newSampler(p *SamplingParams, prompt []int32, eos []int32, index int) *sampler {
-	s := &sampler{params: p, eos: eos}
+	s := &sampler{params: p, eos: eos, index: uint64(index)}
 	if p.Constraint != nil {
 		s.match = p.Constraint.NewMatcher()
 	}
@@ -174,6 +178,12 @@ func (s *sampler) sample(raw []float32, sc *sampleScratch) sampled {
 	} else {
 		id = s.draw(logits, sc)
 	}
+	return s.result(raw, id, sc)
+}
+
+// result is the outcome of choosing id from raw logits: with its raw logprob and top
+// alternatives when the request wants them.
+func (s *sampler) result(raw []float32, id int32, sc *sampleScratch) sampled {
 	out := sampled{ID: id, Logprob: float32(math.NaN())}
 	if s.needsRawLogprob() {
 		lse := logSumExp(raw)
@@ -191,6 +201,120 @@ func (s *sampler) sample(raw []float32, sc *sampleScratch) sampled {
 	}
 	return out
 }
+
+// verifyProposal is sample for a position whose token a draft model proposed: x, drawn
+// from the draft's distribution q (VocabSize probabilities summing to 1). It is the
+// rejection sampling of Leviathan et al. (2023) and Chen et al. (2023): with p the
+// distribution sample draws from (after the processors, temperature, top_k, top_p and
+// min_p), x is accepted with probability min(1, p(x)/q(x)); otherwise the token is drawn
+// from max(0, p - q), normalised, which never gives x. The token so chosen is
+// distributed as p whatever q is. It reports whether x was accepted. A sampler under a
+// constraint, or a greedy one, samples as usual (such rows bring no drawn proposals).
+func (s *sampler) verifyProposal(raw []float32, x int32, q []float32, sc *sampleScratch) (sampled, bool) {
+	if s.match != nil || s.params.Temperature == 0 {
+		out := s.sample(raw, sc)
+		return out, out.ID == x
+	}
+	logits := raw
+	if s.processed() {
+		sc.logits = append(sc.logits[:0], raw...)
+		logits = sc.logits
+		s.applyProcessors(logits)
+	}
+	cand, probs, total := s.dist(logits, sc)
+	if total <= 0 || math.IsNaN(total) {
+		id := argmax(logits)
+		return s.result(raw, id, sc), id == x
+	}
+	id := func(i int) int32 { // candidate i's token
+		if cand != nil {
+			return cand[i]
+		}
+		return int32(i)
+	}
+	px := 0.0
+	for i, pr := range probs {
+		if id(i) == x {
+			px = float64(pr) / total
+			break
+		}
+	}
+	if qx := float64(q[x]); qx > 0 && s.rng.Float64()*qx < px {
+		return s.result(raw, x, sc), true
+	}
+	// The residual max(0, p - q): what p has beyond the draft's distribution.
+	residual := 0.0
+	for i, pr := range probs {
+		residual += max(0, float64(pr)/total-float64(q[id(i)]))
+	}
+	if residual <= 0 {
+		// p and q agree to rounding: any draw from p serves.
+		return s.result(raw, s.draw(logits, sc), sc), false
+	}
+	r := s.rng.Float64() * residual
+	last := -1
+	for i, pr := range probs {
+		w := max(0, float64(pr)/total-float64(q[id(i)]))
+		if w == 0 {
+			continue
+		}
+		last = i
+		if r -= w; r < 0 {
+			break
+		}
+	}
+	return s.result(raw, id(last), sc), false
+}
+
+// drawDraft draws a draft model's proposal from its logits for this sequence: the
+// distribution sample would draw from without the processors (temperature, top_k, top_p
+// and min_p), written to q as VocabSize probabilities, from the sequence's own draft
+// stream (seeded like its sampler's, apart from it). A sampler under a constraint or a
+// greedy one proposes the argmax, q then holding it alone.
+func (s *sampler) drawDraft(logits, q []float32, sc *sampleScratch) int32 {
+	clear(q)
+	if s.params.Temperature == 0 || s.match != nil {
+		x := argmax(logits)
+		q[x] = 1
+		return x
+	}
+	cand, probs, total := s.dist(logits, sc)
+	if total <= 0 || math.IsNaN(total) {
+		x := argmax(logits)
+		q[x] = 1
+		return x
+	}
+	if s.draftRng == nil {
+		if p := s.params; p.Seed != nil {
+			s.draftRng = rand.New(rand.NewPCG(uint64(*p.Seed)^draftStream, s.index))
+		} else {
+			s.draftRng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		}
+	}
+	r := s.draftRng.Float64() * total
+	x, last := int32(-1), int32(-1)
+	for i, pr := range probs {
+		tok := int32(i)
+		if cand != nil {
+			tok = cand[i]
+		}
+		q[tok] = float32(float64(pr) / total)
+		if pr == 0 {
+			continue
+		}
+		last = tok
+		if r -= float64(pr); r < 0 && x < 0 {
+			x = tok
+		}
+	}
+	if x < 0 {
+		x = last
+	}
+	return x
+}
+
+// draftStream sets a sequence's draft stream apart from its sampling stream.
+const draftStream = 0x9E3779B97F4A7C15
 
 // applyMask sets the logits of the tokens mask does not allow to -Inf (every id beyond
 // the mask's vocabulary too) and reports whether any token is left.

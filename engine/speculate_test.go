@@ -143,19 +143,30 @@ func sameOutputs(t *testing.T, wantIDs, gotIDs map[string][][]int32, wantLPs, go
 	}
 }
 
-// TestDraftModelIsExact: with a draft model proposing the tokens, the engine returns
-// the very tokens and logprobs it returns without speculation (greedy and seeded
-// sampled rows, stop strings, max_tokens, logprobs, n=2), with a draft that is the model
-// itself (every greedy proposal accepted, half the steps; the cache kept in step over many
-// steps: the fake model fails a pass whose cache holds a wrong past) and with a poor one
-// (a different model: proposals rejected, the draft's cache cut back); and an engine
-// without a draft refuses an external speculation, as one with a draft refuses prompt
-// lookup.
+// TestDraftModelIsExact: with a draft model proposing the tokens, greedy rows get the
+// very tokens and logprobs they get without speculation (stop strings, max_tokens,
+// logprobs and n=2 among them), and seeded sampled rows (whose proposals are drawn from
+// the draft's distribution and verified by rejection sampling) the same tokens from run
+// to run — with a draft that is the model itself (nearly every proposal accepted, half
+// the steps; the cache kept in step over many steps: the fake model fails a pass whose
+// cache holds a wrong past) and with a poor one (a different model: proposals rejected,
+// the draft's cache cut back). An engine without a draft refuses an external
+// speculation, as one with a draft refuses prompt lookup.
 func TestDraftModelIsExact(t *testing.T) {
 	on := scheduler.Speculation{NumTokens: 4, External: true}
 	m := newFakeModel(1024)
 	m.context = 1
+	greedy := func(ids map[string][][]int32) map[string][][]int32 {
+		out := map[string][][]int32{}
+		for _, r := range specRequests() {
+			if r.Params.Temperature == 0 {
+				out[r.ID] = ids[r.ID]
+			}
+		}
+		return out
+	}
 	wantIDs, wantLPs, off := runSpec(t, m, scheduler.Speculation{}, nil)
+	var rates []float64
 	for _, tc := range []struct {
 		name    string
 		context int
@@ -164,15 +175,19 @@ func TestDraftModelIsExact(t *testing.T) {
 			draft := newFakeModel(1024)
 			draft.context = tc.context
 			gotIDs, gotLPs, st := runSpec(t, m, on, draft)
-			sameOutputs(t, wantIDs, gotIDs, wantLPs, gotLPs)
+			sameOutputs(t, greedy(wantIDs), gotIDs, wantLPs, gotLPs)
+			againIDs, againLPs, _ := runSpec(t, m, on, draft)
+			sameOutputs(t, gotIDs, againIDs, gotLPs, againLPs)
 			t.Logf("%d proposed, %d accepted, by depth %v; %d steps with, %d without", st.SpecDraftTokens, st.SpecAcceptedTokens, st.SpecAcceptedAt, st.Steps, off.Steps)
-			switch rate := float64(st.SpecAcceptedTokens) / float64(max(st.SpecDraftTokens, 1)); {
+			rate := float64(st.SpecAcceptedTokens) / float64(max(st.SpecDraftTokens, 1))
+			rates = append(rates, rate)
+			switch {
 			case st.SpecDraftTokens == 0:
 				t.Fatal("nothing proposed")
-			case tc.name == "itself" && (rate < 0.3 || 2*st.Steps >= off.Steps):
+			case tc.name == "itself" && (rate < 0.8 || 2*st.Steps >= off.Steps):
 				t.Fatalf("the model as its own draft: %.2f accepted, %d steps against %d", rate, st.Steps, off.Steps)
-			case tc.name == "poor" && rate > 0.2:
-				t.Fatalf("a poor draft: %.2f accepted", rate)
+			case tc.name == "poor" && rate >= rates[0]:
+				t.Fatalf("a poor draft: %.2f accepted, as many as the model itself", rate)
 			}
 		})
 	}

@@ -169,6 +169,12 @@ func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now
 	} else {
 		s = st.sampler.sample(row, &e.scratch)
 	}
+	e.emitToken(st, i, s, t0, now)
+}
+
+// emitToken records token s as sequence st's next (sampling having begun at t0), runs
+// the stop checks and emits the sequence's event. i is the sequence's plan item.
+func (e *Engine) emitToken(st *seqState, i int, s sampled, t0, now time.Time) {
 	st.sampler.accept(s.ID)
 	e.phases.Sample += time.Since(t0)
 	st.numOut++
@@ -200,26 +206,42 @@ func (e *Engine) sampleOne(st *seqState, i int, row []float32, argmax int32, now
 }
 
 // verifyDraft samples a speculating row's tokens from its positions' logits one after
-// another, exactly as decoding would have sampled them one step at a time (the same
-// sampler, penalties, stop checks and events, token by token): the logits of position j
-// hold the distribution after the row's last token and proposals 0..j-1, so they are
-// right for the sequence only while every earlier proposal matched what was sampled. It
-// stops after the first sampled token that differs from its proposal, after the token
-// that follows the last proposal, or where the sequence finishes. For greedy rows this
-// accepts the longest agreeing prefix and adds the target's next token; for sampled rows
-// it is rejection sampling with a draft that proposes one token for certain (accept a
-// proposal with the target's probability of it, else take a sample of the target's
-// distribution without it), so the output's distribution, and a seeded request's very
-// tokens, are the same as without speculation.
+// another, as decoding would have sampled them one step at a time (the same sampler,
+// penalties, stop checks and events, token by token): the logits of position j hold the
+// distribution after the row's last token and proposals 0..j-1, so they are right for
+// the sequence only while every earlier proposal was accepted. It stops after the first
+// token that differs from its proposal, after the token that follows the last proposal,
+// or where the sequence finishes.
+//
+// A proposal made for certain (prompt lookup's, a draft model's greedy one) is accepted
+// when the token sampled there is that proposal: greedy rows accept the longest
+// agreeing prefix and add the model's next token, and for sampled rows this is
+// rejection sampling with a one-point draft distribution (accept a proposal with the
+// model's probability of it, else take a sample of the model's distribution without
+// it), so a seeded request's very tokens are those it gets without speculation. A
+// proposal a draft model drew from its distribution q goes through
+// sampler.verifyProposal's rejection sampling. Either way the output is distributed as
+// the model's.
 func (e *Engine) verifyDraft(st *seqState, i int, it scheduler.Item, logits []float32, now time.Time) {
 	vocab := e.spec.VocabSize
 	from := len(e.sampledToks) // the step's buffer: Update copies the tokens out
 	for j := 0; j <= len(it.Draft) && !st.done; j++ {
-		row, forced := logits[j*vocab:(j+1)*vocab], int32(-1)
-		if j < len(it.Draft) && e.faults.accept(it.Draft[j], row) {
-			forced = it.Draft[j]
+		row := logits[j*vocab : (j+1)*vocab]
+		var q []float32 // the draft's distribution of a drawn proposal
+		if j < len(it.Draft) && e.drafter != nil {
+			q = e.drafter.dist(i, j)
 		}
-		e.sampleOne(st, i, row, forced, now)
+		switch {
+		case j < len(it.Draft) && e.faults.accept(it.Draft[j], row):
+			e.sampleOne(st, i, row, it.Draft[j], now)
+		case q != nil:
+			t0 := time.Now()
+			e.faults.sample(st.req.id)
+			s, _ := st.sampler.verifyProposal(row, it.Draft[j], q, &e.scratch)
+			e.emitToken(st, i, s, t0, now)
+		default:
+			e.sampleOne(st, i, row, -1, now)
+		}
 		tok := e.results[i].Token
 		e.sampledToks = append(e.sampledToks, tok)
 		if e.results[i].Finished || j == len(it.Draft) || tok != it.Draft[j] {
