@@ -11,24 +11,25 @@ import (
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
 
-// draftCatchUp is the most tokens a row feeds the draft model in one step to catch up
-// with its sequence (a new sequence's prompt, chunk by chunk): a row further behind
-// proposes nothing that step.
-const draftCatchUp = 512
+// draftCatchUp is the most tokens the draft model is fed in one step to catch up with
+// its sequences (a new sequence's prompt, or what a sequence decoded while it did not
+// speculate), over all rows: a row further behind feeds part of it and proposes nothing
+// that step, so catching up is spread over steps rather than stalling one.
+const draftCatchUp = 256
 
 // drafter proposes the tokens of speculative decoding with a draft model (the
 // "draft_model" method; Speculation.External): before the target's pass, the draft model
 // runs its own batched steps over every speculating row, with its own paged KV cache,
-// and the row's proposals are its greedy tokens, one step each. The first step feeds the
+// and makes the row's proposals, one step each. The first step feeds the
 // draft what it has not seen of the sequence (the whole prompt at first; after a
 // verification, the tokens accepted and sampled since) and gives the first proposal;
 // each further step feeds the proposal before it.
 //
 // The draft's cache holds each sequence's tokens and the proposals fed after them; at the
 // next step the proposals the target rejected are cut off (kvcache.Pool.Truncate), so the
-// draft stays in step with the tokens the target accepted. A sequence that does not
-// speculate in a step (finished, aborted, or the batch too large) loses its draft cache,
-// and rebuilds it when it speculates again.
+// draft stays in step with the tokens the target accepted. A sequence keeps its draft
+// cache while it is in the steps (speculating or not: the batch may be too large for a
+// while), and loses it when it leaves them (finished, aborted, preempted).
 //
 // A greedy row's proposals are the draft's argmax: verification (Engine.verifyDraft)
 // accepts the longest prefix the model agrees with. A sampled row's are drawn from the
@@ -132,11 +133,17 @@ func (d *drafter) propose(items []scheduler.Item) {
 	clear(d.dists)
 	d.dists = append(d.dists[:0], make([][]float32, len(items))...)
 	for i := range items {
+		if ds := d.seqs[items[i].Seq.ID]; ds != nil {
+			ds.step = d.step // still in the steps: its draft cache is kept
+		}
+	}
+	budget := draftCatchUp
+	for i := range items {
 		it := &items[i]
 		if len(it.Draft) == 0 {
 			continue
 		}
-		if r, ok := d.catchUp(it); ok {
+		if r, ok := d.catchUp(it, &budget); ok {
 			r.idx = i
 			r.st = it.Seq.Data.(*seqState)
 			if r.st.sampler.params.Temperature > 0 {
@@ -197,9 +204,9 @@ func (d *drafter) propose(items []scheduler.Item) {
 
 // catchUp plans item it's first draft round: the draft's cache is cut back to the
 // longest prefix it shares with the sequence, and the row feeds what follows (at most
-// draftCatchUp tokens), with room reserved for the proposals it will feed after. It
-// reports false when the row cannot draft this step.
-func (d *drafter) catchUp(it *scheduler.Item) (draftRow, bool) {
+// *budget tokens, which it takes from), with room reserved for the proposals it will
+// feed after. It reports false when the row cannot draft this step.
+func (d *drafter) catchUp(it *scheduler.Item, budget *int) (draftRow, bool) {
 	id := it.Seq.ID
 	toks := it.Seq.Tokens
 	ds := d.seqs[id]
@@ -223,7 +230,11 @@ func (d *drafter) catchUp(it *scheduler.Item) (draftRow, bool) {
 	}
 	ds.fed = ds.fed[:c]
 	ds.known = min(ds.known, c)
-	feed := toks[c:min(len(toks), c+draftCatchUp)]
+	if *budget <= 0 {
+		return draftRow{}, false
+	}
+	feed := toks[c:min(len(toks), c+*budget)]
+	*budget -= len(feed)
 	extra := 0
 	if c+len(feed) == len(toks) {
 		extra = len(it.Draft) - 1 // the proposals fed after the first
