@@ -47,7 +47,7 @@ type drafter struct {
 	seqs map[kvcache.SeqID]*draftSeq
 	step uint64
 	rows []draftRow
-	next []int32 // the last round's greedy token of each row
+	next []int32 // the last round's token of each row (a proposal, unless catching up)
 	// dists holds, by item index, a sampled row's draft distributions (nil for a row
 	// proposing greedy tokens); qbuf backs them from step to step.
 	dists    [][]float32
@@ -61,7 +61,7 @@ type drafter struct {
 type draftSeq struct {
 	fed   []int32 // the tokens whose keys and values the draft's cache holds, in order
 	known int     // fed[:known] are the sequence's own tokens (the rest: proposals)
-	step  uint64  // the last step it speculated in
+	step  uint64  // the last step it was in
 }
 
 // draftRow is one speculating row of the step being drafted.
@@ -130,8 +130,8 @@ func (d *drafter) close() { d.storage.Close() }
 func (d *drafter) propose(items []scheduler.Item) {
 	d.step++
 	d.rows = d.rows[:0]
+	d.dists = slices.Grow(d.dists[:0], len(items))[:len(items)]
 	clear(d.dists)
-	d.dists = append(d.dists[:0], make([][]float32, len(items))...)
 	for i := range items {
 		if ds := d.seqs[items[i].Seq.ID]; ds != nil {
 			ds.step = d.step // still in the steps: its draft cache is kept

@@ -15,9 +15,9 @@ import (
 // TestFamiliesSpeculationMatch: for every family fixture (random weights in each
 // architecture's layout: sliding windows, soft-capping, q/k norms, rope scalings) on the
 // step graph, greedy decoding with speculation returns the very tokens it returns
-// without, one request alone and 64 at once, with prompt lookup and with the model as
-// its own draft model (whose cache, with the family's layer groups, must stay in step
-// for every proposal to be accepted).
+// without, one request alone and 64 at once, with prompt lookup, with the model as its
+// own draft model (whose cache, with the family's layer groups, must stay in step for
+// every proposal to be accepted) and with its int4 build as the draft.
 func TestFamiliesSpeculationMatch(t *testing.T) {
 	configs, err := filepath.Glob(filepath.Join("..", "models", "testdata", "families", "*", "config.json"))
 	if err != nil || len(configs) == 0 {
@@ -26,11 +26,15 @@ func TestFamiliesSpeculationMatch(t *testing.T) {
 	for _, cfgPath := range configs {
 		src := filepath.Dir(cfgPath)
 		t.Run(filepath.Base(src), func(t *testing.T) {
-			dir := t.TempDir()
+			dir, dir4 := t.TempDir(), t.TempDir()
 			if _, err := convert.BuildFromHF(src, dir); err != nil {
 				t.Fatal(err)
 			}
-			open := func() Model {
+			// The int4 build (blocks of 16: the fixtures' widths are multiples of 16).
+			if _, err := convert.BuildFromHFWith(src, dir4, convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 16}}); err != nil {
+				t.Fatal(err)
+			}
+			open := func(dir string) Model {
 				r, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1, Attention: models.AttentionGraph})
 				if err != nil {
 					t.Fatal(err)
@@ -38,7 +42,7 @@ func TestFamiliesSpeculationMatch(t *testing.T) {
 				t.Cleanup(func() { r.Close() })
 				return r
 			}
-			m, draft := open(), open()
+			m, draft, draft4 := open(dir), open(dir), open(dir4)
 			vocab := m.Spec().VocabSize
 			reqs := make([]*Request, 64)
 			for i := range reqs {
@@ -77,6 +81,7 @@ func TestFamiliesSpeculationMatch(t *testing.T) {
 				}{
 					{"ngram", scheduler.Speculation{NumTokens: 4, LookupMin: 1, LookupMax: 3}, nil},
 					{"draft_model", scheduler.Speculation{NumTokens: 3, External: true}, draft},
+					{"draft_model int4", scheduler.Speculation{NumTokens: 3, External: true}, draft4},
 				} {
 					got, st := run(reqs[:n], tc.spec, tc.draft)
 					for i := range want {
@@ -88,7 +93,7 @@ func TestFamiliesSpeculationMatch(t *testing.T) {
 						t.Fatalf("%s, %d at once: nothing proposed", tc.name, n)
 					}
 					// The model as its own draft: only proposals past a finish are lost.
-					if tc.draft != nil && float64(st.SpecAcceptedTokens) < 0.8*float64(st.SpecDraftTokens) {
+					if tc.draft == draft && float64(st.SpecAcceptedTokens) < 0.8*float64(st.SpecDraftTokens) {
 						t.Fatalf("%s, %d at once: %d of %d accepted", tc.name, n, st.SpecAcceptedTokens, st.SpecDraftTokens)
 					}
 				}

@@ -44,9 +44,12 @@ func specRequests() []*Request {
 // runSpec runs reqs at once on a fresh engine over m with speculation spec (and draft
 // model draft, if not nil) and returns each request's sequences' token ids and logprobs,
 // and the engine's stats.
-func runSpec(t *testing.T, m Model, spec scheduler.Speculation, draft Model) (map[string][][]int32, map[string][][]float32, Stats) {
+func runSpec(t *testing.T, m Model, spec scheduler.Speculation, draft Model, tweak ...func(*Config)) (map[string][][]int32, map[string][][]float32, Stats) {
 	t.Helper()
 	cfg := testConfig()
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	cfg.Speculation = spec
 	cfg.DraftModel = draft
 	// Every request is queued before the engine starts, so both runs see the same
@@ -191,6 +194,19 @@ func TestDraftModelIsExact(t *testing.T) {
 			}
 		})
 	}
+	t.Run("preempted", func(t *testing.T) {
+		// A cache of 24 blocks: sequences are preempted (their draft caches dropped) and
+		// recomputed, and the draft's own cache, as small, is at times full.
+		draft := newFakeModel(1024)
+		draft.context = 1
+		tight := func(c *Config) { c.KVCacheBytes = blockBytesFake(16) * 24 }
+		gotIDs, gotLPs, st := runSpec(t, m, on, draft, tight)
+		sameOutputs(t, greedy(wantIDs), gotIDs, wantLPs, gotLPs)
+		t.Logf("%d preemptions; %d proposed, %d accepted", st.Preemptions, st.SpecDraftTokens, st.SpecAcceptedTokens)
+		if st.Preemptions == 0 || st.SpecAcceptedTokens == 0 {
+			t.Fatalf("%d preemptions, %d proposals accepted; the test needs both", st.Preemptions, st.SpecAcceptedTokens)
+		}
+	})
 	for _, tc := range []struct {
 		spec  scheduler.Speculation
 		draft Model

@@ -272,3 +272,25 @@ func timeSteps(b *testing.B, r Model, in *Batch, tokensPerStep int) {
 	b.ReportMetric(perStep*1e3, "ms/step")
 	b.ReportMetric(float64(tokensPerStep)/perStep, "tokens/s")
 }
+
+// BenchmarkVerifyStepInt8 times the step a speculating row brings at one stream — its
+// last token and 4 proposals, with the logits of all 5 positions — against a plain
+// decode step of one token, on the int8 paged path and step graph at past 128 (the ratio
+// is what verification costs: at most 1.3x makes it nearly free).
+func BenchmarkVerifyStepInt8(b *testing.B) {
+	for _, m := range benchModels {
+		b.Run(m.name, func(b *testing.B) {
+			for _, attention := range []string{AttentionPaged, AttentionGraph} {
+				r := openBenchModel(b, m.cfg, benchOptions{attention: attention, quantize: "int8"})
+				for _, n := range []int{1, 5} {
+					b.Run(fmt.Sprintf("%s/tokens%d", attention, n), func(b *testing.B) {
+						in := benchBatch(r.Spec(), [][]int32{randTokens(1, n, m.cfg.VocabSize)}, []int{128})
+						in.Seqs[0].AllLogits = n > 1
+						in.Seqs[0].ArgmaxOnly = n == 1
+						timeSteps(b, r, in, n)
+					})
+				}
+			}
+		})
+	}
+}
