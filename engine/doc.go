@@ -88,7 +88,7 @@
 //
 // # Example
 //
-//	runner, _ := models.Open(dir, models.DefaultRunnerOptions()) // paged when the model has it
+//	runner, _ := models.Open(dir, models.RunnerOptions{}) // paged when the model has it
 //	tok, _ := tokenizer.Load(dir)
 //	eng, err := engine.New(engine.DefaultConfig(), runner, tok)
 //	if err != nil { ... }

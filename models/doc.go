@@ -98,7 +98,7 @@
 //	if _, err := convert.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
 //		return err
 //	}
-//	r, err := models.Open(dir, models.DefaultRunnerOptions()) // paged: BuildRandom writes paged/
+//	r, err := models.Open(dir, models.RunnerOptions{}) // paged: BuildRandom writes paged/
 //	if err != nil {
 //		return err
 //	}

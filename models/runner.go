@@ -190,9 +190,6 @@ const (
 // dense path.
 const KVCacheAuto = "auto"
 
-// DefaultRunnerOptions returns options that use every core and the default library path.
-func DefaultRunnerOptions() RunnerOptions { return RunnerOptions{} }
-
 // Validate reports whether the options are usable.
 func (o RunnerOptions) Validate() error {
 	if o.IntraOpThreads < 0 {
@@ -708,10 +705,3 @@ func growBytes(buf []byte, n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)[:n]
 }
 
-// float32Bytes views a float32 slice as bytes.
-func float32Bytes(f []float32) []byte {
-	if len(f) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
-}

@@ -206,35 +206,3 @@ static OrtCustomOp i8op = {
 // cv_i8op_custom_op returns Int8Linear's OrtCustomOp.
 const void *cv_i8op_custom_op(void) { return &i8op; }
 
-static OrtCustomOpDomain *i8op_domain;
-
-// cv_i8op_register adds the com.conveyor domain with Int8Linear to the session options.
-// The domain is made once and kept for the life of the process (sessions refer to it).
-// It returns NULL, or an error message to free.
-char *cv_i8op_register(const void *api_ptr, void *session_options) {
-	const OrtApi *api = api_ptr;
-	OrtStatusPtr st = NULL;
-	if (i8op_domain == NULL) {
-		OrtCustomOpDomain *d = NULL;
-		if ((st = api->CreateCustomOpDomain(CV_INT8_DOMAIN, &d)) == NULL &&
-			(st = api->CustomOpDomain_Add(d, &i8op)) == NULL) {
-			i8op_domain = d;
-		} else if (d != NULL) {
-			api->ReleaseCustomOpDomain(d);
-		}
-	}
-	if (st == NULL) {
-		st = api->AddCustomOpDomain((OrtSessionOptions *)session_options, i8op_domain);
-	}
-	if (st == NULL) {
-		return NULL;
-	}
-	const char *msg = api->GetErrorMessage(st);
-	size_t n = strlen(msg);
-	char *out = malloc(n + 1);
-	if (out != NULL) {
-		memcpy(out, msg, n + 1);
-	}
-	api->ReleaseStatus(st);
-	return out;
-}

@@ -2,16 +2,11 @@ package int8gemm
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../third_party/onnxruntime
-#include <stdlib.h>
 #include "ortop.h"
 */
 import "C"
 
-import (
-	"errors"
-	"sync"
-	"unsafe"
-)
+import "unsafe"
 
 // Domain and OpName name the ONNX Runtime custom operator Int8Linear in a graph:
 // attributes K and N; inputs x (float32 [..., K]), w (int8, [K][N] in the packed
@@ -24,25 +19,7 @@ const (
 	OpName = C.CV_INT8_OP
 )
 
-var registerMu sync.Mutex
-
-// RegisterOp adds the operator's domain to an ONNX Runtime session options object
-// before a session is created from it. api is the process's OrtApi function table (C
-// API version 16 or later) and sessionOptions an OrtSessionOptions pointer.
-func RegisterOp(api, sessionOptions unsafe.Pointer) error {
-	if api == nil || sessionOptions == nil {
-		return errors.New("int8gemm: RegisterOp needs the OrtApi table and session options")
-	}
-	registerMu.Lock()
-	defer registerMu.Unlock()
-	if msg := C.cv_i8op_register(api, sessionOptions); msg != nil {
-		defer C.free(unsafe.Pointer(msg))
-		return errors.New("int8gemm: registering " + OpName + ": " + C.GoString(msg))
-	}
-	return nil
-}
-
-// CustomOp returns the operator's OrtCustomOp, for a com.conveyor domain that holds
-// Conveyor's other operators too (ONNX Runtime refuses a session with two domains of one
-// name; see pagedattn.RegisterOp).
+// CustomOp returns the operator's OrtCustomOp. models/ort adds it to the one com.conveyor
+// domain that holds Conveyor's operators (pagedattn.RegisterOp): ONNX Runtime refuses a
+// session with two domains of one name.
 func CustomOp() unsafe.Pointer { return unsafe.Pointer(C.cv_i8op_custom_op()) }
