@@ -704,4 +704,3 @@ func growBytes(buf []byte, n int) []byte {
 	words := make([]uint64, (n+n/4+7)/8)
 	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)[:n]
 }
-
