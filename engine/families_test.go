@@ -42,6 +42,7 @@ func TestFamiliesSpeculationMatch(t *testing.T) {
 				t.Cleanup(func() { r.Close() })
 				return r
 			}
+			t.Parallel()
 			m, draft, draft4 := open(dir), open(dir), open(dir4)
 			vocab := m.Spec().VocabSize
 			reqs := make([]*Request, 64)

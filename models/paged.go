@@ -101,7 +101,9 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 	pagedDir := filepath.Join(dir, modeldir.PagedDir)
 	open := func(name string, ins, outs []string) (*ort.DynamicAdvancedSession, error) {
 		path := filepath.Join(pagedDir, name)
+		unlock := cvort.CreatingSession()
 		s, err := ort.NewDynamicAdvancedSession(path, ins, outs, so)
+		unlock()
 		if err != nil {
 			return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, path, oneLine(err.Error()))
 		}

@@ -342,7 +342,9 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 		return nil, err
 	}
 	defer so.Destroy()
+	unlock := cvort.CreatingSession()
 	sess, err := ort.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
+	unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
 	}

@@ -9,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	onnx "github.com/yalue/onnxruntime_go"
@@ -70,6 +71,20 @@ func UseSharedPool(so *onnx.SessionOptions) error {
 		return errors.New("session options not initialised")
 	}
 	return status(C.cv_ort_share_pool((*C.OrtSessionOptions)(p)))
+}
+
+// sessionCreation serialises the creation of sessions: a session that asks for a
+// custom-operator domain registers it in ONNX Runtime's process-wide schema registry as
+// it is created, checking first whether it is there, so two sessions created at once
+// can both try to add com.conveyor, and the second fails ("the domain is already
+// exist").
+var sessionCreation sync.Mutex
+
+// CreatingSession locks session creation and returns the function that unlocks it;
+// every session, this package's and onnxruntime_go's, is created under it.
+func CreatingSession() (unlock func()) {
+	sessionCreation.Lock()
+	return sessionCreation.Unlock
 }
 
 // RegisterOps adds Conveyor's own ONNX Runtime operators to so (onnxruntime_go's

@@ -98,7 +98,10 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	cpath := C.CString(modelPath)
 	defer C.free(unsafe.Pointer(cpath))
 	s := &Session{device: d}
-	if err := status(C.cv_ort_create_session(cpath, so, &s.s)); err != nil {
+	unlock := CreatingSession()
+	err = status(C.cv_ort_create_session(cpath, so, &s.s))
+	unlock()
+	if err != nil {
 		return nil, fmt.Errorf("ort: cannot load %s on %s: %w", modelPath, d.Name(), err)
 	}
 	var nameErr error
