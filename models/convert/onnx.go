@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -173,7 +174,7 @@ func (t *onnxTensor) writeData(w io.Writer, scratch *[]float32) error {
 
 // writeHalfs writes vs as little-endian float16 or bfloat16 (typ).
 func writeHalfs(w io.Writer, vs []float32, typ int32) error {
-	conv := float32ToHalf
+	conv := kvcache.Float32ToFloat16
 	if typ == onnxBF16 {
 		conv = float32ToBF16
 	}

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // ErrBadSafetensors marks a safetensors file or index that is malformed or uses a
@@ -231,7 +233,7 @@ func decodeFloats(b []byte, dt stDType) []float32 {
 		}
 	case stF16:
 		for i := range out {
-			out[i] = halfToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+			out[i] = kvcache.Float16ToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
 		}
 	case stBF16:
 		for i := range out {
@@ -382,7 +384,7 @@ func writeFloats(w *bufio.Writer, data []float32, dt stDType) {
 			binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
 			w.Write(b[:4])
 		case stF16:
-			binary.LittleEndian.PutUint16(b[:], float32ToHalf(v))
+			binary.LittleEndian.PutUint16(b[:], kvcache.Float32ToFloat16(v))
 			w.Write(b[:2])
 		case stBF16:
 			binary.LittleEndian.PutUint16(b[:], float32ToBF16(v))
@@ -397,68 +399,6 @@ func intsTo64(s []int) []int64 {
 		out[i] = int64(v)
 	}
 	return out
-}
-
-// halfToFloat32 converts an IEEE 754 binary16 value to float32 exactly.
-func halfToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch {
-	case exp == 0 && mant == 0:
-		return math.Float32frombits(sign)
-	case exp == 0: // subnormal: renormalise
-		e := uint32(127 - 15 + 1)
-		for mant&0x400 == 0 {
-			mant <<= 1
-			e--
-		}
-		mant &= 0x3ff
-		return math.Float32frombits(sign | e<<23 | mant<<13)
-	case exp == 0x1f: // inf or NaN
-		return math.Float32frombits(sign | 0xff<<23 | mant<<13)
-	default:
-		return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
-	}
-}
-
-// float32ToHalf converts f to IEEE 754 binary16, rounding to nearest even; values
-// beyond the half range become infinities.
-func float32ToHalf(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	mant := b & 0x7fffff
-	if exp == 0xff { // inf or NaN
-		if mant != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 { // subnormal half or zero
-		if e < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint32(14 - e)
-		half := mant >> shift
-		rem := mant & (1<<shift - 1)
-		mid := uint32(1) << (shift - 1)
-		if rem > mid || (rem == mid && half&1 == 1) {
-			half++
-		}
-		return sign | uint16(half)
-	}
-	half := uint32(e)<<10 | mant>>13
-	rem := mant & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && half&1 == 1) {
-		half++ // may carry into the exponent, which is still correct (up to inf)
-	}
-	return sign | uint16(half)
 }
 
 // float32ToBF16 converts f to bfloat16, rounding to nearest even.

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 func testWeights() Weights {
@@ -68,21 +70,21 @@ func TestWriteSafetensorsFloat16Rounds(t *testing.T) {
 
 func TestHalfConversionRoundTripsEveryValue(t *testing.T) {
 	for h := 0; h < 1<<16; h++ {
-		f := halfToFloat32(uint16(h))
+		f := kvcache.Float16ToFloat32(uint16(h))
 		if math.IsNaN(float64(f)) {
-			if back := float32ToHalf(f); back&0x7c00 != 0x7c00 || back&0x3ff == 0 {
+			if back := kvcache.Float32ToFloat16(f); back&0x7c00 != 0x7c00 || back&0x3ff == 0 {
 				t.Fatalf("NaN %#04x came back as %#04x", h, back)
 			}
 			continue
 		}
-		if back := float32ToHalf(f); back != uint16(h) {
+		if back := kvcache.Float32ToFloat16(f); back != uint16(h) {
 			t.Fatalf("half %#04x -> %g -> %#04x", h, f, back)
 		}
 	}
 	// Spot values from the IEEE 754 tables.
 	for h, want := range map[uint16]float32{0x3c00: 1, 0xc000: -2, 0x7bff: 65504, 0x0001: 5.960464477539063e-08, 0x0400: 6.103515625e-05} {
-		if got := halfToFloat32(h); got != want {
-			t.Errorf("halfToFloat32(%#04x) = %g, want %g", h, got, want)
+		if got := kvcache.Float16ToFloat32(h); got != want {
+			t.Errorf("kvcache.Float16ToFloat32(%#04x) = %g, want %g", h, got, want)
 		}
 	}
 	if got := float32ToBF16(1.00390625); got != 0x3f80 { // halfway: ties to even

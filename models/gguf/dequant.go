@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // The block decoders below follow ggml's dequantize_row_* (ggml-quants.c) operation for
@@ -78,28 +80,9 @@ func blocks(t GGMLType, dst []float32, src []byte) int {
 	return n
 }
 
-// halfToFloat32 converts IEEE 754 binary16 bits to float32 exactly: normal and subnormal
-// numbers, zeros and infinities keep their value, and a NaN keeps its sign and payload.
-func halfToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1F
-	mant := uint32(h) & 0x3FF
-	switch exp {
-	case 0x1F: // infinity or NaN
-		return math.Float32frombits(sign | 0x7F800000 | mant<<13)
-	case 0: // zero or subnormal: mant * 2^-24, exact in float32
-		f := float32(mant) * (1.0 / (1 << 24))
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
-}
-
 // half reads the little-endian fp16 at b[0:2] as float32.
 func half(b []byte) float32 {
-	return halfToFloat32(binary.LittleEndian.Uint16(b))
+	return kvcache.Float16ToFloat32(binary.LittleEndian.Uint16(b))
 }
 
 // DequantizeF32 copies little-endian float32 values (4 bytes each) to dst.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/conveyor-llm/conveyor/kvcache"
 )
 
 // fixture is one tensor of testdata/ggml.gguf and its testdata/dequant files, as
@@ -206,15 +208,15 @@ func TestHalfToFloat32(t *testing.T) {
 		{0x7C00, float32(math.Inf(1))},
 		{0xFC00, float32(math.Inf(-1))},
 	} {
-		if got := halfToFloat32(c.h); got != c.want {
-			t.Errorf("halfToFloat32(0x%04x) = %g, want %g", c.h, got, c.want)
+		if got := kvcache.Float16ToFloat32(c.h); got != c.want {
+			t.Errorf("kvcache.Float16ToFloat32(0x%04x) = %g, want %g", c.h, got, c.want)
 		}
 	}
-	if got := halfToFloat32(0x8000); got != 0 || !math.Signbit(float64(got)) {
-		t.Errorf("halfToFloat32(0x8000) = %g, want -0", got)
+	if got := kvcache.Float16ToFloat32(0x8000); got != 0 || !math.Signbit(float64(got)) {
+		t.Errorf("kvcache.Float16ToFloat32(0x8000) = %g, want -0", got)
 	}
-	if got := halfToFloat32(0x7E01); !math.IsNaN(float64(got)) {
-		t.Errorf("halfToFloat32(0x7E01) = %g, want NaN", got)
+	if got := kvcache.Float16ToFloat32(0x7E01); !math.IsNaN(float64(got)) {
+		t.Errorf("kvcache.Float16ToFloat32(0x7E01) = %g, want NaN", got)
 	}
 }
 
