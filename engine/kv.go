@@ -7,13 +7,11 @@ import (
 	"github.com/conveyor-llm/conveyor/models"
 )
 
-// kvDType maps the model's K/V element type onto the cache's.
+// kvDType checks the model's K/V element type (the cache's enum: models.DType is
+// kvcache.DType) and returns it.
 func kvDType(d models.DType) (kvcache.DType, error) {
-	switch d {
-	case models.Float32:
-		return kvcache.Float32, nil
-	case models.Float16:
-		return kvcache.Float16, nil
+	if d.Size() == 0 {
+		return 0, fmt.Errorf("%w: unsupported K/V dtype %v", ErrInvalidConfig, d)
 	}
-	return 0, fmt.Errorf("%w: unsupported K/V dtype %v", ErrInvalidConfig, d)
+	return d, nil
 }

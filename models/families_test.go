@@ -189,7 +189,7 @@ func checkServingLayout(t *testing.T, m Model, ref *familyReference, check func(
 		t.Fatal(err)
 	}
 	st, err := kvcache.NewStorage(lay.Storage(kvcache.StorageConfig{NumBlocks: 256, BlockSizeTokens: bs, Layers: spec.NumLayers,
-		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType.cacheDType(), Parallelism: 1, TokenMajor: spec.KVTokenMajor}))
+		KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType, Parallelism: 1, TokenMajor: spec.KVTokenMajor}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func checkBatch(b *Batch, spec Spec) (maxPast, maxNew int, err error) {
 	blockSize := 0
 	if b.Cache != nil {
 		c := b.Cache.Config()
-		if c.Layers != spec.NumLayers || c.KVHeads != spec.NumKVHeads || c.HeadDim != spec.HeadDim || c.DType != spec.KVDType.cacheDType() {
+		if c.Layers != spec.NumLayers || c.KVHeads != spec.NumKVHeads || c.HeadDim != spec.HeadDim || c.DType != spec.KVDType {
 			return 0, 0, fmt.Errorf("%w: the cache holds %d layers of %d KV heads x %d %s values, the model has %d of %d x %d %s",
 				ErrBatch, c.Layers, c.KVHeads, c.HeadDim, c.DType, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, spec.KVDType)
 		}

@@ -317,7 +317,7 @@ func (r *PagedRunner) attentionCache(b *Batch) func(l int) (attention.Cache, []a
 			r.seqs[g] = append(r.seqs[g], attention.Seq{Table: table, PastLen: s.PastLen, NumNew: len(s.Tokens)})
 		}
 	}
-	dtype := r.spec.KVDType.cacheDType()
+	dtype := r.spec.KVDType
 	if b.Cache != nil {
 		c := b.Cache.Config()
 		return func(l int) (attention.Cache, []attention.Seq) {

@@ -34,38 +34,15 @@ var (
 	ErrRun = errors.New("models: forward pass failed")
 )
 
-// DType is the element type of key/value tensors.
-type DType int
+// DType is the element type of key/value tensors: the KV cache's own (kvcache.DType),
+// one enum for the model's spec and the cache.
+type DType = kvcache.DType
 
 // Supported key/value element types.
 const (
-	Float32 DType = iota
-	Float16
+	Float32 = kvcache.Float32
+	Float16 = kvcache.Float16
 )
-
-// Size returns the number of bytes per element.
-func (d DType) Size() int {
-	if d == Float16 {
-		return 2
-	}
-	return 4
-}
-
-// String returns "float32" or "float16".
-func (d DType) String() string {
-	if d == Float16 {
-		return "float16"
-	}
-	return "float32"
-}
-
-// cacheDType returns the KV cache's element type for d.
-func (d DType) cacheDType() kvcache.DType {
-	if d == Float16 {
-		return kvcache.Float16
-	}
-	return kvcache.Float32
-}
 
 // Spec is what the engine needs to know about a loaded model. It comes from the ONNX
 // graph's inputs and outputs, config.json and generation_config.json.

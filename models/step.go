@@ -488,7 +488,7 @@ func (r *StepRunner) scratchCache(b *Batch) (*Batch, error) {
 		}
 		st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: max(need, 8), BlockSizeTokens: scratchBlockSize,
 			Layers: r.spec.NumLayers, KVHeads: r.spec.NumKVHeads, HeadDim: r.spec.HeadDim,
-			DType: r.spec.KVDType.cacheDType(), TokenMajor: true})
+			DType: r.spec.KVDType, TokenMajor: true})
 		if err != nil {
 			return nil, fmt.Errorf("%w: scratch cache: %w", ErrRun, err)
 		}

@@ -33,7 +33,7 @@ func newTestCache(spec Spec, numSeqs, numBlocks, blockSize int, seed uint64) *te
 	c := &testCache{spec: spec, bs: blockSize,
 		tables: make([][]kvcache.BlockID, numSeqs), lens: make([]int, numSeqs)}
 	st, err := kvcache.NewStorage(kvcache.StorageConfig{NumBlocks: numBlocks, BlockSizeTokens: blockSize,
-		Layers: spec.NumLayers, KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType.cacheDType(),
+		Layers: spec.NumLayers, KVHeads: spec.NumKVHeads, HeadDim: spec.HeadDim, DType: spec.KVDType,
 		Parallelism: 1, TokenMajor: spec.KVTokenMajor})
 	if err != nil {
 		panic(err)
@@ -114,7 +114,7 @@ func (c *testCache) keys(s int) (k, v [][]float32) {
 	if err := c.storage.Gather([][]kvcache.BlockID{c.tables[s]}, []int{n}, n, kb, vb); err != nil {
 		panic(err)
 	}
-	dt := c.spec.KVDType.cacheDType()
+	dt := c.spec.KVDType
 	for l := range kb {
 		k = append(k, make([]float32, size))
 		v = append(v, make([]float32, size))
