@@ -1,6 +1,8 @@
 package models
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,4 +97,43 @@ func stepGraphFamilyOnGPU(t *testing.T, refPath string, dtype convert.DType) {
 		}
 		t.Logf("%s, %v on %s: largest difference from PyTorch %.3e (bound %.2g)", filepath.Base(src), dtype, m.Device(), worst, bound)
 	})
+}
+
+// BenchmarkVerifyStepGPU is BenchmarkVerifyStepInt8 on the GPU: Qwen2.5-0.5B's shape
+// (random weights) with a float16 step graph, past 128, one row feeding 1 token (its
+// argmax only) or 1 + 4 (every position's logits, as speculative decoding's verifying
+// step asks). It runs only with CONVEYOR_TEST_DEVICE=cuda (scripts/gpu-check.sh).
+func BenchmarkVerifyStepGPU(b *testing.B) {
+	if os.Getenv("CONVEYOR_TEST_DEVICE") != DeviceCUDA {
+		b.Skip("set CONVEYOR_TEST_DEVICE=cuda to time the verifying step on an NVIDIA GPU (scripts/gpu-check.sh)")
+	}
+	cfg, err := convert.LoadConfig(filepath.Join("testdata", "qwen2-0.5b"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxPositionEmbeddings = 4096
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfgPath, dir := filepath.Join(b.TempDir(), "config.json"), b.TempDir()
+	if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := convert.BuildRandomWith(cfgPath, dir, 1, convert.Options{StepDType: convert.Float16}); err != nil {
+		b.Fatal(err)
+	}
+	m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Device: DeviceCUDA})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	for _, n := range []int{1, 5} {
+		b.Run(fmt.Sprintf("tokens%d", n), func(b *testing.B) {
+			in := benchBatch(m.Spec(), [][]int32{randTokens(1, n, cfg.VocabSize)}, []int{128})
+			in.Seqs[0].AllLogits = n > 1
+			in.Seqs[0].ArgmaxOnly = n == 1
+			timeSteps(b, m, in, n)
+		})
+	}
 }

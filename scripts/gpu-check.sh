@@ -2,7 +2,8 @@
 # The GPU check: on a machine with an NVIDIA GPU, the CUDA 13 and cuDNN 9 libraries and
 # ONNX Runtime's CUDA provider (`make ort-gpu`), in about eight minutes:
 #   1. the model families' PyTorch fixtures through the float16 and bfloat16 step graphs
-#      on the GPU;
+#      on the GPU, and speculative decoding's verifying step (1 + 4 tokens) timed against
+#      a decode step (BenchmarkVerifyStepGPU);
 #   2. the Qwen2.5-0.5B shape (random weights, float16) served with --device cuda (its
 #      default block size, FlashAttention's), and `conveyor bench` at 1, 16, 64 and 128
 #      streams, 128 -> 128 tokens, closed loop; sampled rows (temperature 1, top_p 0.9) at
@@ -102,6 +103,30 @@ if [ -x bin/models.test ] && [ "$device" = cuda ]; then
 	fi
 	log "fixtures: $fixtures"
 	grep -E '^(=== RUN|--- |\s+families|ok|FAIL|PASS)' "$out/fixtures.log" | tail -n 40 >>"$out/check.log" || true
+fi
+
+# --- 1b. speculative decoding's verifying step against a decode step ------------------
+verify="not run (bin/models.test missing, or a CPU dry run)"
+if [ -x bin/models.test ] && [ "$device" = cuda ]; then
+	log "the verifying step (1 + 4 tokens, every position's logits) against a 1-token decode step"
+	if (cd models && CONVEYOR_TEST_DEVICE=cuda timeout 240 ../bin/models.test -test.run '^$' -test.bench 'BenchmarkVerifyStepGPU' -test.benchtime 50x -test.timeout 230s) >"$out/verify.log" 2>&1; then
+		verify=$(python3 - "$out/verify.log" <<'PY'
+import re, sys
+ms = {}
+for line in open(sys.argv[1]):
+    m = re.search(r"tokens(\d+)\S*\s+\d+\s+\d+ ns/op\s+([\d.]+) ms/step", line)
+    if m:
+        ms[int(m.group(1))] = float(m.group(2))
+if 1 in ms and 5 in ms:
+    print(f"1 + 4 tokens {ms[5]:.2f} ms, 1 token {ms[1]:.2f} ms: {ms[5] / ms[1]:.2f}x")
+else:
+    print("no timings (see verify.log)")
+PY
+)
+	else
+		verify="FAILED (see verify.log)"
+	fi
+	log "verifying step: $verify"
 fi
 
 # --- 2. the 0.5B shape, served on the GPU, at 1, 16 and 64 streams --------------------
@@ -204,13 +229,14 @@ timeout 240 "$bin" bench compare --model "$model" --device "$device" --attention
 log "bench compare: $compare"
 
 # --- 5. the report ---------------------------------------------------------------------
-python3 - "$out" "$gpu" "$fixtures" "$compare" "$config" "$dtype" "$placement" >"$out/report.md" <<'EOF'
+python3 - "$out" "$gpu" "$fixtures" "$compare" "$config" "$dtype" "$placement" "$verify" >"$out/report.md" <<'EOF'
 import json, os, sys
-out, gpu, fixtures, compare, config, dtype, placement = sys.argv[1:8]
+out, gpu, fixtures, compare, config, dtype, placement, verify = sys.argv[1:9]
 print("# Conveyor GPU check\n")
 print(f"- GPU: {gpu}")
 print(f"- family fixtures (float16 and bfloat16 step graphs): {fixtures}")
 print(f"- step graph placement (ONNX Runtime's profile, profile.md): {placement}")
+print(f"- speculative decoding's verifying step, 0.5B shape, float16, past 128 (verify.log): {verify}")
 try:
     sh = json.load(open(os.path.join(out, "sharing.json")))
     print(f"- n=2 greedy choices identical: {sh['n2_identical']}; a repeated {sh['prompt_tokens']}-token prompt: "
