@@ -16,6 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
 
@@ -204,7 +205,8 @@ func TestE2EUnsupportedFeaturesAreRefused(t *testing.T) {
 // TestE2ESpeculationServesTheSameText: served with prompt-lookup speculation, completions
 // (greedy, and seeded at temperature 1) come back with the text, tokens and finish reason
 // they have without it, plain and streamed through the official SDK, and the
-// Prometheus counters show proposals verified.
+// Prometheus counters show proposals verified; served with a draft model, the greedy
+// ones do.
 func TestE2ESpeculationServesTheSameText(t *testing.T) {
 	prompts := []string{"the quick brown fox the quick brown fox the quick", "a lazy dog and a lazy dog and a", "far away into night"}
 	collect := func(e *e2e) []string {
@@ -258,5 +260,27 @@ func TestE2ESpeculationServesTheSameText(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(body), "conveyor_spec_decode_num_accepted_tokens_total") {
 		t.Fatal("/metrics has no speculative decoding counters")
+	}
+
+	// With the model itself as a draft model: greedy completions are the same; seeded
+	// sampled ones (drawn proposals, rejection sampling) come back the same plain and
+	// streamed (collect checks it).
+	draft, err := models.Open(tinyModel(t), models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { draft.Close() })
+	drafted := startE2E(t, nil, func(c *engine.Config) {
+		c.Speculation = scheduler.Speculation{NumTokens: 4, External: true, MaxBatch: 4}
+		c.DraftModel = draft
+	})
+	got = collect(drafted)
+	for i := 0; i < len(want); i += 2 { // the greedy ones
+		if got[i] != want[i] {
+			t.Fatalf("completion %d: %q with a draft model, %q without", i, got[i], want[i])
+		}
+	}
+	if st := drafted.eng.Stats(); st.SpecDraftTokens == 0 || st.SpecAcceptedTokens == 0 {
+		t.Fatalf("draft model: %d proposed, %d accepted; want both", st.SpecDraftTokens, st.SpecAcceptedTokens)
 	}
 }
