@@ -91,8 +91,10 @@ func newDrafter(model Model, target models.Spec, tokens int, maxLen int, log *sl
 	if spec.MaxPositions < maxLen {
 		return nil, fmt.Errorf("%w: the draft model has %d positions, fewer than the %d the model serves", ErrInvalidConfig, spec.MaxPositions, maxLen)
 	}
-	if spec.KVOnDevice != target.KVOnDevice {
-		return nil, fmt.Errorf("%w: the draft model and the model must run on the same device", ErrInvalidConfig)
+	if spec.KVOnDevice || target.KVOnDevice {
+		// Its cache would come on top of the GPU memory the model's was sized to take
+		// (--gpu-memory-utilization), and it has not run there yet.
+		return nil, fmt.Errorf("%w: a draft model on the GPU is not supported yet; speculate with the ngram method there", ErrInvalidConfig)
 	}
 	dt, err := kvDType(spec.KVDType)
 	if err != nil {

@@ -224,4 +224,10 @@ func TestDraftModelIsExact(t *testing.T) {
 	if _, err := newEngine(cfg, m, fakeText{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "vocabulary") {
 		t.Errorf("a draft with another vocabulary: %v, want ErrInvalidConfig naming it", err)
 	}
+	onGPU := newFakeModel(1024)
+	onGPU.spec.KVOnDevice = true
+	cfg.DraftModel = onGPU
+	if _, err := newEngine(cfg, m, fakeText{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GPU") {
+		t.Errorf("a draft on the GPU: %v, want ErrInvalidConfig naming it", err)
+	}
 }
