@@ -5,7 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
-	ort "github.com/yalue/onnxruntime_go"
+	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // Indexes into Runner.kvMem and Runner.kvViews.
@@ -216,40 +216,40 @@ func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
 	}
 	var err error
 	b, s, t := int64(rows), int64(maxNew), int64(maxPast+maxNew)
-	if r.inputs[r.io.ids], err = ort.NewTensor(ort.NewShape(b, s), r.ids); err != nil {
+	if r.inputs[r.io.ids], err = onnx.NewTensor(onnx.NewShape(b, s), r.ids); err != nil {
 		return fail("input_ids", err)
 	}
 	if r.io.pos >= 0 {
-		if r.inputs[r.io.pos], err = ort.NewTensor(ort.NewShape(b, s), r.pos); err != nil {
+		if r.inputs[r.io.pos], err = onnx.NewTensor(onnx.NewShape(b, s), r.pos); err != nil {
 			return fail("position_ids", err)
 		}
 	}
 	if r.io.mask >= 0 {
-		if r.inputs[r.io.mask], err = ort.NewTensor(ort.NewShape(b, t), r.mask); err != nil {
+		if r.inputs[r.io.mask], err = onnx.NewTensor(onnx.NewShape(b, t), r.mask); err != nil {
 			return fail("attention_mask", err)
 		}
 	}
 	if r.io.useCache >= 0 {
 		r.useCache[0] = maxPast > 0
-		if r.inputs[r.io.useCache], err = ort.NewTensor(ort.NewShape(1), r.useCache); err != nil {
+		if r.inputs[r.io.useCache], err = onnx.NewTensor(onnx.NewShape(1), r.useCache); err != nil {
 			return fail("use_cache_branch", err)
 		}
 	}
-	kvType := ort.TensorElementDataType(ort.TensorElementDataTypeFloat)
+	kvType := onnx.TensorElementDataType(onnx.TensorElementDataTypeFloat)
 	if r.spec.KVDType == Float16 {
-		kvType = ort.TensorElementDataType(ort.TensorElementDataTypeFloat16)
+		kvType = onnx.TensorElementDataType(onnx.TensorElementDataTypeFloat16)
 	}
 	for kind, idx := range [4][]int{r.io.pastK, r.io.pastV, r.io.presK, r.io.presV} {
 		dst := r.inputs
 		if kind >= presentKeys {
 			dst = r.outputs
 		}
-		shape := ort.NewShape(b, int64(r.spec.NumKVHeads), int64(kvTokens(kind, maxPast, maxPast+maxNew)), int64(r.spec.HeadDim))
+		shape := onnx.NewShape(b, int64(r.spec.NumKVHeads), int64(kvTokens(kind, maxPast, maxPast+maxNew)), int64(r.spec.HeadDim))
 		for l, data := range r.kvViews[kind] {
 			if len(data) == 0 {
 				data = r.empty
 			}
-			if dst[idx[l]], err = ort.NewCustomDataTensor(shape, data, kvType); err != nil {
+			if dst[idx[l]], err = onnx.NewCustomDataTensor(shape, data, kvType); err != nil {
 				return fail(fmt.Sprintf("layer %d key/value", l), err)
 			}
 		}
@@ -259,15 +259,15 @@ func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
 	if r.io.logitsLastOnly {
 		s = 1
 	}
-	shape := ort.NewShape(b, s, int64(r.spec.VocabSize))
+	shape := onnx.NewShape(b, s, int64(r.spec.VocabSize))
 	n := rows * int(s) * r.spec.VocabSize
 	if r.io.logitsF16 {
 		r.logits16 = growBytes(r.logits16, 2*n)
-		r.outputs[r.io.logits], err = ort.NewCustomDataTensor(shape, r.logits16,
-			ort.TensorElementDataType(ort.TensorElementDataTypeFloat16))
+		r.outputs[r.io.logits], err = onnx.NewCustomDataTensor(shape, r.logits16,
+			onnx.TensorElementDataType(onnx.TensorElementDataTypeFloat16))
 	} else {
 		r.logits = grow(r.logits, n)
-		r.outputs[r.io.logits], err = ort.NewTensor(shape, r.logits)
+		r.outputs[r.io.logits], err = onnx.NewTensor(shape, r.logits)
 	}
 	if err != nil {
 		return fail("logits", err)
@@ -277,7 +277,7 @@ func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
 
 // destroyTensors releases the per-call ONNX Runtime tensors (the Go memory stays).
 func (r *Runner) destroyTensors() {
-	for _, vals := range [][]ort.Value{r.inputs, r.outputs} {
+	for _, vals := range [][]onnx.Value{r.inputs, r.outputs} {
 		for i, v := range vals {
 			if v != nil {
 				_ = v.Destroy()

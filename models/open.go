@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // The attention paths a model can run with (RunnerOptions.Attention).
@@ -61,10 +61,10 @@ func Open(dir string, opts RunnerOptions) (Model, error) {
 			return nil, fmt.Errorf("%w: %s's step graph is %s for the CPU: rebuild it with `conveyor build-model --dtype float16` (or bfloat16) for the GPU",
 				ErrModelDir, dir, man.DType)
 		}
-		if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+		if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 			return nil, err
 		}
-		dev, err := cvort.OpenCUDA(opts.CUDAProvider, 0)
+		dev, err := ort.OpenCUDA(opts.CUDAProvider, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -72,10 +72,10 @@ func Open(dir string, opts RunnerOptions) (Model, error) {
 	case DeviceAuto, "":
 		if opts.Attention == "" || opts.Attention == AttentionGraph {
 			if man, err := modeldir.LoadStep(dir); err == nil && man.AttentionDomain == modeldir.StepDomainMicrosoft {
-				if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+				if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 					return nil, err
 				}
-				if dev, err := cvort.OpenCUDA(opts.CUDAProvider, 0); err == nil {
+				if dev, err := ort.OpenCUDA(opts.CUDAProvider, 0); err == nil {
 					return OpenStep(dir, opts, dev)
 				}
 			}
@@ -91,10 +91,10 @@ func CUDAUsable(opts RunnerOptions) bool {
 	if opts.Attention != "" && opts.Attention != AttentionGraph {
 		return false
 	}
-	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+	if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return false
 	}
-	_, err := cvort.OpenCUDA(opts.CUDAProvider, 0)
+	_, err := ort.OpenCUDA(opts.CUDAProvider, 0)
 	return err == nil
 }
 
@@ -104,7 +104,7 @@ func openCPU(dir string, opts RunnerOptions) (Model, error) {
 	case AttentionDense:
 		return OpenRunner(dir, opts)
 	case AttentionGraph:
-		r, err := OpenStep(dir, opts, cvort.CPU())
+		r, err := OpenStep(dir, opts, ort.CPU())
 		if errors.Is(err, modeldir.ErrNoStep) {
 			return nil, fmt.Errorf("%w; build it with `conveyor build-model`", err)
 		}

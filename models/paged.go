@@ -9,11 +9,11 @@ import (
 	"syscall"
 	"unsafe"
 
-	ort "github.com/yalue/onnxruntime_go"
+	onnx "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // PagedRunner runs a model through its paged layout (modeldir.PagedManifest): one ONNX
@@ -25,7 +25,7 @@ type PagedRunner struct {
 	spec     Spec
 	manifest *modeldir.PagedManifest
 	layers   []pagedLayer
-	head     *ort.DynamicAdvancedSession
+	head     *onnx.DynamicAdvancedSession
 	embed    []float32 // [vocab][hidden], mapped from the manifest's embedding file
 	embedMap []byte    // the mapping behind embed (nil when read into memory)
 
@@ -41,7 +41,7 @@ type PagedRunner struct {
 }
 
 type pagedLayer struct {
-	session *ort.DynamicAdvancedSession
+	session *onnx.DynamicAdvancedSession
 	attn    *attention.Layer
 	qkvCols int // (heads+2*kvHeads)*headDim
 	attCols int // heads*headDim
@@ -58,7 +58,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
 	opts = pagedOpenOptions(man, opts)
-	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+	if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	meta, err := readModelMeta(dir)
@@ -99,10 +99,10 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 	}
 	defer so.Destroy()
 	pagedDir := filepath.Join(dir, modeldir.PagedDir)
-	open := func(name string, ins, outs []string) (*ort.DynamicAdvancedSession, error) {
+	open := func(name string, ins, outs []string) (*onnx.DynamicAdvancedSession, error) {
 		path := filepath.Join(pagedDir, name)
-		unlock := cvort.CreatingSession()
-		s, err := ort.NewDynamicAdvancedSession(path, ins, outs, so)
+		unlock := ort.CreatingSession()
+		s, err := onnx.NewDynamicAdvancedSession(path, ins, outs, so)
 		unlock()
 		if err != nil {
 			return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, path, oneLine(err.Error()))
@@ -394,9 +394,9 @@ type segmentTensor struct {
 
 // runSegment runs one segment over tokens rows; the head also takes the selected rows
 // (its output has len(sel) rows).
-func runSegment(s *ort.DynamicAdvancedSession, tokens int, in, out []segmentTensor, sel []int64) error {
-	vals := make([]ort.Value, 0, len(in)+1)
-	outs := make([]ort.Value, 0, len(out))
+func runSegment(s *onnx.DynamicAdvancedSession, tokens int, in, out []segmentTensor, sel []int64) error {
+	vals := make([]onnx.Value, 0, len(in)+1)
+	outs := make([]onnx.Value, 0, len(out))
 	defer func() {
 		for _, v := range vals {
 			_ = v.Destroy()
@@ -406,7 +406,7 @@ func runSegment(s *ort.DynamicAdvancedSession, tokens int, in, out []segmentTens
 		}
 	}()
 	for _, t := range in {
-		v, err := ort.NewTensor(ort.NewShape(int64(tokens), int64(t.cols)), t.data[:tokens*t.cols])
+		v, err := onnx.NewTensor(onnx.NewShape(int64(tokens), int64(t.cols)), t.data[:tokens*t.cols])
 		if err != nil {
 			return fmt.Errorf("create input tensor: %s", oneLine(err.Error()))
 		}
@@ -414,7 +414,7 @@ func runSegment(s *ort.DynamicAdvancedSession, tokens int, in, out []segmentTens
 	}
 	outRows := tokens
 	if sel != nil {
-		v, err := ort.NewTensor(ort.NewShape(int64(len(sel))), sel)
+		v, err := onnx.NewTensor(onnx.NewShape(int64(len(sel))), sel)
 		if err != nil {
 			return fmt.Errorf("create row tensor: %s", oneLine(err.Error()))
 		}
@@ -422,7 +422,7 @@ func runSegment(s *ort.DynamicAdvancedSession, tokens int, in, out []segmentTens
 		outRows = len(sel)
 	}
 	for _, t := range out {
-		v, err := ort.NewTensor(ort.NewShape(int64(outRows), int64(t.cols)), t.data[:outRows*t.cols])
+		v, err := onnx.NewTensor(onnx.NewShape(int64(outRows), int64(t.cols)), t.data[:outRows*t.cols])
 		if err != nil {
 			return fmt.Errorf("create output tensor: %s", oneLine(err.Error()))
 		}

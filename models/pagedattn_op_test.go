@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
-	ort "github.com/yalue/onnxruntime_go"
+	onnx "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/convert"
@@ -159,7 +159,7 @@ func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 
 // openOpSession opens a session of node's one-node graph with the runner's session
 // options (Conveyor's operators registered, the shared pool).
-func openOpSession(t *testing.T, node convert.OpNode) (*ort.DynamicAdvancedSession, error) {
+func openOpSession(t *testing.T, node convert.OpNode) (*onnx.DynamicAdvancedSession, error) {
 	t.Helper()
 	if err := InitORT(testORTLib(t)); err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func openOpSession(t *testing.T, node convert.OpNode) (*ort.DynamicAdvancedSessi
 		t.Fatal(err)
 	}
 	defer so.Destroy()
-	s, err := ort.NewDynamicAdvancedSessionWithONNXData(model, ins, outs, so)
+	s, err := onnx.NewDynamicAdvancedSessionWithONNXData(model, ins, outs, so)
 	if err == nil {
 		t.Cleanup(func() { _ = s.Destroy() })
 	}
@@ -190,7 +190,7 @@ func openOpSession(t *testing.T, node convert.OpNode) (*ort.DynamicAdvancedSessi
 }
 
 // pagedAttentionOp is a session of pagedAttentionNode(c).
-func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.DynamicAdvancedSession {
+func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *onnx.DynamicAdvancedSession {
 	t.Helper()
 	s, err := openOpSession(t, pagedAttentionNode(c))
 	if err != nil {
@@ -209,20 +209,20 @@ func b2i64(b bool) int64 {
 // runPagedAttentionOp runs s on c's tensors in place: the caches are bound as inputs 3
 // and 4 and, as the very same tensors, as outputs 1 and 2, unless otherCaches, which
 // binds fresh tensors of the caches' shape as outputs 1 and 2.
-func runPagedAttentionOp(t *testing.T, s *ort.DynamicAdvancedSession, c pagedAttentionCase, otherCaches bool) error {
+func runPagedAttentionOp(t *testing.T, s *onnx.DynamicAdvancedSession, c pagedAttentionCase, otherCaches bool) error {
 	t.Helper()
-	var values []ort.Value
-	tensor := func(shape ort.Shape, data any) ort.Value {
-		var v ort.Value
+	var values []onnx.Value
+	tensor := func(shape onnx.Shape, data any) onnx.Value {
+		var v onnx.Value
 		var err error
 		switch data := data.(type) {
 		case []float32:
-			v, err = ort.NewTensor(shape, data)
+			v, err = onnx.NewTensor(shape, data)
 		case []int32:
-			v, err = ort.NewTensor(shape, data)
+			v, err = onnx.NewTensor(shape, data)
 		case []uint16: // float16 bits
-			v, err = ort.NewCustomDataTensor(shape, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 2*len(data)),
-				ort.TensorElementDataTypeFloat16)
+			v, err = onnx.NewCustomDataTensor(shape, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 2*len(data)),
+				onnx.TensorElementDataTypeFloat16)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -238,32 +238,32 @@ func runPagedAttentionOp(t *testing.T, s *ort.DynamicAdvancedSession, c pagedAtt
 	d, a := c.d, c.a
 	T, D := int64(d.Tokens), int64(d.HeadDim)
 	kvw := int64(a.KVNumHeads) * D
-	cacheShape := ort.NewShape(int64(d.NumBlocks), int64(d.BlockSize), int64(a.KVNumHeads), D)
-	var kc, vc ort.Value
+	cacheShape := onnx.NewShape(int64(d.NumBlocks), int64(d.BlockSize), int64(a.KVNumHeads), D)
+	var kc, vc onnx.Value
 	if c.t.KeyCacheHalf != nil {
 		kc, vc = tensor(cacheShape, c.t.KeyCacheHalf), tensor(cacheShape, c.t.ValueCacheHalf)
 	} else {
 		kc, vc = tensor(cacheShape, c.t.KeyCache), tensor(cacheShape, c.t.ValueCache)
 	}
-	ins := []ort.Value{tensor(ort.NewShape(T, int64(len(c.t.Query))/max(T, 1)), c.t.Query)}
+	ins := []onnx.Value{tensor(onnx.NewShape(T, int64(len(c.t.Query))/max(T, 1)), c.t.Query)}
 	if c.t.Key != nil {
-		ins = append(ins, tensor(ort.NewShape(T, kvw), c.t.Key), tensor(ort.NewShape(T, kvw), c.t.Value))
+		ins = append(ins, tensor(onnx.NewShape(T, kvw), c.t.Key), tensor(onnx.NewShape(T, kvw), c.t.Value))
 	}
 	ins = append(ins, kc, vc,
-		tensor(ort.NewShape(int64(d.Batch+1)), c.t.CumSeqLens),
-		tensor(ort.NewShape(int64(d.Batch)), c.t.PastSeqLens),
-		tensor(ort.NewShape(int64(d.Batch), int64(d.MaxBlocks)), c.t.BlockTable))
+		tensor(onnx.NewShape(int64(d.Batch+1)), c.t.CumSeqLens),
+		tensor(onnx.NewShape(int64(d.Batch)), c.t.PastSeqLens),
+		tensor(onnx.NewShape(int64(d.Batch), int64(d.MaxBlocks)), c.t.BlockTable))
 	if c.t.Cos != nil {
-		rs := ort.NewShape(int64(d.MaxPos), int64(d.RotaryDim/2))
+		rs := onnx.NewShape(int64(d.MaxPos), int64(d.RotaryDim/2))
 		ins = append(ins, tensor(rs, c.t.Cos), tensor(rs, c.t.Sin))
 	}
 	if c.slotMapping != nil {
-		ins = append(ins, tensor(ort.NewShape(int64(len(c.slotMapping))), c.slotMapping))
+		ins = append(ins, tensor(onnx.NewShape(int64(len(c.slotMapping))), c.slotMapping))
 	}
 	if c.t.Metadata != nil {
-		ins = append(ins, tensor(ort.NewShape(int64(len(c.t.Metadata))), c.t.Metadata))
+		ins = append(ins, tensor(onnx.NewShape(int64(len(c.t.Metadata))), c.t.Metadata))
 	}
-	outs := []ort.Value{tensor(ort.NewShape(T, int64(a.NumHeads)*D), c.t.Out), kc, vc}
+	outs := []onnx.Value{tensor(onnx.NewShape(T, int64(a.NumHeads)*D), c.t.Out), kc, vc}
 	if otherCaches {
 		outs[1] = tensor(cacheShape, slices.Clone(c.t.KeyCache))
 		outs[2] = tensor(cacheShape, slices.Clone(c.t.ValueCache))

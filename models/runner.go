@@ -16,8 +16,8 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
-	ort "github.com/yalue/onnxruntime_go"
+	"github.com/conveyor-llm/conveyor/models/ort"
+	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // Sentinel errors of the runner. Every error returned by OpenRunner or Forward wraps
@@ -149,7 +149,7 @@ type RunnerOptions struct {
 	// GPU when one is usable, else the CPU.
 	Device string
 	// CUDAProvider is ONNX Runtime's CUDA provider library for DeviceCUDA and DeviceAuto;
-	// "" = $CONVEYOR_ORT_CUDA_PROVIDER or ort.DefaultCUDAProvider (where `make ort-gpu`
+	// "" = $CONVEYOR_ORT_CUDA_PROVIDER or onnx.DefaultCUDAProvider (where `make ort-gpu`
 	// puts it).
 	CUDAProvider string
 }
@@ -240,11 +240,11 @@ type Output struct {
 // are serialised; the runner reuses its buffers from call to call.
 type Runner struct {
 	mu      sync.Mutex
-	session *ort.DynamicAdvancedSession
+	session *onnx.DynamicAdvancedSession
 	spec    Spec
 	io      decoderIO
 
-	inputs, outputs []ort.Value // per-call tensors, destroyed after each Forward
+	inputs, outputs []onnx.Value // per-call tensors, destroyed after each Forward
 
 	ids, pos, mask []int64
 	// kvMem holds past K, past V, present K and present V, each as NumLayers
@@ -290,7 +290,7 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+	if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	modelPath := filepath.Join(dir, "model.onnx")
@@ -319,8 +319,8 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 		return nil, err
 	}
 	defer so.Destroy()
-	unlock := cvort.CreatingSession()
-	sess, err := ort.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
+	unlock := ort.CreatingSession()
+	sess, err := onnx.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
 	unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
@@ -332,8 +332,8 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 		session:  sess,
 		spec:     spec,
 		io:       io,
-		inputs:   make([]ort.Value, len(io.inNames)),
-		outputs:  make([]ort.Value, len(io.outNames)),
+		inputs:   make([]onnx.Value, len(io.inNames)),
+		outputs:  make([]onnx.Value, len(io.outNames)),
 		useCache: make([]bool, 1),
 		cost:     newCostModel(spec, modelWeightBytes(dir)),
 	}
@@ -345,13 +345,13 @@ func OpenRunner(dir string, opts RunnerOptions) (*Runner, error) {
 }
 
 // pool returns the shared pool's settings these options ask for.
-func (o RunnerOptions) pool() cvort.PoolOptions {
-	return cvort.PoolOptions{Threads: o.IntraOpThreads, Spin: !o.NoSpin}
+func (o RunnerOptions) pool() ort.PoolOptions {
+	return ort.PoolOptions{Threads: o.IntraOpThreads, Spin: !o.NoSpin}
 }
 
 // newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
-func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
-	so, err := ort.NewSessionOptions()
+func newSessionOptions(opts RunnerOptions) (*onnx.SessionOptions, error) {
+	so, err := onnx.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 	}
@@ -362,8 +362,8 @@ func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 	for _, set := range []func() error{
 		func() error { return so.SetIntraOpNumThreads(threads) },
 		func() error { return so.SetInterOpNumThreads(1) },
-		func() error { return so.SetExecutionMode(ort.ExecutionModeSequential) },
-		func() error { return so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll) },
+		func() error { return so.SetExecutionMode(onnx.ExecutionModeSequential) },
+		func() error { return so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelEnableAll) },
 		// A pool of the session's own would be one more thread spinning per session.
 		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", "0") },
 		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", "0") },
@@ -373,17 +373,17 @@ func newSessionOptions(opts RunnerOptions) (*ort.SessionOptions, error) {
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}
 	}
-	if err := cvort.RegisterOps(so); err != nil {
+	if err := ort.RegisterOps(so); err != nil {
 		so.Destroy()
 		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 	}
-	share, err := cvort.SharesPool(threads, !opts.NoSpin)
+	share, err := ort.SharesPool(threads, !opts.NoSpin)
 	if err != nil {
 		so.Destroy()
 		return nil, err
 	}
 	if share {
-		if err := cvort.UseSharedPool(so); err != nil {
+		if err := ort.UseSharedPool(so); err != nil {
 			so.Destroy()
 			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 		}
@@ -415,15 +415,15 @@ func (r *Runner) Close() error {
 
 // graphInfo reads the graph's input and output names, shapes and types. It loads the
 // model once without graph optimisation, which is cheap next to the real session.
-func graphInfo(modelPath string) (ins, outs []ort.InputOutputInfo, err error) {
-	so, err := ort.NewSessionOptions()
+func graphInfo(modelPath string) (ins, outs []onnx.InputOutputInfo, err error) {
+	so, err := onnx.NewSessionOptions()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
 	}
 	defer so.Destroy()
-	_ = so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll)
+	_ = so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelDisableAll)
 	_ = so.SetIntraOpNumThreads(1)
-	ins, outs, err = ort.GetInputOutputInfoWithOptions(modelPath, so)
+	ins, outs, err = onnx.GetInputOutputInfoWithOptions(modelPath, so)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
 	}
@@ -431,13 +431,13 @@ func graphInfo(modelPath string) (ins, outs []ort.InputOutputInfo, err error) {
 }
 
 // parseDecoderIO checks that the graph follows the decoder interface and derives the Spec.
-func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO, Spec, error) {
+func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO, Spec, error) {
 	io := decoderIO{ids: -1, mask: -1, pos: -1, useCache: -1, logits: -1}
 	bad := func(format string, args ...any) (decoderIO, Spec, error) {
 		return decoderIO{}, Spec{}, fmt.Errorf("%w: %s", ErrModelDir, fmt.Sprintf(format, args...))
 	}
-	pastK := map[int]ort.InputOutputInfo{}
-	pastV := map[int]ort.InputOutputInfo{}
+	pastK := map[int]onnx.InputOutputInfo{}
+	pastV := map[int]onnx.InputOutputInfo{}
 	for _, in := range ins {
 		idx := len(io.inNames)
 		switch name := in.Name; {
@@ -448,7 +448,7 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 		case name == "position_ids":
 			io.pos = idx
 		case name == "use_cache_branch":
-			if in.DataType != ort.TensorElementDataTypeBool {
+			if in.DataType != onnx.TensorElementDataTypeBool {
 				return bad("input use_cache_branch has type %s, want bool", in.DataType)
 			}
 			io.useCache = idx
@@ -464,7 +464,7 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 			}
 		}
 		if in.Name == "input_ids" || in.Name == "attention_mask" || in.Name == "position_ids" {
-			if in.DataType != ort.TensorElementDataTypeInt64 {
+			if in.DataType != onnx.TensorElementDataTypeInt64 {
 				return bad("input %s has type %s, want int64", in.Name, in.DataType)
 			}
 		}
@@ -505,15 +505,15 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 	}
 	var kvType DType
 	switch first.DataType {
-	case ort.TensorElementDataTypeFloat:
+	case onnx.TensorElementDataTypeFloat:
 		kvType = Float32
-	case ort.TensorElementDataTypeFloat16:
+	case onnx.TensorElementDataTypeFloat16:
 		kvType = Float16
 	default:
 		return bad("past_key_values have type %s, want float32 or float16", first.DataType)
 	}
 	for l := 0; l < layers; l++ {
-		for _, in := range []ort.InputOutputInfo{pastK[l], pastV[l]} {
+		for _, in := range []onnx.InputOutputInfo{pastK[l], pastV[l]} {
 			if in.DataType != first.DataType || !sameKVShape(in.Dimensions, first.Dimensions) {
 				return bad("%s has %s %v, unlike past_key_values.0.key (%s %v)", in.Name, in.DataType, in.Dimensions, first.DataType, first.Dimensions)
 			}
@@ -525,7 +525,7 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 	}
 
 	// Outputs: only logits and present.* are requested from the session.
-	byName := map[string]ort.InputOutputInfo{}
+	byName := map[string]onnx.InputOutputInfo{}
 	for _, o := range outs {
 		byName[o.Name] = o
 	}
@@ -537,8 +537,8 @@ func parseDecoderIO(ins, outs []ort.InputOutputInfo, meta modelMeta) (decoderIO,
 		return bad("logits have shape %v, want [batch, seq, vocab]", lg.Dimensions)
 	}
 	switch lg.DataType {
-	case ort.TensorElementDataTypeFloat:
-	case ort.TensorElementDataTypeFloat16:
+	case onnx.TensorElementDataTypeFloat:
+	case onnx.TensorElementDataTypeFloat16:
 		io.logitsF16 = true
 	default:
 		return bad("logits have type %s, want float32 or float16", lg.DataType)
@@ -605,7 +605,7 @@ func parseKVName(name, prefix string) (layer int, kind string, ok bool) {
 	return layer, kind, true
 }
 
-func sameKVShape(a, b ort.Shape) bool {
+func sameKVShape(a, b onnx.Shape) bool {
 	return len(a) == 4 && len(b) == 4 && a[1] == b[1] && a[3] == b[3]
 }
 

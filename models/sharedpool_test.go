@@ -3,7 +3,7 @@ package models
 import (
 	"testing"
 
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // TestSharedPool checks that sessions on ONNX Runtime's shared intra-op pool and a
@@ -16,7 +16,7 @@ func TestSharedPool(t *testing.T) {
 	if err := InitORT(lib); err != nil {
 		t.Fatal(err)
 	}
-	threads := cvort.SharedPool().Threads
+	threads := ort.SharedPool().Threads
 	shared, err := Open(dir, RunnerOptions{ORTLib: lib, IntraOpThreads: threads, Attention: AttentionPaged})
 	if err != nil {
 		t.Fatalf("Open on the shared pool: %v", err)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/ort"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
@@ -27,16 +27,16 @@ type StepRunner struct {
 	mu   sync.Mutex
 	spec Spec
 	man  *modeldir.StepManifest
-	dev  *cvort.Device
-	sess *cvort.Session
-	elem cvort.ElemType
+	dev  *ort.Device
+	sess *ort.Session
+	elem ort.ElemType
 
 	inNames, outNames []string
 
 	// The cache the session's cache inputs and outputs are bound to.
 	bound      *kvcache.Storage // the storage kv belongs to
 	boundShape [4]int64         // its [num_blocks, block_size, kv_heads, head_dim]
-	kv         []*cvort.Value   // key_cache.0, value_cache.0, key_cache.1, ...
+	kv         []*ort.Value     // key_cache.0, value_cache.0, key_cache.1, ...
 	scratch    *kvcache.Storage // the cache of a Forward without one
 
 	// Per-step buffers, reused.
@@ -45,19 +45,19 @@ type StepRunner struct {
 	table        []int32 // [rows][width]
 	width        int64
 	rows         []int64
-	meta         []int32      // attention_metadata [2]: the longest new-token run and the longest past+new
-	logits       []float32    // [R][vocab] on the host
-	argmax       []int64      // [R]
-	devLogits    *cvort.Value // [capacity][vocab] on a GPU, grown as needed
+	meta         []int32    // attention_metadata [2]: the longest new-token run and the longest past+new
+	logits       []float32  // [R][vocab] on the host
+	argmax       []int64    // [R]
+	devLogits    *ort.Value // [capacity][vocab] on a GPU, grown as needed
 	out          [][]float32
 	outArgmax    []int32
 	scratchBatch Batch
-	ins, outs    []*cvort.Value
+	ins, outs    []*ort.Value
 }
 
 // OpenStep loads dir's step graph onto dev (CPU when nil). A directory without one is an
 // error wrapping ErrModelDir and modeldir.ErrNoStep.
-func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, error) {
+func OpenStep(dir string, opts RunnerOptions, dev *ort.Device) (*StepRunner, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
 	if dev == nil {
-		dev = cvort.CPU()
+		dev = ort.CPU()
 	}
 	if dev.IsCPU() && man.AttentionDomain != modeldir.StepDomainConveyor {
 		return nil, fmt.Errorf("%w: %s's step graph is %s with ONNX Runtime's PagedAttention, which runs on NVIDIA GPUs only: "+
@@ -88,20 +88,20 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		// beside them (as the paged segments of int8 builds, pagedOpenOptions).
 		opts.NoSpin = true
 	}
-	if err := cvort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
+	if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
 		return nil, err
 	}
 	meta, err := readModelMeta(dir)
 	if err != nil {
 		return nil, err
 	}
-	kvType, elem := Float32, cvort.Float32
+	kvType, elem := Float32, ort.Float32
 	switch man.CacheDType() {
 	case "float16":
-		kvType, elem = Float16, cvort.Float16
+		kvType, elem = Float16, ort.Float16
 	case "bfloat16":
 		// The host side only sizes a device cache: bfloat16 takes float16's two bytes.
-		kvType, elem = Float16, cvort.BFloat16
+		kvType, elem = Float16, ort.BFloat16
 	}
 	r := &StepRunner{
 		man:  man,
@@ -138,7 +138,7 @@ func OpenStep(dir string, opts RunnerOptions, dev *cvort.Device) (*StepRunner, e
 		r.outNames = append(r.outNames, modeldir.StepKeyCacheOut(l), modeldir.StepValueCacheOut(l))
 	}
 	path := filepath.Join(dir, modeldir.StepDir, man.Graph)
-	r.sess, err = cvort.NewSession(path, cvort.SessionConfig{Device: dev, Threads: opts.IntraOpThreads, OwnOps: man.OwnOps})
+	r.sess, err = ort.NewSession(path, ort.SessionConfig{Device: dev, Threads: opts.IntraOpThreads, OwnOps: man.OwnOps})
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, path, oneLine(err.Error()))
 	}
@@ -256,21 +256,21 @@ func (r *StepRunner) run(b *Batch) error {
 	r.logits = grow(r.logits, n*vocab)
 	r.argmax = grow(r.argmax, n)
 	small := []struct {
-		t     cvort.ElemType
+		t     ort.ElemType
 		shape []int64
 		ptr   unsafe.Pointer
 		bytes int
 	}{
-		{cvort.Int64, []int64{int64(len(r.ids))}, unsafe.Pointer(&r.ids[0]), 8 * len(r.ids)},
-		{cvort.Int32, []int64{int64(rows + 1)}, unsafe.Pointer(&r.cu[0]), 4 * len(r.cu)},
-		{cvort.Int32, []int64{int64(rows)}, unsafe.Pointer(&r.past[0]), 4 * rows},
-		{cvort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&r.table[0]), 4 * rows * int(width)},
-		{cvort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.rows[0]), 8 * n},
-		{cvort.Int32, []int64{2}, unsafe.Pointer(&r.meta[0]), 8},
+		{ort.Int64, []int64{int64(len(r.ids))}, unsafe.Pointer(&r.ids[0]), 8 * len(r.ids)},
+		{ort.Int32, []int64{int64(rows + 1)}, unsafe.Pointer(&r.cu[0]), 4 * len(r.cu)},
+		{ort.Int32, []int64{int64(rows)}, unsafe.Pointer(&r.past[0]), 4 * rows},
+		{ort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&r.table[0]), 4 * rows * int(width)},
+		{ort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.rows[0]), 8 * n},
+		{ort.Int32, []int64{2}, unsafe.Pointer(&r.meta[0]), 8},
 	}
 	r.ins, r.outs = r.ins[:0], r.outs[:0]
 	for _, s := range small {
-		v, err := cvort.NewHostTensor(s.t, s.shape, s.ptr, s.bytes)
+		v, err := ort.NewHostTensor(s.t, s.shape, s.ptr, s.bytes)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrRun, err)
 		}
@@ -281,7 +281,7 @@ func (r *StepRunner) run(b *Batch) error {
 		return fmt.Errorf("%w: %w", ErrRun, err)
 	}
 	r.outs = append(r.outs, logits)
-	argmax, err := cvort.NewHostTensor(cvort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.argmax[0]), 8*n)
+	argmax, err := ort.NewHostTensor(ort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.argmax[0]), 8*n)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRun, err)
 	}
@@ -298,29 +298,29 @@ func (r *StepRunner) run(b *Batch) error {
 
 // logitsOutput returns the tensor the step's n logit rows are written to: the host
 // buffer on a CPU, the first n rows of the device buffer on a GPU.
-func (r *StepRunner) logitsOutput(n int) (*cvort.Value, error) {
+func (r *StepRunner) logitsOutput(n int) (*ort.Value, error) {
 	vocab := int64(r.spec.VocabSize)
 	if r.dev.IsCPU() {
-		return cvort.NewHostTensor(cvort.Float32, []int64{int64(n), vocab}, unsafe.Pointer(&r.logits[0]), 4*n*int(vocab))
+		return ort.NewHostTensor(ort.Float32, []int64{int64(n), vocab}, unsafe.Pointer(&r.logits[0]), 4*n*int(vocab))
 	}
 	if r.devLogits == nil || r.devLogits.Shape()[0] < int64(n) {
 		if r.devLogits != nil {
 			r.devLogits.Release()
 			r.devLogits = nil
 		}
-		v, err := cvort.NewDeviceTensor(r.dev, cvort.Float32, []int64{int64(max(n, 64)), vocab})
+		v, err := ort.NewDeviceTensor(r.dev, ort.Float32, []int64{int64(max(n, 64)), vocab})
 		if err != nil {
 			return nil, err
 		}
 		r.devLogits = v
 	}
-	return cvort.NewTensorView(r.devLogits, 0, []int64{int64(n), vocab})
+	return ort.NewTensorView(r.devLogits, 0, []int64{int64(n), vocab})
 }
 
 // copyLogits copies from the device the logit rows of the batch rows that need them.
 func (r *StepRunner) copyLogits(b *Batch) error {
 	vocab := r.spec.VocabSize
-	var src, dst []*cvort.Value
+	var src, dst []*ort.Value
 	defer func() {
 		for _, v := range append(src, dst...) {
 			v.Release()
@@ -334,12 +334,12 @@ func (r *StepRunner) copyLogits(b *Batch) error {
 		}
 		if !s.ArgmaxOnly || s.AllLogits {
 			shape := []int64{int64(n), int64(vocab)}
-			sv, err := cvort.NewTensorView(r.devLogits, 4*off*vocab, shape)
+			sv, err := ort.NewTensorView(r.devLogits, 4*off*vocab, shape)
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrRun, err)
 			}
 			src = append(src, sv)
-			dv, err := cvort.NewHostTensor(cvort.Float32, shape, unsafe.Pointer(&r.logits[off*vocab]), 4*n*vocab)
+			dv, err := ort.NewHostTensor(ort.Float32, shape, unsafe.Pointer(&r.logits[off*vocab]), 4*n*vocab)
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrRun, err)
 			}
@@ -347,7 +347,7 @@ func (r *StepRunner) copyLogits(b *Batch) error {
 		}
 		off += n
 	}
-	if err := cvort.CopyTensors(src, dst); err != nil {
+	if err := ort.CopyTensors(src, dst); err != nil {
 		return fmt.Errorf("%w: logits to the host: %w", ErrRun, err)
 	}
 	return nil
@@ -400,12 +400,12 @@ func (r *StepRunner) bind(c *kvcache.Storage) error {
 	r.unbind()
 	for l := range r.spec.NumLayers {
 		for _, arena := range [][]byte{c.LayerK(l), c.LayerV(l)} {
-			var v *cvort.Value
+			var v *ort.Value
 			var err error
 			if r.dev.IsCPU() {
-				v, err = cvort.NewHostTensor(r.elem, shape[:], unsafe.Pointer(&arena[0]), len(arena))
+				v, err = ort.NewHostTensor(r.elem, shape[:], unsafe.Pointer(&arena[0]), len(arena))
 			} else {
-				v, err = cvort.NewDeviceTensor(r.dev, r.elem, shape[:])
+				v, err = ort.NewDeviceTensor(r.dev, r.elem, shape[:])
 			}
 			if err != nil {
 				r.unbind()
@@ -432,7 +432,7 @@ func (r *StepRunner) CopyBlocks(ops []kvcache.CopyOp) error {
 	}
 	shape := []int64{1, r.boundShape[1], r.boundShape[2], r.boundShape[3]}
 	blockBytes := int(shape[1]*shape[2]*shape[3]) * r.elem.Size()
-	var src, dst []*cvort.Value
+	var src, dst []*ort.Value
 	defer func() {
 		for _, v := range append(src, dst...) {
 			v.Release()
@@ -443,19 +443,19 @@ func (r *StepRunner) CopyBlocks(ops []kvcache.CopyOp) error {
 			return fmt.Errorf("%w: copy of block %d to %d in a cache of %d blocks", ErrBatch, op.Src, op.Dst, r.boundShape[0])
 		}
 		for _, t := range r.kv {
-			s, err := cvort.NewTensorView(t, int(op.Src)*blockBytes, shape)
+			s, err := ort.NewTensorView(t, int(op.Src)*blockBytes, shape)
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrRun, err)
 			}
 			src = append(src, s)
-			d, err := cvort.NewTensorView(t, int(op.Dst)*blockBytes, shape)
+			d, err := ort.NewTensorView(t, int(op.Dst)*blockBytes, shape)
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrRun, err)
 			}
 			dst = append(dst, d)
 		}
 	}
-	if err := cvort.CopyTensors(src, dst); err != nil {
+	if err := ort.CopyTensors(src, dst); err != nil {
 		return fmt.Errorf("%w: %w", ErrRun, err)
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/convert"
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // buildStepTestModel builds the tiny random Llama with a step graph of dtype.
@@ -91,7 +91,7 @@ func TestOpenDevices(t *testing.T) {
 		!strings.Contains(err.Error(), "built for a float32 cache") || !strings.Contains(err.Error(), "--kv-cache-dtype float16") {
 		t.Errorf("a float16 cache for a step graph built with a float32 one: %v", err)
 	}
-	if _, err := open(gpuDir, DeviceCUDA, ""); !errors.Is(err, cvort.ErrNoDevice) {
+	if _, err := open(gpuDir, DeviceCUDA, ""); !errors.Is(err, ort.ErrNoDevice) {
 		t.Errorf("cuda without the provider: %v, want ErrNoDevice", err)
 	}
 }

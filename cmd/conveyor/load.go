@@ -16,7 +16,7 @@ import (
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
-	cvort "github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/ort"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -154,7 +154,7 @@ func modelDescription(dir string) string {
 // deviceFlags defines --device and --cuda-provider on fs.
 func deviceFlags(fs *flag.FlagSet, device, cudaProvider *string) {
 	fs.StringVar(device, "device", models.DeviceAuto, "where the model runs: cpu, cuda (ONNX Runtime's CUDA provider from `make ort-gpu`, with the CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH) or auto (the GPU when one is usable, else the CPU)")
-	fs.StringVar(cudaProvider, "cuda-provider", "", "ONNX Runtime's CUDA provider library (default $"+cvort.CUDAProviderEnv+" or "+cvort.DefaultCUDAProvider+")")
+	fs.StringVar(cudaProvider, "cuda-provider", "", "ONNX Runtime's CUDA provider library (default $"+ort.CUDAProviderEnv+" or "+ort.DefaultCUDAProvider+")")
 }
 
 // attentionHelp describes --attention for every command that takes it.

@@ -11,7 +11,7 @@ import (
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 
-	ort "github.com/yalue/onnxruntime_go"
+	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // builderTestInitORT loads ONNX Runtime for the builder's tests: $CONVEYOR_ORT_LIB, or
@@ -52,7 +52,7 @@ type builderTestTensor struct {
 
 // builderTestSession runs a model file through ONNX Runtime with named inputs.
 type builderTestSession struct {
-	s       *ort.DynamicAdvancedSession
+	s       *onnx.DynamicAdvancedSession
 	inNames []string
 	outs    []string
 }
@@ -60,7 +60,7 @@ type builderTestSession struct {
 func openBuilderTestSession(t testing.TB, path string, inNames, outNames []string) *builderTestSession {
 	t.Helper()
 	builderTestInitORT(t)
-	so, err := ort.NewSessionOptions()
+	so, err := onnx.NewSessionOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func openBuilderTestSession(t testing.TB, path string, inNames, outNames []strin
 	if err := so.SetIntraOpNumThreads(1); err != nil {
 		t.Fatal(err)
 	}
-	s, err := ort.NewDynamicAdvancedSession(path, inNames, outNames, so)
+	s, err := onnx.NewDynamicAdvancedSession(path, inNames, outNames, so)
 	if err != nil {
 		t.Fatalf("ONNX Runtime rejects %s: %v", path, err)
 	}
@@ -77,15 +77,15 @@ func openBuilderTestSession(t testing.TB, path string, inNames, outNames []strin
 }
 
 // run feeds inputs (ort values in inNames order) and returns the float32 outputs.
-func (bs *builderTestSession) run(t testing.TB, inputs []ort.Value) []builderTestTensor {
+func (bs *builderTestSession) run(t testing.TB, inputs []onnx.Value) []builderTestTensor {
 	t.Helper()
-	outputs := make([]ort.Value, len(bs.outs))
+	outputs := make([]onnx.Value, len(bs.outs))
 	if err := bs.s.Run(inputs, outputs); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	res := make([]builderTestTensor, len(outputs))
 	for i, o := range outputs {
-		ft, ok := o.(*ort.Tensor[float32])
+		ft, ok := o.(*onnx.Tensor[float32])
 		if !ok {
 			t.Fatalf("output %s is %T, want float32 tensor", bs.outs[i], o)
 		}
@@ -98,9 +98,9 @@ func (bs *builderTestSession) run(t testing.TB, inputs []ort.Value) []builderTes
 	return res
 }
 
-func mustTensor[T ort.TensorData](t testing.TB, shape []int64, data []T) ort.Value {
+func mustTensor[T onnx.TensorData](t testing.TB, shape []int64, data []T) onnx.Value {
 	t.Helper()
-	v, err := ort.NewTensor(ort.NewShape(shape...), data)
+	v, err := onnx.NewTensor(onnx.NewShape(shape...), data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func llamaRun(t testing.TB, s *builderTestSession, cfg *Config, ids, mask, pos [
 		}
 		return out
 	}
-	inputs := []ort.Value{
+	inputs := []onnx.Value{
 		mustTensor(t, []int64{int64(B), int64(S)}, flat(ids)),
 		mustTensor(t, []int64{int64(B), int64(T)}, flat(mask)),
 		mustTensor(t, []int64{int64(B), int64(S)}, flat(pos)),
@@ -155,7 +155,7 @@ func llamaRun(t testing.TB, s *builderTestSession, cfg *Config, ids, mask, pos [
 				copy(data, past[l][j])
 			}
 			if n == 0 {
-				e, err := ort.NewEmptyTensor[float32](ort.NewShape(kvShape...))
+				e, err := onnx.NewEmptyTensor[float32](onnx.NewShape(kvShape...))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	ort "github.com/yalue/onnxruntime_go"
+	onnx "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -23,7 +23,7 @@ func addModel(w []float32) *onnxModel {
 func runAddModel(t *testing.T, path string) []float32 {
 	t.Helper()
 	s := openBuilderTestSession(t, path, []string{"x"}, []string{"y"})
-	out := s.run(t, []ort.Value{mustTensor(t, []int64{2, 3}, []float32{1, 2, 3, -1, -2, -3})})
+	out := s.run(t, []onnx.Value{mustTensor(t, []int64{2, 3}, []float32{1, 2, 3, -1, -2, -3})})
 	if !equalInt64s(out[0].shape, []int64{2, 3}) {
 		t.Fatalf("y shape %v", out[0].shape)
 	}
@@ -74,7 +74,7 @@ func TestONNXWriterExternalData(t *testing.T) {
 		t.Fatalf("model.onnx should hold no big tensor: %v, %v", st.Size(), err)
 	}
 	s := openBuilderTestSession(t, filepath.Join(dir, "model.onnx"), []string{"x"}, []string{"y"})
-	out := s.run(t, []ort.Value{mustTensor(t, []int64{2}, []int64{7, 999})})
+	out := s.run(t, []onnx.Value{mustTensor(t, []int64{2}, []int64{7, 999})})
 	want := []float32{21.5, 22.25, 23.125, 2997.5, 2998.25, 2999.125}
 	for i := range want {
 		if out[0].data[i] != want[i] {
@@ -202,20 +202,20 @@ func TestLlamaGraphFusesInORT(t *testing.T) {
 		t.Fatal(err)
 	}
 	builderTestInitORT(t)
-	so, err := ort.NewSessionOptions()
+	so, err := onnx.NewSessionOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer so.Destroy()
 	opt := filepath.Join(dir, "optimized.onnx")
-	if err := so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelEnableAll); err != nil {
+	if err := so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelEnableAll); err != nil {
 		t.Fatal(err)
 	}
 	if err := so.SetOptimizedModelFilePath(opt); err != nil {
 		t.Fatal(err)
 	}
 	ins, outs := llamaSessionIO(cfg.NumHiddenLayers)
-	s, err := ort.NewDynamicAdvancedSession(filepath.Join(dir, "model.onnx"), ins, outs, so)
+	s, err := onnx.NewDynamicAdvancedSession(filepath.Join(dir, "model.onnx"), ins, outs, so)
 	if err != nil {
 		t.Fatal(err)
 	}
