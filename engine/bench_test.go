@@ -31,7 +31,7 @@ var (
 	benchErr  error
 )
 
-func benchModel(b *testing.B) *models.Runner {
+func benchModel(b *testing.B) *models.DenseRunner {
 	b.Helper()
 	benchOnce.Do(func() {
 		dir := tinyModelDir(b) // shares the temporary directory removed by TestMain
@@ -45,7 +45,7 @@ func benchModel(b *testing.B) *models.Runner {
 	if benchErr != nil {
 		b.Fatal(benchErr)
 	}
-	r, err := models.OpenRunner(benchDir, models.RunnerOptions{ORTLib: ortLib(b)})
+	r, err := models.OpenDense(benchDir, models.RunnerOptions{ORTLib: ortLib(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

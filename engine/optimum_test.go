@@ -24,7 +24,7 @@ var gpt2Dir = filepath.Join("..", "models", "testdata", "gpt2-optimum")
 // gpt2Model counts the passes whose padded key length (longest past + longest new
 // tokens) is longer than the context window.
 type gpt2Model struct {
-	*models.Runner
+	*models.DenseRunner
 	mu        sync.Mutex
 	overflows int
 }
@@ -39,12 +39,12 @@ func (m *gpt2Model) Forward(b *models.Batch) (*models.Output, error) {
 		m.overflows++
 		m.mu.Unlock()
 	}
-	return m.Runner.Forward(b)
+	return m.DenseRunner.Forward(b)
 }
 
 func openGPT2(t *testing.T) (*gpt2Model, *tokenizer.Tokenizer) {
 	t.Helper()
-	r, err := models.OpenRunner(gpt2Dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
+	r, err := models.OpenDense(gpt2Dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func openGPT2(t *testing.T) (*gpt2Model, *tokenizer.Tokenizer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &gpt2Model{Runner: r}, tok
+	return &gpt2Model{DenseRunner: r}, tok
 }
 
 // gpt2Greedy reads the greedy continuations (eos ignored) PyTorch computed.

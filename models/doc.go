@@ -6,7 +6,7 @@
 // # Running
 //
 // Open loads a model directory on one of two attention paths (see "Attention paths"
-// below); OpenRunner loads it for the dense path: one ONNX Runtime session (InitORT
+// below); OpenDense loads it for the dense path: one ONNX Runtime session (InitORT
 // loads the shared library once per process) whose Forward runs one forward pass for a
 // whole batch of sequences. The graph must follow the Hugging Face Optimum decoder
 // interface, so a decoder exported by Optimum serves as is:
@@ -24,7 +24,7 @@
 // stores the new keys and values from present in the rows' blocks (Storage.Scatter).
 //
 // The interface pads every row to the batch's longest past and longest new-token
-// count, so a Forward is planned (planPasses in passes.go) from an estimate of each
+// count, so a Forward is planned (planPasses in dense_passes.go) from an estimate of each
 // pass's work: one ONNX Runtime pass when the rows are alike, or a few passes over
 // groups of alike rows when one pass would be mostly padding (a prompt chunk next to
 // decoding sequences) or would span more positions than the context window. Each group's
@@ -56,7 +56,7 @@
 //     row's past from its blocks in the batch's cache in place and writes the new keys
 //     and values into their blocks, so no step copies the past and a prompt chunk next
 //     to decoding rows costs only its own tokens.
-//   - dense: Runner, the Optimum interface above, for any ONNX decoder.
+//   - dense: DenseRunner, the Optimum interface above, for any ONNX decoder.
 //   - graph: StepRunner runs the model's step graph (step/, modeldir.StepManifest): the
 //     whole model as ONE ONNX graph and one ONNX Runtime run per step, embedding, every
 //     layer with a PagedAttention node over the packed tokens of all rows (prefill chunks

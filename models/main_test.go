@@ -30,10 +30,10 @@ func ortLibraryChild(path string) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	_, err = OpenRunner(dir, RunnerOptions{ORTLib: path})
+	_, err = OpenDense(dir, RunnerOptions{ORTLib: path})
 	switch {
 	case !errors.Is(err, ErrORT):
-		fmt.Printf("OpenRunner with library %s: err = %v, want ErrORT\n", path, err)
+		fmt.Printf("OpenDense with library %s: err = %v, want ErrORT\n", path, err)
 		return 1
 	case strings.Contains(err.Error(), "\n"):
 		fmt.Printf("error spans lines: %q\n", err)

@@ -14,7 +14,7 @@ const (
 	// KV blocks in place (PagedRunner). Graphs Conveyor builds have it.
 	AttentionPaged = "paged"
 	// AttentionDense runs model.onnx through the Hugging Face Optimum interface: the
-	// past is gathered into dense tensors every step (Runner). Every decoder has it.
+	// past is gathered into dense tensors every step (DenseRunner). Every decoder has it.
 	AttentionDense = "dense"
 )
 
@@ -102,7 +102,7 @@ func CUDAUsable(opts RunnerOptions) bool {
 func openCPU(dir string, opts RunnerOptions) (Model, error) {
 	switch opts.Attention {
 	case AttentionDense:
-		return OpenRunner(dir, opts)
+		return OpenDense(dir, opts)
 	case AttentionGraph:
 		r, err := OpenStep(dir, opts, ort.CPU())
 		if errors.Is(err, modeldir.ErrNoStep) {
@@ -118,16 +118,16 @@ func openCPU(dir string, opts RunnerOptions) (Model, error) {
 	}
 	r, err := OpenPaged(dir, opts)
 	if errors.Is(err, modeldir.ErrNoPaged) {
-		return OpenRunner(dir, opts)
+		return OpenDense(dir, opts)
 	}
 	return r, err
 }
 
 // Device returns "cpu".
-func (r *Runner) Device() string { return DeviceCPU }
+func (r *DenseRunner) Device() string { return DeviceCPU }
 
 // Device returns "cpu".
 func (r *PagedRunner) Device() string { return DeviceCPU }
 
 // Attention returns "dense".
-func (r *Runner) Attention() string { return AttentionDense }
+func (r *DenseRunner) Attention() string { return AttentionDense }

@@ -1,9 +1,12 @@
 package models
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/conveyor-llm/conveyor/models/ort"
+	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // Package ort (models/ort) owns ONNX Runtime: the library, its environment and shared
@@ -38,4 +41,51 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// pool returns the shared pool's settings these options ask for.
+func (o RunnerOptions) pool() ort.PoolOptions {
+	return ort.PoolOptions{Threads: o.IntraOpThreads, Spin: !o.NoSpin}
+}
+
+// newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
+func newSessionOptions(opts RunnerOptions) (*onnx.SessionOptions, error) {
+	so, err := onnx.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+	}
+	threads := opts.IntraOpThreads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	for _, set := range []func() error{
+		func() error { return so.SetIntraOpNumThreads(threads) },
+		func() error { return so.SetInterOpNumThreads(1) },
+		func() error { return so.SetExecutionMode(onnx.ExecutionModeSequential) },
+		func() error { return so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelEnableAll) },
+		// A pool of the session's own would be one more thread spinning per session.
+		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", "0") },
+		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", "0") },
+	} {
+		if err := set(); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+		}
+	}
+	if err := ort.RegisterOps(so); err != nil {
+		so.Destroy()
+		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+	}
+	share, err := ort.SharesPool(threads, !opts.NoSpin)
+	if err != nil {
+		so.Destroy()
+		return nil, err
+	}
+	if share {
+		if err := ort.UseSharedPool(so); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
+		}
+	}
+	return so, nil
 }

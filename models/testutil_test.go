@@ -81,11 +81,11 @@ func buildTestModel(tb testing.TB, cfg *convert.Config, seed int64, dir string) 
 }
 
 // openTestRunner opens the model in dir with the test library and two threads.
-func openTestRunner(tb testing.TB, dir string) *Runner {
+func openTestRunner(tb testing.TB, dir string) *DenseRunner {
 	tb.Helper()
-	r, err := OpenRunner(dir, RunnerOptions{ORTLib: testORTLib(tb), IntraOpThreads: 2})
+	r, err := OpenDense(dir, RunnerOptions{ORTLib: testORTLib(tb), IntraOpThreads: 2})
 	if err != nil {
-		tb.Fatalf("OpenRunner: %v", err)
+		tb.Fatalf("OpenDense: %v", err)
 	}
 	tb.Cleanup(func() { _ = r.Close() })
 	return r

@@ -61,7 +61,7 @@ func TestGenerateGreedyMatchesRecompute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := models.OpenRunner(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})
+	r, err := models.OpenDense(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

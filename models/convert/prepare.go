@@ -21,7 +21,7 @@ const CacheDirEnv = "CONVEYOR_CACHE_DIR"
 // (model.onnx) nor a Hugging Face checkpoint (config.json and *.safetensors).
 var ErrNotCheckpoint = errors.New("convert: neither a model nor a checkpoint directory")
 
-// Prepare returns a directory OpenRunner can load for dir. A directory with a
+// Prepare returns a directory OpenDense can load for dir. A directory with a
 // model.onnx is returned as it is. A Hugging Face checkpoint (config.json and
 // *.safetensors, no model.onnx), or a GGUF file (BuildFromGGUF; keyed by its name, size
 // and modification time), is built once into a directory under

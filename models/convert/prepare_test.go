@@ -40,9 +40,9 @@ func TestPrepare(t *testing.T) {
 		}
 	}
 	builderTestInitORT(t)
-	r, err := models.OpenRunner(out, models.RunnerOptions{IntraOpThreads: 1})
+	r, err := models.OpenDense(out, models.RunnerOptions{IntraOpThreads: 1})
 	if err != nil {
-		t.Fatalf("OpenRunner(built): %v", err)
+		t.Fatalf("OpenDense(built): %v", err)
 	}
 	_ = r.Close()
 	again, built, err := Prepare(hf, cache)

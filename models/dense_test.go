@@ -17,7 +17,7 @@ import (
 const logitTolerance = 1e-4
 
 // gqaModel builds a small grouped-query model shared by the runner tests.
-func gqaModel(t *testing.T) (*Runner, *convert.Config, convert.Weights) {
+func gqaModel(t *testing.T) (*DenseRunner, *convert.Config, convert.Weights) {
 	t.Helper()
 	cfg := tinyConfig(64, 2, 4, 2, 96, 211, false)
 	dir := t.TempDir()
@@ -103,7 +103,7 @@ type trajectory struct {
 	logits [][]float32 // logits[p] predicts token p+1
 }
 
-func decodeAlone(t *testing.T, r *Runner, prompt []int32, steps int) trajectory {
+func decodeAlone(t *testing.T, r *DenseRunner, prompt []int32, steps int) trajectory {
 	t.Helper()
 	kv := newContextCache(r.Spec(), 1)
 	tr := trajectory{prompt: len(prompt), tokens: append([]int32(nil), prompt...)}
@@ -158,7 +158,7 @@ func TestBatchInvarianceGroupedPasses(t *testing.T) {
 
 // testBatchInvariance decodes four sequences alone and then batched in several
 // schedules, and requires every row to match its solo run within tol.
-func testBatchInvariance(t *testing.T, r *Runner, tol float64) {
+func testBatchInvariance(t *testing.T, r *DenseRunner, tol float64) {
 	V := r.Spec().VocabSize
 	prompts := [][]int32{
 		randTokens(11, 5, V), randTokens(12, 13, V), randTokens(13, 1, V), randTokens(14, 8, V),
@@ -377,7 +377,7 @@ func TestForwardKVErrors(t *testing.T) {
 func TestOpenRunnerErrors(t *testing.T) {
 	lib := testORTLib(t)
 	open := func(dir string) error {
-		r, err := OpenRunner(dir, RunnerOptions{ORTLib: lib})
+		r, err := OpenDense(dir, RunnerOptions{ORTLib: lib})
 		if err == nil {
 			r.Close()
 		}
@@ -436,7 +436,7 @@ func TestOpenRunnerErrors(t *testing.T) {
 		}
 	})
 	t.Run("negative threads", func(t *testing.T) {
-		if _, err := OpenRunner(good, RunnerOptions{ORTLib: lib, IntraOpThreads: -1}); err == nil {
+		if _, err := OpenDense(good, RunnerOptions{ORTLib: lib, IntraOpThreads: -1}); err == nil {
 			t.Error("no error")
 		}
 	})

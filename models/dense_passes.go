@@ -145,7 +145,7 @@ func planPasses(b *Batch, cost costModel, maxPositions int) [][]int {
 // scatters only their blocks. A row reads only its own past and writes only its own new
 // positions, and no row reads or writes the blocks another row's new tokens go to, so the
 // passes give what one pass would.
-func (r *Runner) forwardGroups(b *Batch, groups [][]int) (*Output, error) {
+func (r *DenseRunner) forwardGroups(b *Batch, groups [][]int) (*Output, error) {
 	need := 0
 	for _, s := range b.Seqs {
 		need += logitPositions(s) * r.spec.VocabSize

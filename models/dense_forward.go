@@ -8,7 +8,7 @@ import (
 	onnx "github.com/yalue/onnxruntime_go"
 )
 
-// Indexes into Runner.kvMem and Runner.kvViews.
+// Indexes into DenseRunner.kvMem and DenseRunner.kvViews.
 const (
 	pastKeys = iota
 	pastValues
@@ -28,11 +28,11 @@ const (
 // Rows of very different shapes (a prompt chunk next to decoding sequences) would be
 // mostly padding in one pass, and one pass must never span more key positions than the
 // context window: planPasses may therefore run the rows as a few passes over groups of
-// alike rows, each a batch of its own over the same cache (see passes.go).
+// alike rows, each a batch of its own over the same cache (see dense_passes.go).
 //
 // Bad input is an error wrapping ErrBatch; a failed run, gather or scatter wraps
 // ErrRun. The returned logits are valid until the next Forward.
-func (r *Runner) Forward(b *Batch) (*Output, error) {
+func (r *DenseRunner) Forward(b *Batch) (*Output, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.session == nil {
@@ -57,7 +57,7 @@ func (r *Runner) Forward(b *Batch) (*Output, error) {
 }
 
 // forward runs one checked batch in one ONNX Runtime call.
-func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
+func (r *DenseRunner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 	rows := len(b.Seqs)
 	total := maxPast + maxNew
 	r.fillTokenInputs(b, maxPast, maxNew)
@@ -90,7 +90,7 @@ func (r *Runner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 
 // fillRowLists collects the rows' block tables (per layer group), past lengths and
 // new-token counts in the form Storage.GatherGroups and ScatterGroups take them.
-func (r *Runner) fillRowLists(b *Batch) {
+func (r *DenseRunner) fillRowLists(b *Batch) {
 	groups := b.Cache.NumGroups()
 	for len(r.tables) < groups {
 		r.tables = append(r.tables, nil)
@@ -110,60 +110,9 @@ func (r *Runner) fillRowLists(b *Batch) {
 	}
 }
 
-// checkBatch validates the batch for a model of spec and returns the longest past and
-// new-token counts.
-func checkBatch(b *Batch, spec Spec) (maxPast, maxNew int, err error) {
-	if b == nil || len(b.Seqs) == 0 {
-		return 0, 0, fmt.Errorf("%w: empty batch", ErrBatch)
-	}
-	blockSize := 0
-	if b.Cache != nil {
-		c := b.Cache.Config()
-		if c.Layers != spec.NumLayers || c.KVHeads != spec.NumKVHeads || c.HeadDim != spec.HeadDim || c.DType != spec.KVDType {
-			return 0, 0, fmt.Errorf("%w: the cache holds %d layers of %d KV heads x %d %s values, the model has %d of %d x %d %s",
-				ErrBatch, c.Layers, c.KVHeads, c.HeadDim, c.DType, spec.NumLayers, spec.NumKVHeads, spec.HeadDim, spec.KVDType)
-		}
-		blockSize = c.BlockSizeTokens
-	}
-	vocab := int32(spec.VocabSize)
-	for i, s := range b.Seqs {
-		n := len(s.Tokens)
-		switch {
-		case n == 0:
-			return 0, 0, fmt.Errorf("%w: row %d has no tokens", ErrBatch, i)
-		case s.PastLen < 0:
-			return 0, 0, fmt.Errorf("%w: row %d has negative past length %d", ErrBatch, i, s.PastLen)
-		case s.PastLen > spec.MaxPositions-n:
-			return 0, 0, fmt.Errorf("%w: row %d: %d past + %d new tokens exceed the context of %d tokens",
-				ErrBatch, i, s.PastLen, n, spec.MaxPositions)
-		case s.PastLen > 0 && b.Cache == nil:
-			return 0, 0, fmt.Errorf("%w: row %d has %d past tokens but the batch has no cache", ErrBatch, i, s.PastLen)
-		case b.Cache != nil && len(s.GroupBlocks) != b.Cache.NumGroups()-1:
-			return 0, 0, fmt.Errorf("%w: row %d has %d block tables for a cache of %d layer groups",
-				ErrBatch, i, 1+len(s.GroupBlocks), b.Cache.NumGroups())
-		}
-		if b.Cache != nil {
-			for g := range 1 + len(s.GroupBlocks) {
-				if t := s.table(g); len(t)*blockSize < s.PastLen+n {
-					return 0, 0, fmt.Errorf("%w: row %d: a block table of %d blocks of %d tokens cannot hold %d positions",
-						ErrBatch, i, len(t), blockSize, s.PastLen+n)
-				}
-			}
-		}
-		for j, t := range s.Tokens {
-			if t < 0 || t >= vocab {
-				return 0, 0, fmt.Errorf("%w: row %d token %d: id %d outside the vocabulary [0, %d)", ErrBatch, i, j, t, vocab)
-			}
-		}
-		maxPast = max(maxPast, s.PastLen)
-		maxNew = max(maxNew, n)
-	}
-	return maxPast, maxNew, nil
-}
-
 // fillTokenInputs writes input_ids (right-padded with 0), position_ids (0 on padding)
 // and attention_mask.
-func (r *Runner) fillTokenInputs(b *Batch, maxPast, maxNew int) {
+func (r *DenseRunner) fillTokenInputs(b *Batch, maxPast, maxNew int) {
 	rows, total := len(b.Seqs), maxPast+maxNew
 	r.ids = grow(r.ids, rows*maxNew)
 	r.pos = grow(r.pos, rows*maxNew)
@@ -190,7 +139,7 @@ func (r *Runner) fillTokenInputs(b *Batch, maxPast, maxNew int) {
 // layoutKV sizes the key/value memory for this pass and points the per-layer views at
 // it: [rows, kvHeads, maxPast, headDim] for the past, [rows, kvHeads, total, headDim]
 // for the present.
-func (r *Runner) layoutKV(rows, maxPast, total int) {
+func (r *DenseRunner) layoutKV(rows, maxPast, total int) {
 	sp := r.spec
 	for kind := range r.kvMem {
 		layerBytes := rows * sp.NumKVHeads * kvTokens(kind, maxPast, total) * sp.HeadDim * sp.KVDType.Size()
@@ -210,7 +159,7 @@ func kvTokens(kind, maxPast, total int) int {
 }
 
 // makeTensors wraps the Go buffers in ONNX Runtime tensors (no copies).
-func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
+func (r *DenseRunner) makeTensors(rows, maxPast, maxNew int) error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("%w: create %s tensor: %s", ErrRun, what, oneLine(err.Error()))
 	}
@@ -276,7 +225,7 @@ func (r *Runner) makeTensors(rows, maxPast, maxNew int) error {
 }
 
 // destroyTensors releases the per-call ONNX Runtime tensors (the Go memory stays).
-func (r *Runner) destroyTensors() {
+func (r *DenseRunner) destroyTensors() {
 	for _, vals := range [][]onnx.Value{r.inputs, r.outputs} {
 		for i, v := range vals {
 			if v != nil {
@@ -288,7 +237,7 @@ func (r *Runner) destroyTensors() {
 }
 
 // collectLogits slices each row's logits out of the pass's output.
-func (r *Runner) collectLogits(b *Batch, maxNew int) (*Output, error) {
+func (r *DenseRunner) collectLogits(b *Batch, maxNew int) (*Output, error) {
 	vocab := r.spec.VocabSize
 	r.rows = grow(r.rows, len(b.Seqs))
 	seqOut := maxNew // positions per row in the logits output
