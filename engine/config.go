@@ -74,8 +74,9 @@ type Config struct {
 	ReopenModel func() (Model, error)
 	// DraftModel, with Speculation.External, proposes the tokens of speculative decoding
 	// (the draft_model method): a smaller model with the same vocabulary, run before each
-	// step over the speculating rows with a KV cache of its own that holds as many tokens
-	// as the model's. Its greedy tokens are proposed and verified as prompt lookup's are.
+	// step over the speculating rows with a KV cache of its own (Speculation.MaxBatch
+	// sequences of the full context, never more tokens than the model's cache; see
+	// draft.go).
 	// The engine does not close it.
 	DraftModel Model
 }

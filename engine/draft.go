@@ -29,7 +29,8 @@ const draftCatchUp = 256
 // next step the proposals the target rejected are cut off (kvcache.Pool.Truncate), so the
 // draft stays in step with the tokens the target accepted. A sequence keeps its draft
 // cache while it is in the steps (speculating or not: the batch may be too large for a
-// while), and loses it when it leaves them (finished, aborted, preempted).
+// while), and loses it when it leaves them (finished, aborted, preempted) or, the cache
+// being full, when it does not draft in a step that needs the room.
 //
 // A greedy row's proposals are the draft's argmax: verification (Engine.verifyDraft)
 // accepts the longest prefix the model agrees with. A sampled row's are drawn from the
@@ -62,6 +63,9 @@ type draftSeq struct {
 	fed   []int32 // the tokens whose keys and values the draft's cache holds, in order
 	known int     // fed[:known] are the sequence's own tokens (the rest: proposals)
 	step  uint64  // the last step it was in
+	// drafted is the last step it drafted in (it may be in a step without drafting:
+	// the batch too large, or the step's catching up spent).
+	drafted uint64
 }
 
 // draftRow is one speculating row of the step being drafted.
@@ -77,8 +81,8 @@ type draftRow struct {
 	n    int     // proposals made
 }
 
-// newDrafter builds the draft side: model's own KV cache, holding as many tokens as
-// tokens (the target's cache) in blocks of its own default size.
+// newDrafter builds the draft side: model's own KV cache, holding tokens tokens (at
+// least one sequence of maxLen) in blocks of its own default size.
 func newDrafter(model Model, target models.Spec, tokens int, maxLen int, log *slog.Logger) (*drafter, error) {
 	spec := model.Spec()
 	if spec.VocabSize != target.VocabSize {
@@ -241,9 +245,14 @@ func (d *drafter) catchUp(it *scheduler.Item, budget *int) (draftRow, bool) {
 	if c+len(feed) == len(toks) {
 		extra = len(it.Draft) - 1 // the proposals fed after the first
 	}
+	ds.drafted = d.step
 	if _, _, ok := d.pool.AllocateSlots(id, nil, len(feed)+extra); !ok {
-		d.drop(id)
-		return draftRow{}, false
+		// The cache is full: the sequences not drafting this step give theirs up first.
+		d.evictIdle()
+		if _, _, ok := d.pool.AllocateSlots(id, nil, len(feed)+extra); !ok {
+			d.drop(id)
+			return draftRow{}, false
+		}
 	}
 	ds.fed = append(ds.fed, feed...)
 	return draftRow{item: it, id: id, ds: ds, feed: feed, past: c}, true
@@ -310,6 +319,15 @@ func (d *drafter) fail(items []scheduler.Item, err error) {
 		d.drop(id)
 	}
 	d.rows = d.rows[:0]
+}
+
+// evictIdle frees the draft caches of the sequences not drafting this step.
+func (d *drafter) evictIdle() {
+	for id, ds := range d.seqs {
+		if ds.drafted != d.step {
+			d.drop(id)
+		}
+	}
 }
 
 // drop forgets sequence id's draft cache.

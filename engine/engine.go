@@ -195,7 +195,15 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	}
 	var d *drafter
 	if cfg.DraftModel != nil {
-		if d, err = newDrafter(cfg.DraftModel, spec, numBlocks*cfg.BlockSizeTokens, maxLen, log); err != nil {
+		// The draft's cache holds the sequences that speculate at once (at most
+		// disable_by_batch_size, else every running one) at full length, and never more
+		// tokens than the model's own cache.
+		rows := cfg.Speculation.MaxBatch
+		if rows <= 0 {
+			rows = cfg.MaxNumSeqs
+		}
+		tokens := min(numBlocks*cfg.BlockSizeTokens, rows*maxLen)
+		if d, err = newDrafter(cfg.DraftModel, spec, tokens, maxLen, log); err != nil {
 			storage.Close()
 			return nil, err
 		}
