@@ -311,7 +311,9 @@ func (d *drafter) forward() error {
 // hold half-written rows, so every sequence starts over.
 func (d *drafter) fail(items []scheduler.Item, err error) {
 	d.failures++
-	d.log.Error("engine: the draft model's pass failed; the step verifies no proposals", "err", err, "failures", d.failures)
+	if d.failures&(d.failures-1) == 0 { // the 1st, 2nd, 4th, 8th...: a failing draft does not flood the log
+		d.log.Error("engine: the draft model's pass failed; the step verifies no proposals", "err", err, "failures", d.failures)
+	}
 	for i := range items {
 		items[i].Draft = items[i].Draft[:0]
 	}
