@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/scheduler"
 )
 
@@ -230,4 +233,67 @@ func TestDraftModelIsExact(t *testing.T) {
 	if _, err := newEngine(cfg, m, fakeText{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GPU") {
 		t.Errorf("a draft on the GPU: %v, want ErrInvalidConfig naming it", err)
 	}
+}
+
+// TestDraftModelFailures: a draft model whose passes fail now and then costs only the
+// proposals of the steps it fails in: every request gets the tokens it gets without
+// speculation, the failures are counted, and proposals made in the other steps are
+// still accepted (the draft's caches started over cleanly).
+func TestDraftModelFailures(t *testing.T) {
+	m := newFakeModel(1024)
+	m.context = 1
+	wantIDs, wantLPs, _ := runSpec(t, m, scheduler.Speculation{}, nil)
+	draft := newFakeModel(1024)
+	draft.context = 1
+	draft.failCall = func(call int, _ *models.Batch) error {
+		if call%7 == 3 {
+			return errors.New("injected draft failure")
+		}
+		return nil
+	}
+	cfg := testConfig()
+	cfg.Speculation, cfg.DraftModel = scheduler.Speculation{NumTokens: 4, External: true}, draft
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := newEngine(cfg, m, fakeText{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotIDs, gotLPs := map[string][][]int32{}, map[string][][]float32{}
+	var chans []<-chan Event
+	reqs := specRequests()
+	for _, r := range reqs {
+		ch, err := e.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	e.Start(context.Background())
+	for i, ch := range chans {
+		res := collect(ch)
+		for _, ev := range res.seqs {
+			if ev.Err != nil {
+				t.Fatalf("%s: %v", reqs[i].ID, ev.Err)
+			}
+			gotIDs[reqs[i].ID] = append(gotIDs[reqs[i].ID], ev.TokenIDs)
+			var l []float32
+			for _, lp := range ev.Logprobs {
+				l = append(l, lp.Logprob)
+			}
+			gotLPs[reqs[i].ID] = append(gotLPs[reqs[i].ID], l)
+		}
+	}
+	st := e.Stats()
+	shutdown(t, e)
+	greedy := map[string][][]int32{}
+	for _, r := range reqs {
+		if r.Params.Temperature == 0 {
+			greedy[r.ID] = wantIDs[r.ID]
+		}
+	}
+	sameOutputs(t, greedy, gotIDs, wantLPs, gotLPs)
+	if e.drafter.failures == 0 || st.SpecAcceptedTokens == 0 {
+		t.Fatalf("%d draft failures, %d proposals accepted; want both", e.drafter.failures, st.SpecAcceptedTokens)
+	}
+	t.Logf("%d draft passes failed; %d proposed, %d accepted", e.drafter.failures, st.SpecDraftTokens, st.SpecAcceptedTokens)
 }
