@@ -317,10 +317,15 @@ func (d *drafter) fail(items []scheduler.Item, err error) {
 	for i := range items {
 		items[i].Draft = items[i].Draft[:0]
 	}
+	d.reset()
+	d.rows = d.rows[:0]
+}
+
+// reset frees every sequence's draft cache (the engine has no sequence left).
+func (d *drafter) reset() {
 	for id := range d.seqs {
 		d.drop(id)
 	}
-	d.rows = d.rows[:0]
 }
 
 // evictIdle frees the draft caches of the sequences not drafting this step.

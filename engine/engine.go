@@ -250,6 +250,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 func (e *Engine) closeCaches() {
 	e.storage.Close()
 	if e.drafter != nil {
+		e.drafter.reset()
 		e.drafter.close()
 	}
 }
@@ -435,6 +436,9 @@ func (e *Engine) run(ctx context.Context) error {
 			return nil
 		}
 		if !e.sched.HasWork() {
+			if e.drafter != nil {
+				e.drafter.reset() // no sequence left: the draft's cache is empty too
+			}
 			e.publishStats()
 			select {
 			case <-e.wake:

@@ -98,6 +98,15 @@ func runSpec(t *testing.T, m Model, spec scheduler.Speculation, draft Model, twe
 	if e.drafter != nil && e.drafter.failures != 0 {
 		t.Fatalf("%d draft passes failed", e.drafter.failures)
 	}
+	if e.drafter != nil {
+		if err := e.drafter.pool.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		// Every request done: the draft's cache is empty again.
+		if ps := e.drafter.pool.Stats(); ps.UsedBlocks != 0 || len(e.drafter.seqs) != 0 {
+			t.Fatalf("the draft's cache holds %d blocks of %d sequences after the last request", ps.UsedBlocks, len(e.drafter.seqs))
+		}
+	}
 	return ids, lps, st
 }
 
