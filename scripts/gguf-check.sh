@@ -16,9 +16,11 @@
 #   1. llama-server loads each file;
 #   2. token ids of llama-server's /tokenize and Conveyor's /tokenize on the same file, over
 #      the tokenizer's multilingual reference texts (tokenizer/testdata/hf_refs.json) and
-#      tokenizer/testdata/corpus.txt's lines, for the default model's file and the Qwen one;
-#      a Qwen text that differs only because llama.cpp does not NFC-normalize is counted
-#      apart;
+#      tokenizer/testdata/corpus.txt's lines, for the default model's file, the Qwen one
+#      and tiny files carrying the real tokenizers of Llama 3.1, Llama 2 and Gemma 3 (from
+#      `make tokenizer-files`; SentencePiece ones written as tokenizer.ggml.model "llama"
+#      by scripts/gguf_write.py); a Qwen text that differs only because llama.cpp does not
+#      NFC-normalize is counted apart;
 #   3. 64 greedy tokens from llama-server and from Conveyor (--quantize none) on the
 #      default model's F32 and F16 files, ten prompts: identical ids, and where they part,
 #      whether llama.cpp's top two probabilities were within 1e-4 (a tie); the same on the
@@ -320,14 +322,46 @@ first_build_s=$ready_s
 compare tokenize "$L" "$C" "$out/texts.json" "qwen05 (qwen2 pre)" nfc >>"$report" 2>"$out/mismatch-qwen.md"
 down "$lpid"
 down "$cpid"
-if [ -s "$out/mismatch-default.md" ] || [ -s "$out/mismatch-qwen.md" ]; then
+# The families' real tokenizers (make tokenizer-files): Llama 3.1's (byte-level BPE, llama-bpe
+# pre), and Llama 2's and Gemma 3's (SentencePiece BPE with byte fallback), each in a tiny
+# random llama-architecture file of its vocabulary.
+: >"$out/mismatch-families.md"
+for fam in llama3_1 llama2 gemma3; do
+	[ -f ".tokenizers/$fam/tokenizer.json" ] || { echo "| $fam | not run: no .tokenizers/$fam (make tokenizer-files) | | | |" >>"$report"; continue; }
+	mkdir -p "$out/$fam-src"
+	cp ".tokenizers/$fam/tokenizer.json" ".tokenizers/$fam/tokenizer_config.json" "$out/$fam-src/"
+	"$py" - "$out/$fam-src" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+tok = json.load(open(os.path.join(d, "tokenizer.json")))
+tc = json.load(open(os.path.join(d, "tokenizer_config.json")))
+ids = dict(tok["model"]["vocab"], **{a["content"]: a["id"] for a in tok.get("added_tokens", [])})
+def tid(name):
+    v = tc.get(name)
+    return ids.get(v.get("content") if isinstance(v, dict) else v)
+cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": max(ids.values()) + 1, "hidden_size": 64,
+       "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+       "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
+       "bos_token_id": tid("bos_token"), "eos_token_id": tid("eos_token"), "torch_dtype": "float32"}
+json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+PY
+	"$conveyor" build-model --random --hf-checkpoint --config "$out/$fam-src/config.json" --out "$out/$fam-hf" >"$out/logs/$fam-hf.log" 2>&1
+	"$py" scripts/gguf_write.py "$out/$fam-hf" "$files/tok-$fam.gguf" --outtype f32 >>"$out/logs/$fam-hf.log" 2>&1
+	rm -rf "$out/$fam-hf"
+	llama_up "$files/tok-$fam.gguf" -c 512
+	conveyor_up "$files/tok-$fam.gguf"
+	compare tokenize "$L" "$C" "$out/texts.json" "$fam's tokenizer" plain >>"$report" 2>>"$out/mismatch-families.md"
+	down "$lpid"
+	down "$cpid"
+done
+if [ -s "$out/mismatch-default.md" ] || [ -s "$out/mismatch-qwen.md" ] || [ -s "$out/mismatch-families.md" ]; then
 	{
 		echo
 		echo "Differences (ids around the first differing position; at most ten per file, two NFC-only):"
 		echo
 		echo "| | Text | Where | llama.cpp | Conveyor |"
 		echo "|---|---|---|---|---|"
-		cat "$out/mismatch-default.md" "$out/mismatch-qwen.md"
+		cat "$out/mismatch-default.md" "$out/mismatch-qwen.md" "$out/mismatch-families.md"
 	} >>"$report"
 fi
 # 3b. The other architectures llama.cpp b4747 runs, on the families' float32 files as

@@ -26,7 +26,12 @@ One difference: convert_hf_to_gguf.py picks tokenizer.ggml.pre by hashing the id
 transformers gives for a fixed text, which needs transformers. Here the name is chosen
 from tokenizer.json's pre-tokenizer instead: Llama 3's split pattern is "llama-bpe",
 Qwen2's is "qwen2", a lone GPT-2 ByteLevel(use_regex) is "gpt-2". --pre NAME overrides.
-SentencePiece checkpoints (tokenizer.model) are not handled.
+
+A SentencePiece-style tokenizer.json (BPE with byte fallback: Llama 2, Gemma) is written as
+tokenizer.ggml.model "llama", as convert_hf_to_gguf.py writes a tokenizer.model: pieces in
+id order with scores falling with the id (SentencePiece orders a BPE model's pieces by
+score; 0 for byte, control and unknown pieces), and add_space_prefix from the normalizer's
+Prepend. tokenizer.model itself is not read.
 
 Needs numpy and gguf-py only; gguf-py's optional imports (sentencepiece, yaml) are stubbed
 when absent, as neither is used on this path.
@@ -34,6 +39,7 @@ when absent, as neither is used on this path.
 
 import argparse
 import json
+import re
 import struct
 import sys
 import types
@@ -152,6 +158,57 @@ def set_vocab_gpt2(w, d, hparams, pre):
     return pre
 
 
+def set_vocab_spm(w, d, hparams):
+    """A SentencePiece-style tokenizer (tokenizer.json's BPE with byte fallback: Llama 2,
+    Gemma) as tokenizer.ggml.model "llama", the way a tokenizer.model converts: pieces in id
+    order, scores falling with the id (SentencePiece orders a BPE model's pieces by score,
+    and Hugging Face's conversion orders the merges the same way; 0 for byte, control and
+    unknown pieces), types from the added tokens and byte pieces, and add_space_prefix from
+    the normalizer's Prepend."""
+    tok = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    model = tok["model"]
+    vocab = dict(model["vocab"])
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    for a in added.values():
+        vocab[a["content"]] = a["id"]
+    vocab_size = hparams.get("vocab_size", max(vocab.values()) + 1)
+    reverse = {i: t for t, i in vocab.items()}
+    unk = model.get("unk_token")
+    tokens, scores, types_ = [], [], []
+    for i in range(vocab_size):
+        t = reverse.get(i)
+        if t is None:
+            tokens.append(f"[PAD{i}]")
+            scores.append(-1000.0)
+            types_.append(gguf.TokenType.UNUSED)
+            continue
+        tokens.append(t)
+        if i in added and t != unk:
+            a = added[i]
+            types_.append(gguf.TokenType.CONTROL if a.get("special") or does_token_look_special(t) else gguf.TokenType.USER_DEFINED)
+            scores.append(0.0)
+        elif t == unk:
+            types_.append(gguf.TokenType.UNKNOWN)
+            scores.append(0.0)
+        elif re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", t):
+            types_.append(gguf.TokenType.BYTE)
+            scores.append(0.0)
+        else:
+            types_.append(gguf.TokenType.NORMAL)
+            scores.append(-float(i))
+    norm = tok.get("normalizer") or {}
+    steps = norm.get("normalizers", [norm]) if norm.get("type") == "Sequence" else [norm]
+    prepend = any(st and st.get("type") == "Prepend" for st in steps)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types_)
+    w.add_add_space_prefix(prepend)
+    gguf.SpecialVocab(d, load_merges=False).add_to_gguf(w)
+    return "default (SentencePiece)"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", type=Path)
@@ -227,8 +284,12 @@ def main():
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(rs["factor"])
         w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
-    pre = set_vocab_gpt2(w, d, hparams, args.pre)
-    if arch == gguf.MODEL_ARCH.LLAMA:
+    tokj = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    if tokj["model"].get("byte_fallback"):
+        pre = set_vocab_spm(w, d, hparams)
+    else:
+        pre = set_vocab_gpt2(w, d, hparams, args.pre)
+    if arch == gguf.MODEL_ARCH.LLAMA and not tokj["model"].get("byte_fallback"):
         cfg = d / "tokenizer_config.json"
         if cfg.is_file():
             tc = json.loads(cfg.read_text(encoding="utf-8"))
