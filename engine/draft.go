@@ -71,7 +71,6 @@ type draftSeq struct {
 // draftRow is one speculating row of the step being drafted.
 type draftRow struct {
 	item *scheduler.Item
-	idx  int       // the item's index in the step
 	st   *seqState // its sequence: the sampler draws sampled rows' proposals
 	q    []float32 // sampled rows: each proposal's draft distribution, VocabSize apart
 	id   kvcache.SeqID
@@ -150,7 +149,6 @@ func (d *drafter) propose(items []scheduler.Item) {
 			continue
 		}
 		if r, ok := d.catchUp(it, &budget); ok {
-			r.idx = i
 			r.st = it.Seq.Data.(*seqState)
 			if r.st.sampler.params.Temperature > 0 {
 				// Its proposals are drawn from the draft's distribution, kept for verification.
@@ -169,8 +167,7 @@ func (d *drafter) propose(items []scheduler.Item) {
 	}
 	for id, ds := range d.seqs {
 		if ds.step != d.step {
-			d.pool.Free(id)
-			delete(d.seqs, id)
+			d.drop(id) // it left the steps
 		}
 	}
 	for round := 0; len(d.rows) > 0; round++ {

@@ -104,7 +104,8 @@ func parseSpeculativeConfig(s string) (speculativeConfig, error) {
 // loadDraft opens the draft model of sc, if any, for the model target loaded with o (the
 // same device and runner options; a checkpoint draft is built with sc's quantization).
 // A draft whose tokenizer's vocabulary differs from the target's is refused with one
-// line. The caller closes what it returns (nil without a draft model).
+// line (engine.New refuses one whose output differs in size). The caller closes what it
+// returns (nil without a draft model).
 func (sc speculativeConfig) loadDraft(target *loaded, o loadOptions) (models.Model, error) {
 	if sc.draft == "" {
 		return nil, nil
@@ -117,10 +118,6 @@ func (sc speculativeConfig) loadDraft(target *loaded, o loadOptions) (models.Mod
 	if err := sameVocabulary(target.tok, d.tok); err != nil {
 		d.model.Close()
 		return nil, fmt.Errorf("draft model %s: %w", sc.draft, err)
-	}
-	if ds, ts := d.model.Spec(), target.model.Spec(); ds.VocabSize != ts.VocabSize {
-		d.model.Close()
-		return nil, fmt.Errorf("draft model %s: its output has %d tokens, the model's %d", sc.draft, ds.VocabSize, ts.VocabSize)
 	}
 	return d.model, nil
 }
