@@ -107,7 +107,7 @@ func newDrafter(model Model, target models.Spec, tokens int, maxLen int, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("%w: draft model: %w", ErrInvalidConfig, err)
 	}
-	layout := kvcache.PlanLayout(spec.CacheWindows(), spec.NumLayers, maxLen)
+	layout := spec.CacheLayout(maxLen)
 	numBlocks := len(layout.Windows) * ((max(tokens, maxLen) + bs - 1) / bs)
 	pool, err := kvcache.NewPool(layout.Pool(kvcache.PoolConfig{NumBlocks: numBlocks, BlockSizeTokens: bs}))
 	if err != nil {

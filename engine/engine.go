@@ -154,7 +154,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if cfg.MaxModelLen > 0 {
 		maxLen = cfg.MaxModelLen
 	}
-	layout := kvcache.PlanLayout(spec.CacheWindows(), spec.NumLayers, maxLen)
+	layout := spec.CacheLayout(maxLen)
 	numBlocks := kvcache.NumBlocksForBudget(cfg.KVCacheBytes, cfg.BlockSizeTokens, layout.PerBlock, spec.NumKVHeads, spec.HeadDim, dt)
 	if numBlocks < len(layout.Windows) {
 		return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d %d-token blocks (%d bytes each); one token needs %d", ErrInvalidConfig,

@@ -65,19 +65,18 @@ func TestONNXSlidingWindowGroups(t *testing.T) {
 			if w := m.Spec().LayerWindows; !slices.Equal(w, []int{4, 0, 4}) {
 				t.Fatalf("layer windows %v, want [4 0 4]", w)
 			}
-			if m.Spec().CacheWindows() == nil {
-				t.Skip("the step graph applies the windows itself over one layer group (the families test checks it against PyTorch)")
-			}
+			// The step graph's PagedAttention takes blocks of 16 tokens or more.
+			bs := max(4, m.Spec().MinBlockSize)
 			// run serves the requests one after another, or all at once in a cache of
 			// kvBlocks blocks (0: plenty) so small that sequences are preempted.
 			run := func(hide bool, kvBlocks int) ([][]int32, [][]float32, *windowWatch) {
 				watch := &windowWatch{Model: m, hide: hide}
 				cfg := tinyConfig()
-				cfg.BlockSizeTokens = 4
+				cfg.BlockSizeTokens = bs
 				cfg.MaxNumSeqs, cfg.MaxNumBatchedTokens = 4, 7 // prompts prefill in chunks across the window
 				if kvBlocks > 0 {
 					spec := m.Spec()
-					cfg.KVCacheBytes = int64(kvBlocks) * kvcache.BlockBytes(4, 1, spec.NumKVHeads, spec.HeadDim, kvcache.Float16)
+					cfg.KVCacheBytes = int64(kvBlocks) * kvcache.BlockBytes(bs, 1, spec.NumKVHeads, spec.HeadDim, spec.KVDType)
 				}
 				e, err := newEngine(cfg, watch, nil)
 				if err != nil {
@@ -91,7 +90,13 @@ func TestONNXSlidingWindowGroups(t *testing.T) {
 				var toks [][]int32
 				var lps [][]float32
 				// The second prompt starts like the first: its prefix comes from the cache.
-				prompts := [][]int32{{2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53}, {2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 60, 61, 62}, {7, 8}}
+				// The shared prefix is three blocks long.
+				first := []int32{2}
+				for len(first) < 3*bs+2 {
+					first = append(first, int32(5+4*len(first)-4)%100)
+				}
+				second := append(slices.Clone(first[:3*bs]), 60, 61, 62)
+				prompts := [][]int32{first, second, {7, 8}}
 				// The last request samples three sequences, forked from one prefill.
 				var chans []<-chan Event
 				var results []result
@@ -148,7 +153,8 @@ func TestONNXSlidingWindowGroups(t *testing.T) {
 			if full.gaveBack != 0 {
 				t.Fatalf("%d rows with blocks given back with one group", full.gaveBack)
 			}
-			for _, kvBlocks := range []int{0, 60} {
+			// A cache of 30 blocks (14 of 16 tokens) preempts sequences.
+			for _, kvBlocks := range []int{0, max(14, 30*4/bs)} {
 				gotToks, gotLps, grouped := run(false, kvBlocks)
 				if grouped.gaveBack == 0 {
 					t.Fatalf("%d blocks: no row had blocks given back with window groups", kvBlocks)

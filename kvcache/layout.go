@@ -58,6 +58,23 @@ func PlanLayout(windows []int, numLayers, maxLen int) Layout {
 	return lay
 }
 
+// LayoutOf returns the layout of the given layer groups (one per layer, groups 0..G-1
+// of as many layers each), each group's window that of its layers (windows per layer;
+// nil: all full).
+func LayoutOf(layerGroups, windows []int) Layout {
+	n := 0
+	for _, g := range layerGroups {
+		n = max(n, g+1)
+	}
+	lay := Layout{LayerGroups: layerGroups, Windows: make([]int, n), PerBlock: len(layerGroups) / max(n, 1)}
+	for l, g := range layerGroups {
+		if windows != nil && windows[l] > 0 {
+			lay.Windows[g] = windows[l]
+		}
+	}
+	return lay
+}
+
 func gcd(a, b int) int {
 	for b != 0 {
 		a, b = b, a%b

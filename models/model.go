@@ -53,6 +53,9 @@ type Spec struct {
 	// layers give back the KV blocks their window has passed; nil treats every layer as
 	// full.
 	LayerWindows []int
+	// LayerGroups, when set, is each layer's KV group as the model's step graph was built
+	// (modeldir.StepManifest.LayerGroups): the groups its cache takes (CacheLayout).
+	LayerGroups []int
 	// KVTokenMajor says the model reads and writes the cache token-major
 	// (kvcache.StorageConfig.TokenMajor: the step graph's PagedAttention layout).
 	KVTokenMajor bool
@@ -95,14 +98,20 @@ type BlockCopier interface {
 	CopyBlocks(ops []kvcache.CopyOp) error
 }
 
-// CacheWindows returns the windows the engine groups the cache's layers by: LayerWindows,
-// or nil (one group, every layer keeping its whole past) for a model that reads a
-// token-major cache, whose graph applies the windows itself.
-func (s Spec) CacheWindows() []int {
-	if s.KVTokenMajor {
-		return nil
+// CacheLayout returns how the engine groups the cache's layers for a context of maxLen
+// tokens (kvcache.PlanLayout over LayerWindows). A model with LayerGroups takes either
+// those groups or, when no window of its is shorter than maxLen, one group; a token-major
+// model without them (a GPU step graph) takes one group, its windows applied inside the
+// attention over every layer's whole past.
+func (s Spec) CacheLayout(maxLen int) kvcache.Layout {
+	lay := kvcache.PlanLayout(s.LayerWindows, s.NumLayers, maxLen)
+	switch {
+	case lay.LayerGroups == nil || !s.KVTokenMajor:
+		return lay
+	case s.LayerGroups == nil:
+		return kvcache.PlanLayout(nil, s.NumLayers, maxLen)
 	}
-	return s.LayerWindows
+	return kvcache.LayoutOf(s.LayerGroups, s.LayerWindows)
 }
 
 // KVBytesPerToken returns the bytes one token's keys and values take over all layers.

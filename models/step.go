@@ -42,8 +42,10 @@ type StepRunner struct {
 	// Per-step buffers, reused.
 	ids          []int64
 	cu, past     []int32
-	table        []int32 // [rows][width]
+	tables       [][]int32 // per layer group: [rows][width]
 	width        int64
+	graphGroups  int // the graph's layer groups, a block table input each (0 counts as 1)
+	groups       int // the bound cache's layer groups: 1, or the graph's
 	rows         []int64
 	meta         []int32    // attention_metadata [2]: the longest new-token run and the longest past+new
 	logits       []float32  // [R][vocab] on the host
@@ -116,9 +118,10 @@ func OpenStep(dir string, opts RunnerOptions, dev *ort.Device) (*StepRunner, err
 			KVDType:      kvType,
 			BOSTokenID:   meta.bos,
 			EOSTokenIDs:  meta.eos,
-			// The graph applies the sliding windows itself, over a cache that keeps every
-			// layer's whole past: one layer group (Spec.CacheWindows).
+			// The graph applies the sliding windows itself, over the layer groups it was
+			// built with (a block table each) or one group (Spec.CacheLayout).
 			LayerWindows: man.Windows,
+			LayerGroups:  man.LayerGroups,
 			KVTokenMajor: true,
 			KVOnDevice:   !dev.IsCPU(),
 			MinBlockSize: pagedattn.MinBlockSize,
@@ -130,8 +133,12 @@ func OpenStep(dir string, opts RunnerOptions, dev *ort.Device) (*StepRunner, err
 		// memory-efficient attention over a dense copy of every row's context per layer.
 		r.spec.MinBlockSize = pagedattn.FlashBlockSize(man.HeadDim)
 	}
-	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepBlockTable, modeldir.StepLogitRows,
+	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepLogitRows,
 		modeldir.StepAttentionMetadata}
+	r.graphGroups = man.NumGroups()
+	for g := range r.graphGroups {
+		r.inNames = append(r.inNames, modeldir.StepGroupBlockTable(g))
+	}
 	r.outNames = []string{modeldir.StepLogits, modeldir.StepArgmax}
 	for l := range man.NumLayers {
 		r.inNames = append(r.inNames, modeldir.StepKeyCache(l), modeldir.StepValueCache(l))
@@ -208,9 +215,10 @@ func (r *StepRunner) Forward(b *Batch) (*Output, error) {
 }
 
 // pack fills the step's small inputs from the batch: the packed tokens, the rows'
-// cumulative new-token counts, past lengths and block tables (padded with block 0, which
-// no position the graph reads names), the tokens whose logits are wanted, and
-// attention_metadata's exact bounds over the rows with new tokens.
+// cumulative new-token counts, past lengths and block tables, one per layer group of the
+// graph (a cache of one group gives every group its table), padded with block 0, which no
+// position the graph reads names (nor does any entry a sliding window has passed), the
+// tokens whose logits are wanted, and attention_metadata's exact bounds over the rows.
 func (r *StepRunner) pack(b *Batch) {
 	bs := b.Cache.Config().BlockSizeTokens
 	rows := len(b.Seqs)
@@ -221,8 +229,11 @@ func (r *StepRunner) pack(b *Batch) {
 	for _, s := range b.Seqs {
 		width = max(width, (s.PastLen+len(s.Tokens)+bs-1)/bs)
 	}
-	r.table = grow(r.table, rows*width)
-	clear(r.table)
+	r.tables = grow(r.tables, max(1, r.graphGroups))
+	for g := range r.tables {
+		r.tables[g] = grow(r.tables[g], rows*width)
+		clear(r.tables[g])
+	}
 	r.meta = append(r.meta[:0], 0, 0)
 	for i, s := range b.Seqs {
 		r.meta[0], r.meta[1] = max(r.meta[0], int32(len(s.Tokens))), max(r.meta[1], int32(s.PastLen+len(s.Tokens)))
@@ -240,8 +251,16 @@ func (r *StepRunner) pack(b *Batch) {
 		r.cu = append(r.cu, int32(len(r.ids)))
 		r.past = append(r.past, int32(s.PastLen))
 		n := (s.PastLen + len(s.Tokens) + bs - 1) / bs
-		for j, id := range s.Blocks[:n] {
-			r.table[i*width+j] = int32(id)
+		for g, table := range r.tables {
+			blocks := s.Blocks
+			if r.groups > 1 {
+				blocks = s.table(g)
+			}
+			for j, id := range blocks[:n] {
+				if id != kvcache.NoBlock {
+					table[i*width+j] = int32(id)
+				}
+			}
 		}
 	}
 	r.width = int64(width)
@@ -255,18 +274,21 @@ func (r *StepRunner) run(b *Batch) error {
 	rows, width, n, vocab := len(r.cu)-1, r.width, len(r.rows), r.spec.VocabSize
 	r.logits = grow(r.logits, n*vocab)
 	r.argmax = grow(r.argmax, n)
-	small := []struct {
+	type hostInput struct {
 		t     ort.ElemType
 		shape []int64
 		ptr   unsafe.Pointer
 		bytes int
-	}{
+	}
+	small := []hostInput{
 		{ort.Int64, []int64{int64(len(r.ids))}, unsafe.Pointer(&r.ids[0]), 8 * len(r.ids)},
 		{ort.Int32, []int64{int64(rows + 1)}, unsafe.Pointer(&r.cu[0]), 4 * len(r.cu)},
 		{ort.Int32, []int64{int64(rows)}, unsafe.Pointer(&r.past[0]), 4 * rows},
-		{ort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&r.table[0]), 4 * rows * int(width)},
 		{ort.Int64, []int64{int64(n)}, unsafe.Pointer(&r.rows[0]), 8 * n},
 		{ort.Int32, []int64{2}, unsafe.Pointer(&r.meta[0]), 8},
+	}
+	for _, table := range r.tables {
+		small = append(small, hostInput{ort.Int32, []int64{int64(rows), width}, unsafe.Pointer(&table[0]), 4 * rows * int(width)})
 	}
 	r.ins, r.outs = r.ins[:0], r.outs[:0]
 	for _, s := range small {
@@ -394,8 +416,15 @@ func (r *StepRunner) bind(c *kvcache.Storage) error {
 	if c == r.bound && shape == r.boundShape {
 		return nil
 	}
-	if !cfg.TokenMajor || c.NumGroups() != 1 {
-		return fmt.Errorf("%w: the step graph reads a token-major cache of one layer group (kvcache.StorageConfig.TokenMajor)", ErrBatch)
+	if !cfg.TokenMajor {
+		return fmt.Errorf("%w: the step graph reads a token-major cache (kvcache.StorageConfig.TokenMajor)", ErrBatch)
+	}
+	if groups := c.NumGroups(); groups > 1 {
+		for l := range r.spec.NumLayers {
+			if groups != r.man.NumGroups() || c.LayerGroup(l) != r.man.LayerGroups[l] {
+				return fmt.Errorf("%w: the cache's %d layer groups are not the step graph's %d (Spec.CacheLayout)", ErrBatch, groups, r.man.NumGroups())
+			}
+		}
 	}
 	r.unbind()
 	for l := range r.spec.NumLayers {
@@ -414,7 +443,7 @@ func (r *StepRunner) bind(c *kvcache.Storage) error {
 			r.kv = append(r.kv, v)
 		}
 	}
-	r.bound, r.boundShape = c, shape
+	r.bound, r.boundShape, r.groups = c, shape, c.NumGroups()
 	return nil
 }
 

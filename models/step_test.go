@@ -122,8 +122,26 @@ func TestStepPacking(t *testing.T) {
 	check("cumulative lengths", r.cu, []int32{0, 6, 7, 10})
 	check("past lengths", r.past, []int32{0, 9, 4})
 	check("table width", r.width, 3)
-	check("block table", r.table, []int32{7, 3, 0, 1, 2, 11, 5, 6, 0})
+	check("block table", r.tables, [][]int32{{7, 3, 0, 1, 2, 11, 5, 6, 0}})
 	check("logit rows", r.rows, []int64{0, 1, 2, 3, 4, 5, 6, 9})
+
+	// A graph of two layer groups over a cache of one: both tables are the one table.
+	r.graphGroups = 2
+	r.pack(b)
+	check("block tables of one group", r.tables, [][]int32{{7, 3, 0, 1, 2, 11, 5, 6, 0}, {7, 3, 0, 1, 2, 11, 5, 6, 0}})
+	// Over a cache of the graph's groups each table is the group's, the entries a sliding
+	// window has passed (NoBlock) padded with block 0.
+	r.groups = 2
+	b.Seqs[0].GroupBlocks = [][]kvcache.BlockID{{8, 4}}
+	b.Seqs[1].GroupBlocks = [][]kvcache.BlockID{{kvcache.NoBlock, kvcache.NoBlock, 13, 14}}
+	b.Seqs[2].GroupBlocks = [][]kvcache.BlockID{{kvcache.NoBlock, 9}}
+	r.pack(b)
+	check("block tables of two groups", r.tables, [][]int32{{7, 3, 0, 1, 2, 11, 5, 6, 0}, {8, 4, 0, 0, 0, 13, 0, 9, 0}})
+	r.graphGroups, r.groups = 0, 0
+	for i := range b.Seqs {
+		b.Seqs[i].GroupBlocks = nil
+	}
+	r.pack(b)
 
 	r.logits = make([]float32, 8*2)
 	for i := range r.logits {

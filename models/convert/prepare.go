@@ -102,9 +102,9 @@ func buildCached(src, cacheDir, key string, build func(tmp string) error) (out s
 // builtLayout versions what BuildFromHF writes; a cached build of an older layout (before
 // paged/ was written; 4: int8 segments through Int8Linear, weights packed; 5: the
 // manifest's own_threads; 6: step/, and dense int8 weights as uint8; 7: RMSNorm as one node,
-// the step graph's attention_metadata and its own rotary where PagedAttention's cannot) is built anew rather
-// than served as it was.
-const builtLayout = 7
+// the step graph's attention_metadata and its own rotary where PagedAttention's cannot; 8: a
+// step graph's block table per layer group) is built anew rather than served as it was.
+const builtLayout = 8
 
 // ggufKey identifies a GGUF file's content cheaply, as checkpointKey a checkpoint's: the
 // layout, the options, and the file's name, size and modification time.

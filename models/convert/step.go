@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
@@ -52,7 +53,14 @@ func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype, kvT
 			return fmt.Errorf("%w: int8 weights run on the CPU only (Conveyor's Int8Linear); a %v step graph for the GPU takes float or int4 weights", ErrBadConfig, dtype)
 		}
 	}
-	model := stepGraph(m, dtype, kvType, domain)
+	// On the CPU the layers are grouped by window (kvcache.PlanLayout, for any context), so
+	// that sliding layers read blocks of their own that their window gives back; a GPU
+	// graph keeps every layer's whole past in one group.
+	var groups []int
+	if domain == modeldir.StepDomainConveyor {
+		groups = kvcache.PlanLayout(m.arch.window, m.layers, math.MaxInt).LayerGroups
+	}
+	model := stepGraph(m, dtype, kvType, domain, groups)
 	dir := filepath.Join(outDir, modeldir.StepDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("convert: %w", err)
@@ -75,6 +83,7 @@ func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype, kvT
 		VocabSize:       d.vocab,
 		MaxPositions:    m.contextLength(),
 		Windows:         append([]int(nil), m.arch.window...),
+		LayerGroups:     groups,
 		Quantization:    q.String(),
 		OwnOps:          domain == modeldir.StepDomainConveyor,
 	}
@@ -90,8 +99,9 @@ func kvDTypeField(dtype, kvType DType) string {
 }
 
 // stepGraph builds the step graph of m in float type dtype, its KV caches of kvType (the
-// graph's own, or float16 in a float32 graph), with PagedAttention nodes of domain.
-func stepGraph(m *modelPlan, dtype, kvType DType, domain string) *onnxModel {
+// graph's own, or float16 in a float32 graph), with PagedAttention nodes of domain; layer
+// l reads its blocks through the block table of groups[l] (nil: all through group 0's).
+func stepGraph(m *modelPlan, dtype, kvType DType, domain string, groups []int) *onnxModel {
 	d := m.llamaDims
 	b := newGraphBuilder("step")
 	b.ownOps = domain == modeldir.StepDomainConveyor
@@ -99,7 +109,12 @@ func stepGraph(m *modelPlan, dtype, kvType DType, domain string) *onnxModel {
 	ids := b.input(modeldir.StepInputIDs, onnxInt64, tokens)
 	cu := b.input(modeldir.StepCumLens, onnxInt32, symDim("batch_plus_1"))
 	past := b.input(modeldir.StepPastLens, onnxInt32, batch)
-	table := b.input(modeldir.StepBlockTable, onnxInt32, batch, symDim("max_blocks"))
+	tables := []string{b.input(modeldir.StepBlockTable, onnxInt32, batch, symDim("max_blocks"))}
+	for _, g := range groups {
+		for len(tables) <= g {
+			tables = append(tables, b.input(modeldir.StepGroupBlockTable(len(tables)), onnxInt32, batch, symDim("max_blocks")))
+		}
+	}
 	sel := b.input(modeldir.StepLogitRows, onnxInt64, rows)
 	meta := b.input(modeldir.StepAttentionMetadata, onnxInt32, fixDim(2))
 	cacheDims := []onnxDim{symDim("num_blocks"), symDim("block_size"), fixDim(d.kvHeads), fixDim(d.headDim)}
@@ -112,13 +127,13 @@ func stepGraph(m *modelPlan, dtype, kvType DType, domain string) *onnxModel {
 
 	embed := b.weight("model.embed_tokens.weight", []int64{int64(d.vocab), int64(d.hidden)}, m.w["model.embed_tokens.weight"].Data)
 	x := scaleEmbeddings(b, m, b.op("Gather", []string{embed, ids}, attrI("axis", 0)))
-	tables := map[string][2]string{} // cos and sin caches, one pair per distinct rotary
+	rotaries := map[string][2]string{} // cos and sin caches, one pair per distinct rotary
 	cachesOf := func(rot *rotaryPlan) [2]string {
 		key := fmt.Sprint(rot.dims, rot.factor, rot.invFreq)
-		t, ok := tables[key]
+		t, ok := rotaries[key]
 		if !ok {
-			t = rotaryCaches(b, rot, m.contextLength(), len(tables))
-			tables[key] = t
+			t = rotaryCaches(b, rot, m.contextLength(), len(rotaries))
+			rotaries[key] = t
 		}
 		return t
 	}
@@ -143,6 +158,10 @@ func stepGraph(m *modelPlan, dtype, kvType DType, domain string) *onnxModel {
 		vc := b.input(modeldir.StepValueCache(i), cacheElem, cacheDims...)
 		// Inputs 0-7, cos and sin (8, 9) when the node rotates, nothing for 10-15, and
 		// attention_metadata (16).
+		table := tables[0]
+		if groups != nil {
+			table = tables[groups[i]]
+		}
 		ins := []string{parts[0], parts[1], parts[2], kc, vc, cu, past, table, "", ""}
 		attrs := []onnxAttr{attrI("num_heads", int64(d.heads)), attrI("kv_num_heads", int64(d.kvHeads)),
 			attrF("scale", 1)} // the attention scale is folded into the query projection

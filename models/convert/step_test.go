@@ -93,7 +93,7 @@ func TestStepGraphNodes(t *testing.T) {
 			if dtype != Float32 {
 				domain = modeldir.StepDomainMicrosoft
 			}
-			g := stepGraph(m, dtype, dtype, domain).Graph
+			g := stepGraph(m, dtype, dtype, domain, nil).Graph
 			where := fmt.Sprintf("%s, %v", tc.family, dtype)
 			counts := map[string]int{}
 			for _, n := range g.Nodes {

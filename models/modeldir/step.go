@@ -16,8 +16,8 @@ const StepDir = "step"
 const StepManifestFile = "step.json"
 
 // StepFormat is the step manifest format this package reads and writes.
-// (2: the graph takes StepAttentionMetadata).
-const StepFormat = 2
+// (2: the graph takes StepAttentionMetadata; 3: a block table per layer group).
+const StepFormat = 3
 
 // Names of the step graph's inputs and outputs. The graph runs over the step's new
 // tokens packed row after row (T tokens of B rows, no padding):
@@ -26,6 +26,7 @@ const StepFormat = 2
 //	StepCumLens      [B+1]          int32  row b's tokens are StepInputIDs[cu[b]:cu[b+1]]
 //	StepPastLens     [B]            int32  tokens row b already has in the cache
 //	StepBlockTable   [B, blocks]    int32  row b's position p is in block table[b][p/block_size]
+//	StepGroupBlockTable(g) [B, blocks] int32  the same for the layers of group g >= 1 (LayerGroups)
 //	StepLogitRows    [R]            int64  the tokens (indices into T) whose logits are wanted
 //	StepAttentionMetadata [2]       int32  host: the longest new-token run and the longest past+new
 //	StepKeyCache(i)  [num_blocks, block_size, kv_heads, head_dim]  layer i's keys (and StepValueCache)
@@ -50,6 +51,15 @@ const (
 	StepLogits            = "logits"
 	StepArgmax            = "argmax"
 )
+
+// StepGroupBlockTable names the block table of layer group g: StepBlockTable for group 0,
+// "block_table.g" for the others.
+func StepGroupBlockTable(g int) string {
+	if g == 0 {
+		return StepBlockTable
+	}
+	return fmt.Sprintf("%s.%d", StepBlockTable, g)
+}
 
 // StepKeyCache and the others name layer i's cache inputs and outputs.
 func StepKeyCache(i int) string      { return fmt.Sprintf("key_cache.%d", i) }
@@ -89,8 +99,14 @@ type StepManifest struct {
 	VocabSize       int    `json:"vocab_size"`
 	MaxPositions    int    `json:"max_positions"`
 	// Windows is each layer's sliding window in tokens (0: full attention); the graph
-	// applies them itself, over a cache that keeps every layer's whole past.
+	// applies them itself.
 	Windows []int `json:"windows,omitempty"`
+	// LayerGroups, when set, is each layer's KV group (kvcache.Layout.LayerGroups): the
+	// layers of group g read their blocks through StepGroupBlockTable(g), so a sliding
+	// group's table may name blocks of its own, given back once the window has passed
+	// them. nil: every layer reads StepBlockTable. The graph also runs over a cache of
+	// one group, every table input then given the same table.
+	LayerGroups []int `json:"layer_groups,omitempty"`
 	// Quantization names how the linear weights are stored ("none", "int8", "int4").
 	Quantization string `json:"quantization,omitempty"`
 	// OwnOps says the graph uses Conveyor's own operators (com.conveyor), which only a
@@ -128,8 +144,45 @@ func (m *StepManifest) Validate() error {
 		return bad("hidden_size %d, vocab_size %d and max_positions %d must be positive", m.HiddenSize, m.VocabSize, m.MaxPositions)
 	case m.Windows != nil && len(m.Windows) != m.NumLayers:
 		return bad("%d windows for %d layers", len(m.Windows), m.NumLayers)
+	case m.LayerGroups != nil && len(m.LayerGroups) != m.NumLayers:
+		return bad("%d layer groups for %d layers", len(m.LayerGroups), m.NumLayers)
+	}
+	if m.LayerGroups == nil {
+		return nil
+	}
+	// Every group holds as many layers, all of one window (a block holds one group's layers).
+	size := map[int]int{}
+	window := map[int]int{}
+	for l, g := range m.LayerGroups {
+		if g < 0 || g >= m.NumLayers {
+			return bad("layer %d in group %d", l, g)
+		}
+		w := 0
+		if m.Windows != nil {
+			w = m.Windows[l]
+		}
+		if prev, ok := window[g]; ok && prev != w {
+			return bad("group %d holds layers of windows %d and %d", g, prev, w)
+		}
+		window[g] = w
+		size[g]++
+	}
+	for g := range len(size) {
+		if size[g] != size[0] {
+			return bad("layer groups %v: want groups 0..%d of as many layers each", m.LayerGroups, len(size)-1)
+		}
 	}
 	return nil
+}
+
+// NumGroups returns the number of layer groups, and so of block tables (1 without
+// LayerGroups).
+func (m *StepManifest) NumGroups() int {
+	n := 1
+	for _, g := range m.LayerGroups {
+		n = max(n, g+1)
+	}
+	return n
 }
 
 // LoadStep reads dir/step/step.json. A directory without one is ErrNoStep.
