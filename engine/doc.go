@@ -37,11 +37,11 @@
 //     and write its greedy tokens over the proposal slots the plan reserved;
 //  4. build a models.Batch: the K/V storage, and for each sequence its new tokens, past
 //     length and the block table its plan item carries, plus, for a model whose layers
-//     have sliding windows, its tables of the other layer groups (kvcache.PlanLayout: the
-//     sliding groups give back the blocks their window has passed). The batch is plain
+//     have sliding windows, its tables of the other layer groups (models.Spec.CacheLayout:
+//     the sliding groups give back the blocks their window has passed). The batch is plain
 //     data that each attention path uses its own way:
-//     the paged path reads each row's block table and the arenas and attends over the
-//     blocks in place, writing the new keys and values into them; the dense path gathers
+//     the step graph binds the arenas and reads each row's block tables, attending over
+//     the blocks in place and writing the new keys and values into them; the dense path gathers
 //     each row's past out of its blocks into the runner's past_key_values and scatters
 //     the new keys and values back;
 //  5. run model.Forward once for the whole batch, timing it for the scheduler's step-cost
@@ -88,7 +88,7 @@
 //
 // # Example
 //
-//	runner, _ := models.Open(dir, models.RunnerOptions{}) // paged when the model has it
+//	runner, _ := models.Open(dir, models.RunnerOptions{}) // the step graph when the model has it
 //	tok, _ := tokenizer.Load(dir)
 //	eng, err := engine.New(engine.DefaultConfig(), runner, tok)
 //	if err != nil { ... }

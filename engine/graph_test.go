@@ -9,13 +9,13 @@ import (
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
-// TestGraphMatchesPagedGreedy serves the same greedy requests, all at once (prompts
+// TestGraphMatchesDenseGreedy serves the same greedy requests, all at once (prompts
 // prefilled in chunks beside decoding rows), on the shipped default model through the
-// paged path and through the step graph: every sequence's tokens must be the same.
-func TestGraphMatchesPagedGreedy(t *testing.T) {
+// dense path and through the step graph: every sequence's tokens must be the same.
+func TestGraphMatchesDenseGreedy(t *testing.T) {
 	_, tok := defaultModel(t) // builds the default model's directory
 	var got [2][][]int32
-	for i, path := range []string{models.AttentionPaged, models.AttentionGraph} {
+	for i, path := range []string{models.AttentionDense, models.AttentionGraph} {
 		m, err := models.Open(defaultDir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 2, Attention: path})
 		if err != nil {
 			t.Fatal(err)
@@ -27,7 +27,7 @@ func TestGraphMatchesPagedGreedy(t *testing.T) {
 	for r := range got[0] {
 		tokens += len(got[0][r])
 		if !slices.Equal(got[0][r], got[1][r]) {
-			t.Errorf("request %d: paged %v, graph %v", r, got[0][r], got[1][r])
+			t.Errorf("request %d: dense %v, graph %v", r, got[0][r], got[1][r])
 		}
 	}
 	if tokens < 100 {

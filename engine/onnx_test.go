@@ -99,7 +99,7 @@ func (m *countingModel) Forward(b *models.Batch) (*models.Output, error) {
 }
 
 // attentionPaths are the attention paths the real-model tests run on.
-var attentionPaths = []string{models.AttentionPaged, models.AttentionDense, models.AttentionGraph}
+var attentionPaths = []string{models.AttentionGraph, models.AttentionDense}
 
 func openTiny(tb testing.TB, attention string) (*countingModel, *tokenizer.Tokenizer) {
 	tb.Helper()
@@ -311,10 +311,10 @@ func TestONNXPathsAgree(t *testing.T) {
 	}
 }
 
-// TestONNXPagedAbortsReturnEveryBlock cancels requests mid-generation on the paged path:
+// TestONNXAbortsReturnEveryBlock cancels requests mid-generation on the step graph:
 // every block returns to the pool and the pool's invariants hold.
-func TestONNXPagedAbortsReturnEveryBlock(t *testing.T) {
-	m, tok := openTiny(t, models.AttentionPaged)
+func TestONNXAbortsReturnEveryBlock(t *testing.T) {
+	m, tok := openTiny(t, models.AttentionGraph)
 	e, err := New(tinyConfig(), m, tok)
 	if err != nil {
 		t.Fatal(err)
@@ -354,9 +354,18 @@ func TestONNXPagedAbortsReturnEveryBlock(t *testing.T) {
 // the blocks, and requests complete (their logits are checked against the float64
 // reference in package models).
 func TestONNXFloat16KVCache(t *testing.T) {
-	dir := tinyModelDir(t)
+	// The step graph's cache type is built in: the tiny model's is float32.
+	half := t.TempDir()
+	if _, err := convert.BuildRandomWith(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), half, 1,
+		convert.Options{StepKVDType: convert.Float16}); err != nil {
+		t.Fatal(err)
+	}
 	var blocks []int
 	for _, dtype := range []string{"float32", "float16"} {
+		dir := tinyModelDir(t)
+		if dtype == "float16" {
+			dir = half
+		}
 		r, err := models.Open(dir, models.RunnerOptions{ORTLib: ortLib(t), IntraOpThreads: 1, KVCacheDType: dtype})
 		if err != nil {
 			t.Fatal(err)
@@ -486,7 +495,7 @@ func TestONNXDraftModelMatches(t *testing.T) {
 		attention, draft string
 	}{
 		{models.AttentionGraph, "int4"}, {models.AttentionGraph, "itself"},
-		{models.AttentionPaged, "itself"}, {models.AttentionDense, "itself"},
+		{models.AttentionDense, "itself"},
 	} {
 		t.Run(tc.attention+"/"+tc.draft, func(t *testing.T) {
 			m, tok := openTiny(t, tc.attention)

@@ -92,9 +92,10 @@
 // Storage keeps, per layer, a K arena and a V arena of float32 or float16 elements laid out
 // [block][kvHead][blockSizeTokens][headDim]: one (block, kv head) pair is one contiguous run
 // of blockSizeTokens*headDim values, and one block of one layer is one contiguous run, so
-// CopyBlock is two copies per layer. LayerK and LayerV hand the arenas themselves to an
-// attention kernel that reads and writes blocks in place (the paged attention path); the
-// arenas are one anonymous mapping with transparent huge pages requested, since such a
+// CopyBlock is two copies per layer (StorageConfig.TokenMajor lays a block out
+// [blockSizeTokens][kvHead][headDim] instead, the step graph's PagedAttention layout). LayerK
+// and LayerV hand the arenas themselves to an attention kernel that reads and writes blocks
+// in place (the step graph's); the arenas are one anonymous mapping with transparent huge pages requested, since such a
 // kernel reads one short run per block from anywhere in the arena. Gather fills the model's dense past tensors
 // [batch, kvHeads, maxPast, headDim] (one buffer per layer for K and V, reused across steps):
 // for each row, head and block it is a single copy of up to blockSizeTokens*headDim values,

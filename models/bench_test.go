@@ -103,63 +103,43 @@ func benchModelDir(b *testing.B, cfg *convert.Config, quantize string, stepKV co
 		b.Skipf("cannot build the benchmark model: %v", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
-		if _, statErr := os.Stat(filepath.Join(dir, "paged", "paged.json")); statErr != nil {
+		if _, statErr := os.Stat(filepath.Join(dir, "step", "step.json")); statErr != nil {
 			b.Fatal(err)
 		}
 	}
 	return dir
 }
 
-// BenchmarkDecodeStep times one decode step (one new token per row) on the paged
-// attention path, for batches of sequences that all have the same past length, each
-// in its own randomly placed blocks.
-func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionPaged}) }
+// BenchmarkDecodeStep times one decode step (one new token per row) on the step graph,
+// for batches of sequences that all have the same past length, each in its own randomly
+// placed blocks.
+func BenchmarkDecodeStep(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionGraph}) }
 
 // BenchmarkDecodeStepDense is BenchmarkDecodeStep on the dense Optimum path, over the
 // same kind of cache: the step includes gathering every row's past out of its blocks
 // and scattering the new keys and values back.
 func BenchmarkDecodeStepDense(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionDense}) }
 
-// BenchmarkDecodeStepGraph is BenchmarkDecodeStep on the step graph: the whole model as
-// one ONNX Runtime run, each layer's attention Conveyor's own PagedAttention operator.
-func BenchmarkDecodeStepGraph(b *testing.B) { benchDecode(b, benchOptions{attention: AttentionGraph}) }
-
-// BenchmarkDecodeStepFloat16 is BenchmarkDecodeStep with a float16 KV cache.
+// BenchmarkDecodeStepFloat16 is BenchmarkDecodeStep with a float16 KV cache (the serving
+// default).
 func BenchmarkDecodeStepFloat16(b *testing.B) {
-	benchDecode(b, benchOptions{attention: AttentionPaged, kvDType: "float16"})
+	benchDecode(b, benchOptions{attention: AttentionGraph, kvDType: "float16"})
 }
 
 // BenchmarkDecodeStepInt8 is BenchmarkDecodeStep with int8 weights (build-model
 // --quantize int8).
 func BenchmarkDecodeStepInt8(b *testing.B) {
-	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int8"})
-}
-
-// BenchmarkDecodeStepGraphInt8 is BenchmarkDecodeStepInt8 on the step graph.
-func BenchmarkDecodeStepGraphInt8(b *testing.B) {
 	benchDecode(b, benchOptions{attention: AttentionGraph, quantize: "int8"})
 }
 
-// BenchmarkDecodeStepGraphFloat16 is BenchmarkDecodeStepGraph with a float16 KV cache.
-func BenchmarkDecodeStepGraphFloat16(b *testing.B) {
-	benchDecode(b, benchOptions{attention: AttentionGraph, kvDType: "float16"})
-}
-
-// BenchmarkDecodeStepInt8Float16 is BenchmarkDecodeStepInt8 with a float16 KV cache (the
-// paged path's serving default).
+// BenchmarkDecodeStepInt8Float16 is BenchmarkDecodeStepInt8 with a float16 KV cache.
 func BenchmarkDecodeStepInt8Float16(b *testing.B) {
-	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int8", kvDType: "float16"})
-}
-
-// BenchmarkDecodeStepGraphInt8Float16 is BenchmarkDecodeStepGraphInt8 with a float16 KV
-// cache (the step graph's serving default).
-func BenchmarkDecodeStepGraphInt8Float16(b *testing.B) {
 	benchDecode(b, benchOptions{attention: AttentionGraph, quantize: "int8", kvDType: "float16"})
 }
 
 // BenchmarkDecodeStepInt4 is BenchmarkDecodeStep with int4 weights.
 func BenchmarkDecodeStepInt4(b *testing.B) {
-	benchDecode(b, benchOptions{attention: AttentionPaged, quantize: "int4"})
+	benchDecode(b, benchOptions{attention: AttentionGraph, quantize: "int4"})
 }
 
 // benchOptions choose the model variant a benchmark runs.
@@ -190,15 +170,14 @@ func benchDecode(b *testing.B, o benchOptions) {
 	}
 }
 
-// BenchmarkPrefill times one prompt of 128 to 2048 tokens with no past, on every path.
+// BenchmarkPrefill times one prompt of 128 to 2048 tokens with no past, on both paths.
 func BenchmarkPrefill(b *testing.B) {
-	benchPrefill(b, "", []string{AttentionPaged, AttentionDense, AttentionGraph})
+	benchPrefill(b, "", []string{AttentionGraph, AttentionDense})
 }
 
-// BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the paged path and the
-// step graph.
+// BenchmarkPrefillInt8 is BenchmarkPrefill with int8 weights, on the step graph.
 func BenchmarkPrefillInt8(b *testing.B) {
-	benchPrefill(b, "int8", []string{AttentionPaged, AttentionGraph})
+	benchPrefill(b, "int8", []string{AttentionGraph})
 }
 
 func benchPrefill(b *testing.B, quantize string, paths []string) {
@@ -276,12 +255,12 @@ func timeSteps(b *testing.B, r Model, in *Batch, tokensPerStep int) {
 
 // BenchmarkVerifyStepInt8 times the step a speculating row brings at one stream — its
 // last token and 4 proposals, with the logits of all 5 positions — against a plain
-// decode step of one token, on the int8 paged path and step graph at past 128 (the ratio
-// is what verification costs: at most 1.3x makes it nearly free).
+// decode step of one token, on the int8 step graph at past 128 (the ratio is what
+// verification costs: at most 1.3x makes it nearly free).
 func BenchmarkVerifyStepInt8(b *testing.B) {
 	for _, m := range benchModels {
 		b.Run(m.name, func(b *testing.B) {
-			for _, attention := range []string{AttentionPaged, AttentionGraph} {
+			for _, attention := range []string{AttentionGraph} {
 				r := openBenchModel(b, m.cfg, benchOptions{attention: attention, quantize: "int8"})
 				for _, n := range []int{1, 5} {
 					b.Run(fmt.Sprintf("%s/tokens%d", attention, n), func(b *testing.B) {

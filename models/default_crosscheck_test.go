@@ -73,7 +73,7 @@ func buildDefaultModel(t *testing.T, dir string) map[string]Model {
 	if _, err := convert.BuildFromHF(dir, out); err != nil {
 		t.Fatalf("convert.BuildFromHF(%s): %v", dir, err)
 	}
-	return map[string]Model{AttentionPaged: openTestModel(t, out, AttentionPaged), AttentionDense: openTestModel(t, out, AttentionDense)}
+	return map[string]Model{AttentionGraph: openTestModel(t, out, AttentionGraph), AttentionDense: openTestModel(t, out, AttentionDense)}
 }
 
 // checkPosition compares one position's full logits row with the reference for position pos of p.

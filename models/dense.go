@@ -89,7 +89,7 @@ func OpenDense(dir string, opts RunnerOptions) (*DenseRunner, error) {
 		return nil, err
 	}
 	if opts.KVCacheDType != "" && opts.KVCacheDType != KVCacheAuto && opts.KVCacheDType != spec.KVDType.String() {
-		return nil, fmt.Errorf("%w: %s keeps its KV cache in %s on the dense path; a %s cache needs the paged path",
+		return nil, fmt.Errorf("%w: %s keeps its KV cache in %s on the dense path; a %s cache needs the step graph (--attention graph)",
 			ErrModelDir, modelPath, spec.KVDType, opts.KVCacheDType)
 	}
 
@@ -104,8 +104,8 @@ func OpenDense(dir string, opts RunnerOptions) (*DenseRunner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
 	}
-	if man, err := modeldir.LoadPaged(dir); err == nil && len(man.Layers) == spec.NumLayers {
-		spec.LayerWindows = man.LayerWindows() // the same model's paged layout knows its windows
+	if man, err := modeldir.LoadStep(dir); err == nil && len(man.Windows) == spec.NumLayers {
+		spec.LayerWindows = man.Windows // the same model's step graph knows its windows
 	}
 	r := &DenseRunner{
 		session:  sess,

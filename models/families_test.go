@@ -80,7 +80,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			vocab := len(ref.Logits[0][0])
-			for _, path := range []string{AttentionPaged, AttentionDense, AttentionGraph} {
+			for _, path := range []string{AttentionGraph, AttentionDense} {
 				m := openTestModel(t, dir, path)
 				if got := m.Spec().MaxPositions; got != ref.Context {
 					t.Errorf("%s: context %d, want %d", path, got, ref.Context)
@@ -293,7 +293,7 @@ func TestFamiliesQuantized(t *testing.T) {
 				for i := range seqs {
 					seqs[i] = i
 				}
-				for _, path := range []string{AttentionPaged, AttentionDense, AttentionGraph} {
+				for _, path := range []string{AttentionGraph, AttentionDense} {
 					// Without spinning, as int8 models open (whichever test opens the
 					// process's first runner sets the shared pool).
 					m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(t), IntraOpThreads: 2, Attention: path, NoSpin: true})

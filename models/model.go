@@ -140,12 +140,13 @@ type RunnerOptions struct {
 	// IntraOpThreads differ from it, or that ask for NoSpin when it spins, get a pool
 	// of their own, which never spins; asking to spin when it does not is an error.
 	NoSpin bool
-	// Attention selects the attention path for Open: AttentionPaged, AttentionDense,
-	// AttentionGraph, or "" for the device's default (see Open).
+	// Attention selects the attention path for Open: AttentionGraph, AttentionDense, or
+	// "" for the device's default (see Open).
 	Attention string
-	// KVCacheDType is the KV cache's element type: "float32", "float16", "" for the
-	// model's own (float32 on the paged path; the graph's type on the dense path, where
-	// it cannot be changed), or KVCacheAuto.
+	// KVCacheDType is the KV cache's element type: "float32", "float16", "" or
+	// KVCacheAuto for the model's own (the type a step graph was built for; the graph's
+	// type on the dense path, where it cannot be changed). A type the model was not built
+	// for is refused.
 	KVCacheDType string
 	// Device is where the model runs: DeviceCPU, DeviceCUDA, or DeviceAuto ("" too): the
 	// GPU when one is usable, else the CPU.
@@ -163,10 +164,10 @@ const (
 	DeviceAuto = "auto"
 )
 
-// KVCacheAuto is the KVCacheDType that serving defaults to: float16 on the paged path
-// (half the bytes every decode step reads, twice the tokens in the same memory; the
-// default model's perplexity is unchanged to four digits), the graph's own type on the
-// dense path.
+// KVCacheAuto is the KVCacheDType that serving defaults to: the model's own. A checkpoint
+// is built for the CPU with a float16 cache (half the bytes every decode step reads,
+// twice the tokens in the same memory; the default model's perplexity is unchanged to
+// four digits).
 const KVCacheAuto = "auto"
 
 // Validate reports whether the options are usable.
@@ -177,8 +178,12 @@ func (o RunnerOptions) Validate() error {
 	if o.KVCacheDType != "" && o.KVCacheDType != KVCacheAuto && o.KVCacheDType != Float32.String() && o.KVCacheDType != Float16.String() {
 		return fmt.Errorf("%w: KV cache dtype %q: want float32, float16 or auto", ErrModelDir, o.KVCacheDType)
 	}
-	if o.Attention != "" && o.Attention != AttentionPaged && o.Attention != AttentionDense && o.Attention != AttentionGraph {
-		return fmt.Errorf("%w: attention %q: want %s, %s or %s", ErrModelDir, o.Attention, AttentionPaged, AttentionDense, AttentionGraph)
+	if o.Attention == "paged" {
+		// The per-layer segments of earlier releases: the step graph runs every model they did.
+		return fmt.Errorf("%w: attention %q is retired: the step graph (%s, the default) runs every model Conveyor builds", ErrModelDir, o.Attention, AttentionGraph)
+	}
+	if o.Attention != "" && o.Attention != AttentionDense && o.Attention != AttentionGraph {
+		return fmt.Errorf("%w: attention %q: want %s or %s", ErrModelDir, o.Attention, AttentionGraph, AttentionDense)
 	}
 	if o.Device != "" && o.Device != DeviceCPU && o.Device != DeviceCUDA && o.Device != DeviceAuto {
 		return fmt.Errorf("%w: device %q: want %s, %s or %s", ErrModelDir, o.Device, DeviceCPU, DeviceCUDA, DeviceAuto)

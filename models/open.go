@@ -8,15 +8,11 @@ import (
 	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
-// The attention paths a model can run with (RunnerOptions.Attention).
-const (
-	// AttentionPaged runs the model's paged layout: attention reads and writes the
-	// KV blocks in place (PagedRunner). Graphs Conveyor builds have it.
-	AttentionPaged = "paged"
-	// AttentionDense runs model.onnx through the Hugging Face Optimum interface: the
-	// past is gathered into dense tensors every step (DenseRunner). Every decoder has it.
-	AttentionDense = "dense"
-)
+// AttentionDense runs model.onnx through the Hugging Face Optimum interface
+// (RunnerOptions.Attention): the past is gathered into dense tensors every step
+// (DenseRunner). Every decoder has it, Optimum exports included; AttentionGraph (step.go)
+// is the other path.
+const AttentionDense = "dense"
 
 // Model is a loaded model, on any attention path.
 type Model interface {
@@ -25,7 +21,7 @@ type Model interface {
 	// Forward runs one forward pass over the batch, reading each row's past from the
 	// batch's cache and writing the new keys and values into it.
 	Forward(b *Batch) (*Output, error)
-	// Attention returns AttentionPaged, AttentionDense or AttentionGraph.
+	// Attention returns AttentionGraph or AttentionDense.
 	Attention() string
 	// Device names the device the model runs on: "cpu", or the GPU's name.
 	Device() string
@@ -35,8 +31,8 @@ type Model interface {
 // Open loads the model in dir on the device opts.Device asks for and the attention path
 // opts.Attention asks for.
 //
-//   - cpu: "paged", "dense", "graph", or "" for paged when the directory has a paged
-//     layout and dense otherwise. Asking for a path the directory lacks is an error
+//   - cpu: "graph", "dense", or "" for the step graph when the directory has one for the
+//     CPU and dense otherwise. Asking for a path the directory lacks is an error
 //     that says so.
 //   - cuda: the step graph on the GPU ("graph" or ""): the directory's step graph must be
 //     float16 or bfloat16 (`conveyor build-model --dtype float16`), and ONNX Runtime's
@@ -106,28 +102,23 @@ func openCPU(dir string, opts RunnerOptions) (Model, error) {
 	case AttentionGraph:
 		r, err := OpenStep(dir, opts, ort.CPU())
 		if errors.Is(err, modeldir.ErrNoStep) {
-			return nil, fmt.Errorf("%w; build it with `conveyor build-model`", err)
-		}
-		return r, err
-	case AttentionPaged:
-		r, err := OpenPaged(dir, opts)
-		if errors.Is(err, modeldir.ErrNoPaged) {
 			return nil, fmt.Errorf("%w; build it with `conveyor build-model`, or serve it with --attention dense", err)
 		}
 		return r, err
 	}
-	r, err := OpenPaged(dir, opts)
-	if errors.Is(err, modeldir.ErrNoPaged) {
+	man, err := modeldir.LoadStep(dir)
+	switch {
+	case errors.Is(err, modeldir.ErrNoStep) || err == nil && man.AttentionDomain != modeldir.StepDomainConveyor:
+		// No step graph, or one for the GPU: the Optimum interface serves any decoder.
 		return OpenDense(dir, opts)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
-	return r, err
+	return OpenStep(dir, opts, ort.CPU())
 }
 
 // Device returns "cpu".
 func (r *DenseRunner) Device() string { return DeviceCPU }
-
-// Device returns "cpu".
-func (r *PagedRunner) Device() string { return DeviceCPU }
 
 // Attention returns "dense".
 func (r *DenseRunner) Attention() string { return AttentionDense }

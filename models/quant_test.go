@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/models/convert"
-	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
 // TestQuantizedMatchesFloat builds the trained default checkpoint as float32, int8
@@ -31,19 +30,7 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 		if got := convert.BuiltQuantization(dir); got != q {
 			t.Errorf("built %s, the directory says %s", q, got)
 		}
-		// Only int8 segments multiply on Int8Linear's threads alone (int4's MatMulNBits
-		// and float32's MatMul need ONNX Runtime's pool, spinning as asked).
-		man, err := modeldir.LoadPaged(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if man.OwnThreads != (q == "int8") {
-			t.Errorf("%s build: own_threads %v", q, man.OwnThreads)
-		}
-		if o := pagedOpenOptions(man, RunnerOptions{IntraOpThreads: 2}); o.NoSpin != man.OwnThreads || o.IntraOpThreads != 2 {
-			t.Errorf("%s build: segments open with %d ONNX Runtime threads, no spinning %v", q, o.IntraOpThreads, o.NoSpin)
-		}
-		for _, path := range []string{AttentionPaged, AttentionDense} {
+		for _, path := range []string{AttentionGraph, AttentionDense} {
 			m := openTestModel(t, dir, path)
 			vocab := m.Spec().VocabSize
 			for _, p := range ref.Prompts {
@@ -72,7 +59,7 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 		{"int8", 0.0015, 0.02}, // measured KL 0.000601 (paged and dense), top-1 changed 0 of 118 (2026-11)
 		{"int4", 0.026, 0.12},  // measured KL 0.00856 paged, 0.00859 dense, top-1 changed 10 of 118 (2026-11)
 	} {
-		for _, path := range []string{AttentionPaged, AttentionDense} {
+		for _, path := range []string{AttentionGraph, AttentionDense} {
 			got, want := logprobs[c.q+"/"+path], logprobs["none/"+path]
 			var kl float64
 			flips := 0
@@ -139,7 +126,7 @@ func TestInt8RowsIndependent(t *testing.T) {
 		t.Fatal("want two cross-check prompts")
 	}
 	a, other := ref.Prompts[0].IDs, ref.Prompts[1].IDs
-	for _, path := range []string{AttentionPaged, AttentionDense} {
+	for _, path := range []string{AttentionGraph, AttentionDense} {
 		m := openTestModel(t, dir, path)
 		kv := newTestCache(m.Spec(), 1, 64, 16, 1)
 		out, err := m.Forward(kv.batch([]int{0}, [][]int32{a}, false))

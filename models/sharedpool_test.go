@@ -3,6 +3,7 @@ package models
 import (
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
@@ -11,18 +12,18 @@ import (
 // itself: who shares it, and that its spinning workers run at SCHED_IDLE.)
 func TestSharedPool(t *testing.T) {
 	dir := t.TempDir()
-	buildPagedTestModel(t, tinyConfig(64, 2, 4, 2, 128, 97, false), 5, dir)
+	buildRunnerTestModel(t, tinyConfig(64, 2, 4, 2, 128, 97, false), 5, dir, convert.Float32)
 	lib := testORTLib(t)
 	if err := InitORT(lib); err != nil {
 		t.Fatal(err)
 	}
 	threads := ort.SharedPool().Threads
-	shared, err := Open(dir, RunnerOptions{ORTLib: lib, IntraOpThreads: threads, Attention: AttentionPaged})
+	shared, err := Open(dir, RunnerOptions{ORTLib: lib, IntraOpThreads: threads, Attention: AttentionGraph})
 	if err != nil {
 		t.Fatalf("Open on the shared pool: %v", err)
 	}
 	defer shared.Close()
-	own, err := Open(dir, RunnerOptions{ORTLib: lib, IntraOpThreads: threads + 1, Attention: AttentionPaged})
+	own, err := Open(dir, RunnerOptions{ORTLib: lib, IntraOpThreads: threads + 1, Attention: AttentionGraph})
 	if err != nil {
 		t.Fatalf("Open with its own pool: %v", err)
 	}

@@ -86,8 +86,8 @@ func OpenStep(dir string, opts RunnerOptions, dev *ort.Device) (*StepRunner, err
 			ErrModelDir, kv, dir, man.CacheDType(), kv)
 	}
 	if man.Quantization == "int8" {
-		// Every product runs on Int8Linear's own threads: ONNX Runtime's pool must not spin
-		// beside them (as the paged segments of int8 builds, pagedOpenOptions).
+		// Every product runs on Int8Linear's own threads: ONNX Runtime's pool, left with the
+		// small operators between them, must not spin beside those threads.
 		opts.NoSpin = true
 	}
 	if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
@@ -497,6 +497,9 @@ func (r *StepRunner) unbind() {
 	}
 	r.kv, r.bound, r.boundShape = r.kv[:0], nil, [4]int64{}
 }
+
+// scratchBlockSize is the block size in tokens of a Forward without a cache.
+const scratchBlockSize = 16
 
 // scratchCache returns b with a scratch cache that holds this pass's tokens only: every
 // row's tokens in blocks of their own.

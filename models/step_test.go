@@ -70,12 +70,12 @@ func TestOpenDevices(t *testing.T) {
 		want                   string // the error's text, or the path opened
 	}{
 		{cpuDir, DeviceCUDA, "", "rebuild it with `conveyor build-model --dtype float16`"},
-		{gpuDir, DeviceCUDA, AttentionPaged, "the GPU runs the step graph"},
+		{gpuDir, DeviceCUDA, AttentionDense, "the GPU runs the step graph"},
 		{gpuDir, DeviceCUDA, "", "make ort-gpu"},
 		{gpuDir, DeviceCPU, AttentionGraph, "runs on NVIDIA GPUs only"},
-		{gpuDir, DeviceAuto, "", AttentionPaged}, // no GPU here: the CPU's default path
+		{gpuDir, DeviceAuto, "", AttentionDense}, // no GPU here: the GPU's graph does not run on the CPU
 		{cpuDir, "", AttentionGraph, AttentionGraph},
-		{cpuDir, DeviceCPU, "", AttentionPaged},
+		{cpuDir, DeviceCPU, "", AttentionGraph},
 	} {
 		m, err := open(tc.dir, tc.device, tc.attention)
 		switch {

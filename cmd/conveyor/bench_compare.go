@@ -37,7 +37,7 @@ func runBenchCompare(args []string) error {
 	batch := fs.Int("max-batch-size", 8, "static policy: batch size (TorchServe batchSize)")
 	delay := fs.Duration("max-batch-delay", 100*time.Millisecond, "static policy: longest wait for a full batch (TorchServe maxBatchDelay)")
 	maxSeqs := fs.Int("max-num-seqs", 64, "continuous policy: sequences per step at most")
-	attention := fs.String("attention", "", "attention path of every server: paged, dense or graph (default: the server's, paged when the model has it)")
+	attention := fs.String("attention", "", "attention path of every server: graph or dense (default: the server's, graph when the model has a step graph)")
 	var device, cudaProvider string
 	deviceFlags(fs, &device, &cudaProvider)
 	speculative := fs.String("speculative-config", "", `speculative decoding of every server, as serve's (vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4} or {"method": "draft_model", "model": DIR, "num_speculative_tokens": 4}); "" = off`)
@@ -87,12 +87,11 @@ func runBenchCompare(args []string) error {
 		"--max-batch-size", strconv.Itoa(*batch), "--max-batch-delay", delay.String(),
 		"--max-num-seqs", strconv.Itoa(*maxSeqs), "--max-queue", "100000",
 	}
-	switch *attention {
-	case "":
-	case "paged", "dense", "graph":
+	if *attention != "" {
+		if err := checkAttention(*attention); err != nil {
+			return err
+		}
 		serverFlags = append(serverFlags, "--attention", *attention)
-	default:
-		return fmt.Errorf("--attention %q: want paged, dense or graph", *attention)
 	}
 	if err := checkDevice(device); err != nil {
 		return err

@@ -13,9 +13,9 @@ import (
 	"github.com/conveyor-llm/conveyor/api/openai"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 	"github.com/conveyor-llm/conveyor/models/ort"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
@@ -73,8 +73,7 @@ func load(dir string, o loadOptions) (*loaded, error) {
 		}
 	}
 	if opts.StepDType == convert.Float32 {
-		// The CPU step graph's cache type is built in: --kv-cache-dtype's (auto: float16,
-		// as on the paged path).
+		// The CPU step graph's cache type is built in: --kv-cache-dtype's (auto: float16).
 		opts.StepKVDType = stepKVDType(o.runner.KVCacheDType)
 	}
 	if o.quantize == "" && convert.IsGGUF(dir) {
@@ -113,8 +112,7 @@ func isBuilt(dir string) bool {
 func (l *loaded) reopen() (models.Model, error) { return models.Open(l.dir, l.runner) }
 
 // stepKVDType is the KV cache type a CPU step graph is built with for a --kv-cache-dtype
-// value: float16 for float16 and auto, float32 for float32 and "" (the model's own, as on
-// the paged path).
+// value: float16 for float16 and auto, float32 for float32 and "".
 func stepKVDType(kv string) convert.DType {
 	if kv == models.KVCacheAuto || kv == convert.Float16.String() {
 		return convert.Float16
@@ -158,7 +156,7 @@ func deviceFlags(fs *flag.FlagSet, device, cudaProvider *string) {
 }
 
 // attentionHelp describes --attention for every command that takes it.
-const attentionHelp = "attention path: paged (per-layer segments with Conveyor's attention kernel between them, KV blocks read and written in place; graphs Conveyor builds), graph (the whole model as one step graph with PagedAttention; the GPU's path, and on CPUs Conveyor's own PagedAttention) or dense (the Optimum interface, any ONNX decoder); default: graph on a GPU, else paged when the model has it"
+const attentionHelp = "attention path: graph (the whole model as one step graph with PagedAttention reading and writing the KV blocks in place: ONNX Runtime's on a GPU, Conveyor's own on CPUs; every model Conveyor builds) or dense (the Hugging Face Optimum interface, for ONNX decoders Conveyor did not build, such as Optimum exports); default: graph when the model has one for the device, else dense"
 
 // activationReserveBytes is what gpuKVBudget leaves, beyond the model's weights, for a
 // step's activations and ONNX Runtime's workspace: 1 GiB, or 5% of the GPU if more.
@@ -211,10 +209,13 @@ func checkGPUKV(m models.Model, kvBytes int64) error {
 
 // checkAttention checks an --attention value (the rule is RunnerOptions.Validate's).
 func checkAttention(attention string) error {
-	if (models.RunnerOptions{Attention: attention}).Validate() != nil {
-		return fmt.Errorf("--attention %q: want %s, %s or %s", attention, models.AttentionPaged, models.AttentionDense, models.AttentionGraph)
+	if (models.RunnerOptions{Attention: attention}).Validate() == nil {
+		return nil
 	}
-	return nil
+	if attention == "paged" {
+		return fmt.Errorf("--attention paged is retired: the step graph (--attention %s, the default) runs every model Conveyor builds", models.AttentionGraph)
+	}
+	return fmt.Errorf("--attention %q: want %s or %s", attention, models.AttentionGraph, models.AttentionDense)
 }
 
 // checkDevice checks a --device value (the rule is RunnerOptions.Validate's).
@@ -338,17 +339,18 @@ func (m *loadedModel) logReady(log *slog.Logger, o *serveOptions, modelName stri
 	attrs = append(attrs, "model", modelName, "load_seconds", time.Since(m.start).Seconds(),
 		"max_model_len", m.eng.MaxModelLen(), "kv_blocks", m.eng.NumKVBlocks(), "scheduler", o.scheduler, "device", m.runner.Device(), "attention", m.runner.Attention(),
 		"kv_cache_dtype", m.runner.Spec().KVDType.String(), "quantization", m.quantization)
-	log.Info("ready", append(attrs, kernelAttrs(m.runner.Attention(), m.quantization)...)...)
+	log.Info("ready", append(attrs, kernelAttrs(m.runner.Attention(), m.runner.Device(), m.quantization)...)...)
 }
 
 // kernelAttrs names the instruction sets Conveyor's own kernels picked on this CPU for
-// a model served on attentionPath with quantization: attention_isa on the paged path,
-// and int8_isa when its int8 products run on Int8Linear.
-func kernelAttrs(attentionPath, quantization string) []any {
-	if attentionPath != models.AttentionPaged {
+// a model served on attentionPath on device with quantization: attention_isa for the
+// step graph on the CPU (Conveyor's PagedAttention), and int8_isa when its int8 products
+// run on Int8Linear.
+func kernelAttrs(attentionPath, device, quantization string) []any {
+	if attentionPath != models.AttentionGraph || device != models.DeviceCPU {
 		return nil
 	}
-	attrs := []any{"attention_isa", attention.ISA()}
+	attrs := []any{"attention_isa", pagedattn.ISA()}
 	if quantization == "int8" {
 		attrs = append(attrs, "int8_isa", int8gemm.ISA())
 	}

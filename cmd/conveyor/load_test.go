@@ -8,26 +8,27 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/models"
-	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
-// TestKernelAttrs: the ready line names the attention kernel's instruction set on the
-// paged path only, and the int8 kernel's only for int8 models (whose paged products
+// TestKernelAttrs: the ready line names the attention kernel's instruction set for the
+// step graph on the CPU only, and the int8 kernel's only for int8 models (whose products
 // run on it).
 func TestKernelAttrs(t *testing.T) {
 	for _, tc := range []struct {
-		path, quant string
-		want        []any
+		path, device, quant string
+		want                []any
 	}{
-		{models.AttentionPaged, "int8", []any{"attention_isa", attention.ISA(), "int8_isa", int8gemm.ISA()}},
-		{models.AttentionPaged, "int4", []any{"attention_isa", attention.ISA()}},
-		{models.AttentionPaged, "none", []any{"attention_isa", attention.ISA()}},
-		{models.AttentionDense, "int8", nil},
+		{models.AttentionGraph, models.DeviceCPU, "int8", []any{"attention_isa", pagedattn.ISA(), "int8_isa", int8gemm.ISA()}},
+		{models.AttentionGraph, models.DeviceCPU, "int4", []any{"attention_isa", pagedattn.ISA()}},
+		{models.AttentionGraph, models.DeviceCPU, "none", []any{"attention_isa", pagedattn.ISA()}},
+		{models.AttentionGraph, "cuda:0 (NVIDIA H200)", "int4", nil},
+		{models.AttentionDense, models.DeviceCPU, "int8", nil},
 	} {
-		if got := kernelAttrs(tc.path, tc.quant); !slices.Equal(got, tc.want) {
-			t.Errorf("%s %s: %v, want %v", tc.path, tc.quant, got, tc.want)
+		if got := kernelAttrs(tc.path, tc.device, tc.quant); !slices.Equal(got, tc.want) {
+			t.Errorf("%s %s %s: %v, want %v", tc.path, tc.device, tc.quant, got, tc.want)
 		}
 	}
 }

@@ -27,9 +27,9 @@ type BuildResult struct {
 // BuildFromHF converts a Hugging Face Llama-family checkpoint directory (config.json
 // plus model.safetensors or sharded *.safetensors with model.safetensors.index.json)
 // into a Conveyor model directory: outDir/model.onnx (+ model.onnx.data for models
-// over ~2 GB) for the dense Optimum interface, outDir/paged/ for the paged attention
-// path (BuildPaged), outDir/step/ for the one-graph step (BuildStep), config.json, and generation_config.json, tokenizer.json and
-// tokenizer_config.json when hfDir has them.
+// over ~2 GB) for the dense Optimum interface, outDir/step/ for the step graph,
+// config.json, and generation_config.json, tokenizer.json and tokenizer_config.json when
+// hfDir has them.
 func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
 	return BuildFromHFWith(hfDir, outDir, Options{})
 }
@@ -136,16 +136,12 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 		return nil, err
 	}
 	if opts.scratch == nil {
-		opts.scratch = new([]float32) // one buffer for every derived weight of both layouts
+		opts.scratch = new([]float32) // one buffer for every derived weight of both graphs
 	}
 	files, err := writeONNXModel(m, outDir, "model.onnx", opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := buildPaged(cfg, w, outDir, o.Quantize, opts); err != nil {
-		return nil, err
-	}
-	files = append(files, filepath.Join(outDir, modeldir.PagedDir))
 	if err := buildStep(cfg, w, outDir, o.Quantize, o.StepDType, o.StepKVDType, opts); err != nil {
 		return nil, err
 	}

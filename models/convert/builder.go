@@ -319,7 +319,7 @@ func norm(b *graphBuilder, m *modelPlan, x, name string, scale float32) string {
 // attentionInput appends layer i's input RMSNorm and fused q|k|v projection (with
 // its biases, and Qwen3's per-head q/k norms) on the residual stream x [..., H] and
 // returns qkv [..., (heads+2*kvHeads)*headDim], the queries pre-scaled by
-// the attention scale (1/sqrt(headDim) or the family's). The dense graph and the paged segments share it, so both compute
+// the attention scale (1/sqrt(headDim) or the family's). The dense graph and the step graph share it, so both compute
 // (and store) the same weights.
 func attentionInput(b *graphBuilder, m *modelPlan, i int, x string) string {
 	p := fmt.Sprintf("model.layers.%d.", i)

@@ -400,10 +400,10 @@ func TestBuildFromHFAndRandomDirs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Params != cfg.NumParams() || len(res.Files) != 5 {
+	if res.Params != cfg.NumParams() || len(res.Files) != 4 {
 		t.Errorf("result %+v", res)
 	}
-	for _, name := range []string{"model.onnx", "paged/paged.json", "paged/layer1.onnx", "paged/head.onnx", "step/step.json", "step/step.onnx", "config.json", "tokenizer.json"} {
+	for _, name := range []string{"model.onnx", "step/step.json", "step/step.onnx", "config.json", "tokenizer.json"} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Errorf("%s not written: %v", name, err)
 		}

@@ -17,7 +17,7 @@
 // from max_window_layers on), gemma, gemma2, gemma3_text (and the text model of a gemma3
 // checkpoint with vision), phi3 (fused projections, split into views of the
 // checkpoint's memory; partial rotary; longrope within the original context) and
-// smollm3. The dense graph, the paged segments and the paged manifest read only arch.
+// smollm3. The dense graph and the step graph read only arch.
 // onnx.go encodes the ONNX protobuf messages with protowire, streaming weights to disk
 // without a second in-memory copy, and builder.go lays out the graph with standard
 // ai.onnx opset 17 operators only. Hugging Face linear weights ([out, in]) are stored
@@ -30,7 +30,7 @@
 // under a window w, k's position is above j's minus w: w keys with j's own), so padding
 // may sit anywhere; a query whose keys are all hidden gets a uniform (finite) softmax,
 // never NaN. A soft-capped layer computes c*tanh(s/c) of the scaled scores before the
-// mask, in the graph and in the paged kernel alike.
+// mask, in the dense graph and in the step graph's PagedAttention alike.
 //
 // Weights come from a checkpoint (LoadSafetensorsDir reads single or sharded
 // safetensors in F32, F16 or BF16, validating every header) or from RandomWeights,
@@ -38,27 +38,26 @@
 // produce complete model directories, WriteRandomCheckpoint a Hugging Face checkpoint;
 // `conveyor build-model` is their command line.
 //
-// BuildPaged writes the same model cut at attention for the paged path (paged/): one
-// segment per layer (the previous layer's output projection and MLP, then this layer's
-// norm and fused q|k|v projection, over the step's tokens packed without padding), a
-// head segment that computes the logits of selected rows only, the embedding table as
-// raw float32, and the manifest (modeldir.PagedManifest) with each layer's attention
-// parameters, which the runtime's attention kernel takes. The segments are built from
-// the same layer pieces as the dense graph, so both paths compute the same model.
+// Every directory also gets the step graph (step.go, step/): the same model as one graph
+// over the step's tokens of every row packed without padding, each layer's attention one
+// PagedAttention node that reads and writes the KV blocks in place, the logits of
+// selected rows only. It is built from the same layer pieces as the dense graph, so both
+// paths compute the same model. On the CPU its layers are grouped by sliding window
+// (kvcache.PlanLayout), a block table input per group.
 //
 // With Options.Quantize (quantize.go) every linear layer, and the output projection,
 // is stored quantized. int8: per output channel (one float32 scale each, symmetric),
 // multiplied after each row of activations is quantized to int8 with its own scale: in
 // model.onnx by ONNX Runtime's com.microsoft.MatMulIntegerToFloat (a few small ops
-// before each linear; MLAS runs it on the CPU's int8 units, AMX included), in the paged
-// segments by one com.conveyor.Int8Linear node, Conveyor's own kernel (package
+// before each linear; MLAS runs it on the CPU's int8 units, AMX included), in the step
+// graph by one com.conveyor.Int8Linear node, Conveyor's own kernel (package
 // models/int8gemm, registered with every session), which computes the same thing and
 // ran a 0.5B-shaped decode step 1.4× (one row) to 1.8× (16 rows) faster. int4: 32
 // values per block along the input axis, one float32 scale each, symmetric, through
 // com.microsoft.MatMulNBits with accuracy_level 4 (int8 activations per block).
 //
-// Measured on a 2-core AMD EPYC with AVX512-VNNI, Qwen2.5-0.5B's shape, paged decode
-// at past 128 (ms per step at batch 1 / 16 / 64, and a 512-token prefill):
+// Measured on a 2-core AMD EPYC with AVX512-VNNI, Qwen2.5-0.5B's shape, decode on the
+// per-layer segments of earlier releases at past 128 (ms per step at batch 1 / 16 / 64, and a 512-token prefill):
 //
 //	int8 in 32-blocks, MatMulNBits level 4   25.5 / 90.9 / 285   1535 ms
 //	int8 per tensor, DynamicQuantizeMatMul   24.5 / 49.7 / 141    817 ms

@@ -12,7 +12,7 @@ import (
 // config.json turns into the shared parameters of arch (norms, activation, biases, q/k
 // norms, each layer's window and rotary, soft-caps, embedding and attention scales),
 // its tensors, and what it refuses, naming the field and value. The builder, the
-// paged manifest and the dense graph read only arch, never the model_type.
+// step graph and the dense graph read only arch, never the model_type.
 type family struct {
 	// modelTypes are the config.json model_type values the family reads.
 	modelTypes []string

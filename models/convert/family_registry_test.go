@@ -3,12 +3,14 @@ package convert
 import (
 	"errors"
 	"math"
-	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // registryTestConfig is familyTestConfig with what Gemma 2 and 3 require (head_dim).
@@ -200,10 +202,11 @@ func TestNewFamilyRefusals(t *testing.T) {
 	}
 }
 
-// TestPagedManifestLayers checks that the paged manifest carries each layer's own
-// attention parameters: Gemma 3's windows and two rotary bases, Gemma 2's soft-cap,
-// SmolLM3's layers without rotary.
-func TestPagedManifestLayers(t *testing.T) {
+// TestStepGraphLayers checks that every layer's PagedAttention node carries the layer's
+// own attention: Gemma 3's windows and two rotary bases, Gemma 2's soft-cap, SmolLM3's
+// layers without rotary; that the manifest records the windows and the layer groups they
+// make (kvcache.PlanLayout), and that each node reads its group's block table.
+func TestStepGraphLayers(t *testing.T) {
 	four := 4
 	g3 := registryTestConfig("gemma3_text")
 	g3.SlidingWindow = &four
@@ -211,10 +214,10 @@ func TestPagedManifestLayers(t *testing.T) {
 	sm := registryTestConfig("smollm3")
 	for _, cfg := range []*Config{g3, g2, sm} {
 		dir := t.TempDir()
-		if err := BuildPaged(cfg, RandomWeights(cfg, 3), dir); err != nil {
+		if err := buildStep(cfg, RandomWeights(cfg, 3), dir, Quantization{}, Float32, Float32, writeOptions{}); err != nil {
 			t.Fatalf("%s: %v", cfg.ModelType, err)
 		}
-		man, err := modeldir.LoadPaged(dir)
+		man, err := modeldir.LoadStep(dir)
 		if err != nil {
 			t.Fatalf("%s: %v", cfg.ModelType, err)
 		}
@@ -222,17 +225,41 @@ func TestPagedManifestLayers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, l := range man.Layers {
-			p := l.Attention
-			r := a.rotary[i]
-			if p.SlidingWindow != a.window[i] || p.Softcap != a.attnSoftcap || p.Rotary.Dims != r.dims ||
-				!reflect.DeepEqual(p.Rotary.InvFreq, r.invFreq) || p.Scale != 1 {
-				t.Errorf("%s layer %d: manifest %+v, want window %d, softcap %g, rotary %d dims %v",
-					cfg.ModelType, i, p, a.window[i], a.attnSoftcap, r.dims, r.invFreq)
-			}
+		lay := kvcache.PlanLayout(a.window, len(a.window), math.MaxInt)
+		if !slices.Equal(man.Windows, a.window) || !slices.Equal(man.LayerGroups, lay.LayerGroups) {
+			t.Errorf("%s: manifest windows %v groups %v, want %v and %v", cfg.ModelType, man.Windows, man.LayerGroups, a.window, lay.LayerGroups)
 		}
-		if got := filepath.Base(man.Head); got != "head.onnx" {
-			t.Errorf("%s: head %s", cfg.ModelType, got)
+		m, err := planModel(cfg, RandomWeights(cfg, 3), Quantization{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer := 0
+		for _, n := range stepGraph(m, Float32, Float32, modeldir.StepDomainConveyor, lay.LayerGroups).Graph.Nodes {
+			if n.OpType != pagedAttentionOp {
+				continue
+			}
+			attrs := map[string]onnxAttr{}
+			for _, at := range n.Attrs {
+				attrs[at.Name] = at
+			}
+			r := a.rotary[layer]
+			// A rotary the node cannot take turns q and k before it (rotatePacked).
+			rotates := attrs["do_rotary"].I == 1
+			if attrs["local_window_size"].I != int64(a.window[layer]) || float64(attrs["softcap"].F) != float64(float32(a.attnSoftcap)) ||
+				rotates != (r.dims > 0 && pagedattn.RotaryFits(m.headDim, r.dims)) || attrs["scale"].F != 1 {
+				t.Errorf("%s layer %d: attributes %+v, want window %d, softcap %g, rotary %d dims", cfg.ModelType, layer, attrs, a.window[layer], a.attnSoftcap, r.dims)
+			}
+			g := 0
+			if lay.LayerGroups != nil {
+				g = lay.LayerGroups[layer]
+			}
+			if n.Inputs[7] != modeldir.StepGroupBlockTable(g) {
+				t.Errorf("%s layer %d reads block table %s, want group %d's", cfg.ModelType, layer, n.Inputs[7], g)
+			}
+			layer++
+		}
+		if layer != len(a.window) {
+			t.Errorf("%s: %d PagedAttention nodes for %d layers", cfg.ModelType, layer, len(a.window))
 		}
 	}
 }

@@ -16,7 +16,7 @@ type graphBuilder struct {
 	prefix string            // prepended to generated node and value names
 	usesMS bool              // a com.microsoft operator was added (MatMulNBits, MatMulIntegerToFloat)
 	// ownOps lets linear use Conveyor's own operators (int8: convDomain's Int8Linear),
-	// for graphs only Conveyor runs (the paged segments); usesOwn says one was added.
+	// for graphs only Conveyor runs (the step graph); usesOwn says one was added.
 	ownOps, usesOwn bool
 }
 

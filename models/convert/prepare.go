@@ -103,7 +103,7 @@ func buildCached(src, cacheDir, key string, build func(tmp string) error) (out s
 // paged/ was written; 4: int8 segments through Int8Linear, weights packed; 5: the
 // manifest's own_threads; 6: step/, and dense int8 weights as uint8; 7: RMSNorm as one node,
 // the step graph's attention_metadata and its own rotary where PagedAttention's cannot; 8: a
-// step graph's block table per layer group) is built anew rather than served as it was.
+// step graph's block table per layer group, and no paged/ segments) is built anew rather than served as it was.
 const builtLayout = 8
 
 // ggufKey identifies a GGUF file's content cheaply, as checkpointKey a checkpoint's: the
@@ -164,9 +164,9 @@ func checkpointKey(dir string, o Options) (string, error) {
 }
 
 // BuiltQuantization returns how the model directory dir stores its linear weights, as
-// its paged layout records it: "none", "int8" or "int4".
+// its step graph's manifest records it: "none", "int8" or "int4".
 func BuiltQuantization(dir string) string {
-	man, err := modeldir.LoadPaged(dir)
+	man, err := modeldir.LoadStep(dir)
 	if err != nil || man.Quantization == "" {
 		return "none"
 	}
