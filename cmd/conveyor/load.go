@@ -15,8 +15,8 @@ import (
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
 	"github.com/conveyor-llm/conveyor/models/ort"
+	"github.com/conveyor-llm/conveyor/models/pagedattn"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
