@@ -25,6 +25,7 @@ const char *cv_ort_ep_meta(const OrtEpDevice *d, const char *key);
 // Sessions.
 char *cv_ort_session_options(OrtSessionOptions **out, int own_threads, int opt_level);
 char *cv_ort_session_diagnostics(OrtSessionOptions *so, const char *log_id, const char *profile_prefix);
+char *cv_ort_optimized_model(OrtSessionOptions *so, const char *path);
 char *cv_ort_append_ep(OrtSessionOptions *so, const OrtEpDevice *d, const char *const *keys,
 		       const char *const *values, size_t n);
 char *cv_ort_create_session(const char *model, OrtSessionOptions *so, OrtSession **out);
