@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"unsafe"
 
-	onnx "github.com/yalue/onnxruntime_go"
-
 	"github.com/conveyor-llm/conveyor/models/attention"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"github.com/conveyor-llm/conveyor/models/ort"
@@ -25,7 +23,7 @@ type PagedRunner struct {
 	spec     Spec
 	manifest *modeldir.PagedManifest
 	layers   []pagedLayer
-	head     *onnx.DynamicAdvancedSession
+	head     *segment
 	embed    []float32 // [vocab][hidden], mapped from the manifest's embedding file
 	embedMap []byte    // the mapping behind embed (nil when read into memory)
 
@@ -41,7 +39,7 @@ type PagedRunner struct {
 }
 
 type pagedLayer struct {
-	session *onnx.DynamicAdvancedSession
+	session *segment
 	attn    *attention.Layer
 	qkvCols int // (heads+2*kvHeads)*headDim
 	attCols int // heads*headDim
@@ -93,21 +91,13 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 			_ = r.Close()
 		}
 	}()
-	so, err := newSessionOptions(opts)
-	if err != nil {
-		return nil, err
-	}
-	defer so.Destroy()
 	pagedDir := filepath.Join(dir, modeldir.PagedDir)
-	open := func(name string, ins, outs []string) (*onnx.DynamicAdvancedSession, error) {
-		path := filepath.Join(pagedDir, name)
-		unlock := ort.CreatingSession()
-		s, err := onnx.NewDynamicAdvancedSession(path, ins, outs, so)
-		unlock()
+	open := func(name string, ins, outs []string) (*segment, error) {
+		s, err := openSession(filepath.Join(pagedDir, name), opts)
 		if err != nil {
-			return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, path, oneLine(err.Error()))
+			return nil, err
 		}
-		return s, nil
+		return &segment{s: s, ins: ins, outs: outs}, nil
 	}
 	for i, l := range man.Layers {
 		ins, outs := []string{modeldir.SegHidden}, []string{modeldir.SegQKV}
@@ -121,7 +111,7 @@ func OpenPaged(dir string, opts RunnerOptions) (*PagedRunner, error) {
 		}
 		attn, err := attention.NewLayer(l.Attention, man.MaxPositions)
 		if err != nil {
-			_ = sess.Destroy()
+			_ = sess.s.Close()
 			return nil, fmt.Errorf("%w: paged layer %d: %w", ErrModelDir, i, err)
 		}
 		p := l.Attention
@@ -208,13 +198,13 @@ func (r *PagedRunner) Close() error {
 	defer r.mu.Unlock()
 	var errs []error
 	for _, l := range r.layers {
-		if err := l.session.Destroy(); err != nil {
+		if err := l.session.s.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	r.layers = nil
 	if r.head != nil {
-		if err := r.head.Destroy(); err != nil {
+		if err := r.head.s.Close(); err != nil {
 			errs = append(errs, err)
 		}
 		r.head = nil
@@ -386,6 +376,12 @@ func (r *PagedRunner) runHead(b *Batch, tokens int) (*Output, error) {
 	return &Output{Logits: r.rows}, nil
 }
 
+// segment is a session of the paged layout with the names of its inputs and outputs.
+type segment struct {
+	s         *ort.Session
+	ins, outs []string
+}
+
 // segmentTensor is a [rows][cols] float32 input or output of a segment.
 type segmentTensor struct {
 	data []float32
@@ -394,42 +390,39 @@ type segmentTensor struct {
 
 // runSegment runs one segment over tokens rows; the head also takes the selected rows
 // (its output has len(sel) rows).
-func runSegment(s *onnx.DynamicAdvancedSession, tokens int, in, out []segmentTensor, sel []int64) error {
-	vals := make([]onnx.Value, 0, len(in)+1)
-	outs := make([]onnx.Value, 0, len(out))
+func runSegment(s *segment, tokens int, in, out []segmentTensor, sel []int64) error {
+	vals := make([]*ort.Value, 0, len(in)+1)
+	outs := make([]*ort.Value, 0, len(out))
 	defer func() {
 		for _, v := range vals {
-			_ = v.Destroy()
+			v.Release()
 		}
 		for _, v := range outs {
-			_ = v.Destroy()
+			v.Release()
 		}
 	}()
 	for _, t := range in {
-		v, err := onnx.NewTensor(onnx.NewShape(int64(tokens), int64(t.cols)), t.data[:tokens*t.cols])
+		v, err := hostTensor(ort.Float32, []int64{int64(tokens), int64(t.cols)}, t.data[:tokens*t.cols])
 		if err != nil {
-			return fmt.Errorf("create input tensor: %s", oneLine(err.Error()))
+			return fmt.Errorf("create input tensor: %w", err)
 		}
 		vals = append(vals, v)
 	}
 	outRows := tokens
 	if sel != nil {
-		v, err := onnx.NewTensor(onnx.NewShape(int64(len(sel))), sel)
+		v, err := hostTensor(ort.Int64, []int64{int64(len(sel))}, sel)
 		if err != nil {
-			return fmt.Errorf("create row tensor: %s", oneLine(err.Error()))
+			return fmt.Errorf("create row tensor: %w", err)
 		}
 		vals = append(vals, v)
 		outRows = len(sel)
 	}
 	for _, t := range out {
-		v, err := onnx.NewTensor(onnx.NewShape(int64(outRows), int64(t.cols)), t.data[:outRows*t.cols])
+		v, err := hostTensor(ort.Float32, []int64{int64(outRows), int64(t.cols)}, t.data[:outRows*t.cols])
 		if err != nil {
-			return fmt.Errorf("create output tensor: %s", oneLine(err.Error()))
+			return fmt.Errorf("create output tensor: %w", err)
 		}
 		outs = append(outs, v)
 	}
-	if err := s.Run(vals, outs); err != nil {
-		return fmt.Errorf("%s", oneLine(err.Error()))
-	}
-	return nil
+	return s.s.Run(s.ins, vals, s.outs, outs)
 }
