@@ -125,8 +125,6 @@ char *cv_ort_init(const char *path, int threads, int spin) {
 	return msg;
 }
 
-char *cv_ort_share_pool(OrtSessionOptions *so) { return take(api->DisablePerSessionThreads(so)); }
-
 char *cv_ort_register_ep(const char *name, const char *path) {
 	return take(api->RegisterExecutionProviderLibrary(env, name, path));
 }

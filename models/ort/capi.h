@@ -13,7 +13,6 @@
 char *cv_ort_init(const char *path, int threads, int spin);
 const OrtApi *cv_ort_api(void);
 const char *cv_ort_version(void);
-char *cv_ort_share_pool(OrtSessionOptions *so);
 
 // Execution providers and their devices.
 char *cv_ort_register_ep(const char *name, const char *path);

@@ -7,12 +7,8 @@ package ort
 import "C"
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"unsafe"
-
-	onnx "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
@@ -60,48 +56,9 @@ func sharesPool(pool PoolOptions, threads int, spin bool) (bool, error) {
 	return spin == pool.Spin, nil
 }
 
-// UseSharedPool makes a session opened with so (onnxruntime_go's options) run on the
-// shared pool.
-func UseSharedPool(so *onnx.SessionOptions) error {
-	if SharedPool().Threads == 0 {
-		return errors.New("no shared thread pool (ort.Init first)")
-	}
-	p := sessionOptionsPtr(so)
-	if p == nil {
-		return errors.New("session options not initialised")
-	}
-	return status(C.cv_ort_share_pool((*C.OrtSessionOptions)(p)))
-}
-
-// sessionCreation serialises the creation of sessions: a session that asks for a
-// custom-operator domain registers it in ONNX Runtime's process-wide schema registry as
-// it is created, checking first whether it is there, so two sessions created at once
-// can both try to add com.conveyor, and the second fails ("the domain is already
-// exist").
-var sessionCreation sync.Mutex
-
-// CreatingSession locks session creation and returns the function that unlocks it;
-// every session, this package's and onnxruntime_go's, is created under it.
-func CreatingSession() (unlock func()) {
-	sessionCreation.Lock()
-	return sessionCreation.Unlock
-}
-
-// RegisterOps adds Conveyor's own ONNX Runtime operators to so (onnxruntime_go's
-// options): int8gemm's Int8Linear, which the paged segments of int8 builds use, and
-// pagedattn's PagedAttention, the CPU's stand-in for com.microsoft.PagedAttention in
-// one-graph steps.
-func RegisterOps(so *onnx.SessionOptions) error {
-	p := sessionOptionsPtr(so)
-	if p == nil {
-		return errors.New("session options not initialised")
-	}
-	return registerOps(p)
-}
-
-// registerOps adds Conveyor's operators to the OrtSessionOptions at so: every session
-// option helper and NewSession (OwnOps) come here, so an operator added here is known
-// to every session that asks for Conveyor's operators.
+// registerOps adds Conveyor's operators to the OrtSessionOptions at so (NewSession with
+// OwnOps), in one com.conveyor domain: an operator added here is known to every session
+// that asks for Conveyor's operators.
 func registerOps(so unsafe.Pointer) error {
 	api := unsafe.Pointer(C.cv_ort_api())
 	if api == nil {
@@ -109,13 +66,4 @@ func registerOps(so unsafe.Pointer) error {
 	}
 	// One com.conveyor domain holds them all: ONNX Runtime refuses two domains of one name.
 	return pagedattn.RegisterOp(api, so, int8gemm.CustomOp())
-}
-
-// sessionOptionsPtr returns the C OrtSessionOptions pointer of so: onnxruntime_go's
-// SessionOptions holds it as its only field.
-func sessionOptionsPtr(so *onnx.SessionOptions) unsafe.Pointer {
-	if so == nil {
-		return nil
-	}
-	return *(*unsafe.Pointer)(unsafe.Pointer(so))
 }

@@ -110,9 +110,9 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	cpath := C.CString(modelPath)
 	defer C.free(unsafe.Pointer(cpath))
 	s := &Session{device: d}
-	unlock := CreatingSession()
+	sessionCreation.Lock()
 	err = status(C.cv_ort_create_session(cpath, so, &s.s))
-	unlock()
+	sessionCreation.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("ort: cannot load %s on %s: %w", modelPath, d.Name(), err)
 	}
@@ -142,6 +142,13 @@ func sessionThreads(pool PoolOptions, cfg SessionConfig) (int, error) {
 	}
 	return threads, nil
 }
+
+// sessionCreation serialises the creation of sessions: a session that asks for a
+// custom-operator domain registers it in ONNX Runtime's process-wide schema registry as
+// it is created, checking first whether it is there, so two sessions created at once
+// can both try to add com.conveyor, and the second fails ("the domain is already
+// exist").
+var sessionCreation sync.Mutex
 
 // ProfileEnv names the environment variable that turns ONNX Runtime's profiler on: every
 // session then writes a Chrome trace of its runs (each node's time and execution

@@ -168,8 +168,9 @@
 //			Cos: cos, Sin: sin, Out: out})
 //
 // Through ONNX Runtime, register the com.conveyor domain, with Conveyor's other operators,
-// on the session options (the models package does for every session) and bind each cache
-// as both its input and its output:
+// on the session options (package models/ort does for every session that asks for
+// Conveyor's operators, ort.SessionConfig.OwnOps) and bind each cache as both its input
+// and its output:
 //
 //	err := pagedattn.RegisterOp(ortAPI, sessionOptions, int8gemm.CustomOp())
 package pagedattn
