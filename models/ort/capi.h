@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "onnxruntime_c_api.h"
+#include "op.h"
 
 // The process: library, environment, shared pool.
 char *cv_ort_init(const char *path, int threads, int spin);
@@ -33,6 +34,9 @@ void cv_ort_release_session(OrtSession *s);
 char *cv_ort_session_names(const OrtSession *s, int outputs, char ***names, size_t *n);
 char *cv_ort_run(OrtSession *s, const char *const *in_names, const OrtValue *const *ins, size_t nin,
 		 const char *const *out_names, OrtValue **outs, size_t nout);
+
+// Conveyor's operators (ops.c).
+char *cv_ort_register_ops(OrtSessionOptions *so, const cv_op_desc *const *descs, size_t n);
 
 // Tensors.
 char *cv_ort_host_tensor(int type, const int64_t *shape, size_t rank, void *data, size_t nbytes, OrtValue **out);

@@ -13,6 +13,15 @@
 // the environment with one intra-op pool that sessions share (PoolOptions). It also
 // initialises onnxruntime_go on the same library and environment.
 //
+// # Conveyor's operators
+//
+// The packages that implement Conveyor's ONNX Runtime operators (int8gemm's Int8Linear,
+// pagedattn's PagedAttention) hand this one plain C descriptors (op.h: the operator's
+// types, and a kernel that reads its attributes, inputs and outputs through a table of
+// functions this package fills), and ops.c makes ONNX Runtime custom operators of them
+// in one com.conveyor domain, which a session gets with SessionConfig.OwnOps. So this
+// package alone compiles against ONNX Runtime's header.
+//
 // # Devices, sessions and tensors
 //
 // A Device is the host (CPU) or a device of an execution provider. OpenCUDA attaches

@@ -8,7 +8,7 @@ import "C"
 
 import (
 	"fmt"
-	"unsafe"
+	"sync"
 
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
@@ -56,14 +56,32 @@ func sharesPool(pool PoolOptions, threads int, spin bool) (bool, error) {
 	return spin == pool.Spin, nil
 }
 
-// registerOps adds Conveyor's operators to the OrtSessionOptions at so (NewSession with
-// OwnOps), in one com.conveyor domain: an operator added here is known to every session
-// that asks for Conveyor's operators.
-func registerOps(so unsafe.Pointer) error {
-	api := unsafe.Pointer(C.cv_ort_api())
-	if api == nil {
+// ownOps are the descriptors (op.h) of Conveyor's operators: pagedattn's PagedAttention,
+// one per cache type, and int8gemm's Int8Linear.
+func ownOps() []*C.cv_op_desc {
+	var descs []*C.cv_op_desc
+	for _, d := range append(pagedattn.OpDescs(), int8gemm.OpDesc()) {
+		descs = append(descs, (*C.cv_op_desc)(d))
+	}
+	return descs
+}
+
+// registering serialises registerOps, which makes the com.conveyor domain at its first
+// call.
+var registering sync.Mutex
+
+// registerOps adds Conveyor's operators to so (NewSession with OwnOps), in one
+// com.conveyor domain (ONNX Runtime refuses two domains of one name): an operator added
+// to ownOps is known to every session that asks for Conveyor's operators.
+func registerOps(so *C.OrtSessionOptions) error {
+	if C.cv_ort_api() == nil {
 		return needInit("registering operators")
 	}
-	// One com.conveyor domain holds them all: ONNX Runtime refuses two domains of one name.
-	return pagedattn.RegisterOp(api, so, int8gemm.CustomOp())
+	descs := ownOps()
+	registering.Lock()
+	defer registering.Unlock()
+	if err := status(C.cv_ort_register_ops(so, &descs[0], C.size_t(len(descs)))); err != nil {
+		return fmt.Errorf("registering %s's operators: %w", C.CV_OP_DOMAIN, err)
+	}
+	return nil
 }

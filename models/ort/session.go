@@ -86,7 +86,7 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	}
 	defer C.cv_ort_release_session_options(so)
 	if cfg.OwnOps {
-		if err := registerOps(unsafe.Pointer(so)); err != nil {
+		if err := registerOps(so); err != nil {
 			return nil, fmt.Errorf("ort: session options: %w", err)
 		}
 	}
