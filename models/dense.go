@@ -12,18 +12,17 @@ import (
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"github.com/conveyor-llm/conveyor/models/ort"
-	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // DenseRunner runs forward passes of one decoder model through ONNX Runtime. Forward calls
 // are serialised; the runner reuses its buffers from call to call.
 type DenseRunner struct {
 	mu      sync.Mutex
-	session *onnx.DynamicAdvancedSession
+	session *ort.Session
 	spec    Spec
 	io      decoderIO
 
-	inputs, outputs []onnx.Value // per-call tensors, destroyed after each Forward
+	inputs, outputs []*ort.Value // per-call tensors, released after each Forward
 
 	ids, pos, mask []int64
 	// kvMem holds past K, past V, present K and present V, each as NumLayers
@@ -31,7 +30,6 @@ type DenseRunner struct {
 	// for present); kvViews[kind][l] is layer l's tensor.
 	kvMem     [4][]byte
 	kvViews   [4][][]byte
-	empty     []byte    // backing for zero-sized tensors
 	logits    []float32 // [B, S, V] written by ONNX Runtime (float32 logits)
 	logits16  []byte    // [B, S, V] written by ONNX Runtime (float16 logits)
 	logitsOut []float32 // logits converted from float16
@@ -80,9 +78,10 @@ func OpenDense(dir string, opts RunnerOptions) (*DenseRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	ins, outs, err := graphInfo(modelPath)
+	// The graph is checked before the session that optimises it is opened.
+	ins, outs, err := ort.ModelIO(modelPath)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
 	io, spec, err := parseDecoderIO(ins, outs, meta)
 	if err != nil {
@@ -93,16 +92,9 @@ func OpenDense(dir string, opts RunnerOptions) (*DenseRunner, error) {
 			ErrModelDir, modelPath, spec.KVDType, opts.KVCacheDType)
 	}
 
-	so, err := newSessionOptions(opts)
+	sess, err := openSession(modelPath, opts)
 	if err != nil {
 		return nil, err
-	}
-	defer so.Destroy()
-	unlock := ort.CreatingSession()
-	sess, err := onnx.NewDynamicAdvancedSession(modelPath, io.inNames, io.outNames, so)
-	unlock()
-	if err != nil {
-		return nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
 	}
 	if man, err := modeldir.LoadStep(dir); err == nil && len(man.Windows) == spec.NumLayers {
 		spec.LayerWindows = man.Windows // the same model's step graph knows its windows
@@ -111,15 +103,14 @@ func OpenDense(dir string, opts RunnerOptions) (*DenseRunner, error) {
 		session:  sess,
 		spec:     spec,
 		io:       io,
-		inputs:   make([]onnx.Value, len(io.inNames)),
-		outputs:  make([]onnx.Value, len(io.outNames)),
+		inputs:   make([]*ort.Value, len(io.inNames)),
+		outputs:  make([]*ort.Value, len(io.outNames)),
 		useCache: make([]bool, 1),
 		cost:     newCostModel(spec, modelWeightBytes(dir)),
 	}
 	for i := range r.kvViews {
 		r.kvViews[i] = make([][]byte, spec.NumLayers)
 	}
-	r.empty = growBytes(nil, 8)
 	return r, nil
 }
 
@@ -137,7 +128,7 @@ func (r *DenseRunner) Close() error {
 	if r.session == nil {
 		return nil
 	}
-	err := r.session.Destroy()
+	err := r.session.Close()
 	r.session = nil
 	if err != nil {
 		return fmt.Errorf("%w: close session: %s", ErrRun, oneLine(err.Error()))
@@ -145,31 +136,14 @@ func (r *DenseRunner) Close() error {
 	return nil
 }
 
-// graphInfo reads the graph's input and output names, shapes and types. It loads the
-// model once without graph optimisation, which is cheap next to the real session.
-func graphInfo(modelPath string) (ins, outs []onnx.InputOutputInfo, err error) {
-	so, err := onnx.NewSessionOptions()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
-	}
-	defer so.Destroy()
-	_ = so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelDisableAll)
-	_ = so.SetIntraOpNumThreads(1)
-	ins, outs, err = onnx.GetInputOutputInfoWithOptions(modelPath, so)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: cannot load %s: %s", ErrModelDir, modelPath, oneLine(err.Error()))
-	}
-	return ins, outs, nil
-}
-
 // parseDecoderIO checks that the graph follows the decoder interface and derives the Spec.
-func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO, Spec, error) {
+func parseDecoderIO(ins, outs []ort.TensorInfo, meta modelMeta) (decoderIO, Spec, error) {
 	io := decoderIO{ids: -1, mask: -1, pos: -1, useCache: -1, logits: -1}
 	bad := func(format string, args ...any) (decoderIO, Spec, error) {
 		return decoderIO{}, Spec{}, fmt.Errorf("%w: %s", ErrModelDir, fmt.Sprintf(format, args...))
 	}
-	pastK := map[int]onnx.InputOutputInfo{}
-	pastV := map[int]onnx.InputOutputInfo{}
+	pastK := map[int]ort.TensorInfo{}
+	pastV := map[int]ort.TensorInfo{}
 	for _, in := range ins {
 		idx := len(io.inNames)
 		switch name := in.Name; {
@@ -180,8 +154,8 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 		case name == "position_ids":
 			io.pos = idx
 		case name == "use_cache_branch":
-			if in.DataType != onnx.TensorElementDataTypeBool {
-				return bad("input use_cache_branch has type %s, want bool", in.DataType)
+			if in.Type != ort.Bool {
+				return bad("input use_cache_branch has type %s, want bool", in.Type)
 			}
 			io.useCache = idx
 		default:
@@ -196,8 +170,8 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 			}
 		}
 		if in.Name == "input_ids" || in.Name == "attention_mask" || in.Name == "position_ids" {
-			if in.DataType != onnx.TensorElementDataTypeInt64 {
-				return bad("input %s has type %s, want int64", in.Name, in.DataType)
+			if in.Type != ort.Int64 {
+				return bad("input %s has type %s, want int64", in.Name, in.Type)
 			}
 		}
 		io.inNames = append(io.inNames, in.Name)
@@ -222,10 +196,10 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 	}
 
 	first := pastK[0]
-	if len(first.Dimensions) != 4 {
-		return bad("past_key_values.0.key has shape %v, want [batch, kv_heads, past, head_dim]", first.Dimensions)
+	if len(first.Shape) != 4 {
+		return bad("past_key_values.0.key has shape %v, want [batch, kv_heads, past, head_dim]", first.Shape)
 	}
-	kvHeads, headDim := int(first.Dimensions[1]), int(first.Dimensions[3])
+	kvHeads, headDim := int(first.Shape[1]), int(first.Shape[3])
 	if kvHeads <= 0 {
 		kvHeads = meta.numKVHeads
 	}
@@ -236,18 +210,18 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 		return bad("cannot tell KV heads and head size from the graph or config.json")
 	}
 	var kvType DType
-	switch first.DataType {
-	case onnx.TensorElementDataTypeFloat:
+	switch first.Type {
+	case ort.Float32:
 		kvType = Float32
-	case onnx.TensorElementDataTypeFloat16:
+	case ort.Float16:
 		kvType = Float16
 	default:
-		return bad("past_key_values have type %s, want float32 or float16", first.DataType)
+		return bad("past_key_values have type %s, want float32 or float16", first.Type)
 	}
 	for l := 0; l < layers; l++ {
-		for _, in := range []onnx.InputOutputInfo{pastK[l], pastV[l]} {
-			if in.DataType != first.DataType || !sameKVShape(in.Dimensions, first.Dimensions) {
-				return bad("%s has %s %v, unlike past_key_values.0.key (%s %v)", in.Name, in.DataType, in.Dimensions, first.DataType, first.Dimensions)
+		for _, in := range []ort.TensorInfo{pastK[l], pastV[l]} {
+			if in.Type != first.Type || !sameKVShape(in.Shape, first.Shape) {
+				return bad("%s has %s %v, unlike past_key_values.0.key (%s %v)", in.Name, in.Type, in.Shape, first.Type, first.Shape)
 			}
 		}
 	}
@@ -257,7 +231,7 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 	}
 
 	// Outputs: only logits and present.* are requested from the session.
-	byName := map[string]onnx.InputOutputInfo{}
+	byName := map[string]ort.TensorInfo{}
 	for _, o := range outs {
 		byName[o.Name] = o
 	}
@@ -265,24 +239,24 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 	if !ok {
 		return bad("graph has no logits output")
 	}
-	if len(lg.Dimensions) != 3 {
-		return bad("logits have shape %v, want [batch, seq, vocab]", lg.Dimensions)
+	if len(lg.Shape) != 3 {
+		return bad("logits have shape %v, want [batch, seq, vocab]", lg.Shape)
 	}
-	switch lg.DataType {
-	case onnx.TensorElementDataTypeFloat:
-	case onnx.TensorElementDataTypeFloat16:
+	switch lg.Type {
+	case ort.Float32:
+	case ort.Float16:
 		io.logitsF16 = true
 	default:
-		return bad("logits have type %s, want float32 or float16", lg.DataType)
+		return bad("logits have type %s, want float32 or float16", lg.Type)
 	}
-	vocab := int(lg.Dimensions[2])
+	vocab := int(lg.Shape[2])
 	if vocab <= 0 {
 		vocab = meta.vocabSize
 	}
 	if vocab <= 0 {
 		return bad("cannot tell the vocabulary size from the graph or config.json")
 	}
-	io.logitsLastOnly = lg.Dimensions[1] == 1
+	io.logitsLastOnly = lg.Shape[1] == 1
 	io.logits = 0
 	io.outNames = append(io.outNames, "logits")
 	for l := 0; l < layers; l++ {
@@ -292,8 +266,8 @@ func parseDecoderIO(ins, outs []onnx.InputOutputInfo, meta modelMeta) (decoderIO
 			if !ok {
 				return bad("graph lacks output %s", name)
 			}
-			if o.DataType != first.DataType {
-				return bad("%s has type %s, want %s like the past", name, o.DataType, first.DataType)
+			if o.Type != first.Type {
+				return bad("%s has type %s, want %s like the past", name, o.Type, first.Type)
 			}
 			if kind == "key" {
 				io.presK = append(io.presK, len(io.outNames))
@@ -337,6 +311,6 @@ func parseKVName(name, prefix string) (layer int, kind string, ok bool) {
 	return layer, kind, true
 }
 
-func sameKVShape(a, b onnx.Shape) bool {
+func sameKVShape(a, b []int64) bool {
 	return len(a) == 4 && len(b) == 4 && a[1] == b[1] && a[3] == b[3]
 }

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
-	onnx "github.com/yalue/onnxruntime_go"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // Indexes into DenseRunner.kvMem and DenseRunner.kvViews.
@@ -72,11 +72,11 @@ func (r *DenseRunner) forward(b *Batch, maxPast, maxNew int) (*Output, error) {
 		}
 	}
 
-	defer r.destroyTensors()
+	defer r.releaseTensors()
 	if err := r.makeTensors(rows, maxPast, maxNew); err != nil {
 		return nil, err
 	}
-	if err := r.session.Run(r.inputs, r.outputs); err != nil {
+	if err := r.session.Run(r.io.inNames, r.inputs, r.io.outNames, r.outputs); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrRun, oneLine(err.Error()))
 	}
 	if b.Cache != nil {
@@ -165,40 +165,37 @@ func (r *DenseRunner) makeTensors(rows, maxPast, maxNew int) error {
 	}
 	var err error
 	b, s, t := int64(rows), int64(maxNew), int64(maxPast+maxNew)
-	if r.inputs[r.io.ids], err = onnx.NewTensor(onnx.NewShape(b, s), r.ids); err != nil {
+	if r.inputs[r.io.ids], err = hostTensor(ort.Int64, []int64{b, s}, r.ids); err != nil {
 		return fail("input_ids", err)
 	}
 	if r.io.pos >= 0 {
-		if r.inputs[r.io.pos], err = onnx.NewTensor(onnx.NewShape(b, s), r.pos); err != nil {
+		if r.inputs[r.io.pos], err = hostTensor(ort.Int64, []int64{b, s}, r.pos); err != nil {
 			return fail("position_ids", err)
 		}
 	}
 	if r.io.mask >= 0 {
-		if r.inputs[r.io.mask], err = onnx.NewTensor(onnx.NewShape(b, t), r.mask); err != nil {
+		if r.inputs[r.io.mask], err = hostTensor(ort.Int64, []int64{b, t}, r.mask); err != nil {
 			return fail("attention_mask", err)
 		}
 	}
 	if r.io.useCache >= 0 {
 		r.useCache[0] = maxPast > 0
-		if r.inputs[r.io.useCache], err = onnx.NewTensor(onnx.NewShape(1), r.useCache); err != nil {
+		if r.inputs[r.io.useCache], err = hostTensor(ort.Bool, []int64{1}, r.useCache); err != nil {
 			return fail("use_cache_branch", err)
 		}
 	}
-	kvType := onnx.TensorElementDataType(onnx.TensorElementDataTypeFloat)
+	kvType := ort.Float32
 	if r.spec.KVDType == Float16 {
-		kvType = onnx.TensorElementDataType(onnx.TensorElementDataTypeFloat16)
+		kvType = ort.Float16
 	}
 	for kind, idx := range [4][]int{r.io.pastK, r.io.pastV, r.io.presK, r.io.presV} {
 		dst := r.inputs
 		if kind >= presentKeys {
 			dst = r.outputs
 		}
-		shape := onnx.NewShape(b, int64(r.spec.NumKVHeads), int64(kvTokens(kind, maxPast, maxPast+maxNew)), int64(r.spec.HeadDim))
+		shape := []int64{b, int64(r.spec.NumKVHeads), int64(kvTokens(kind, maxPast, maxPast+maxNew)), int64(r.spec.HeadDim)}
 		for l, data := range r.kvViews[kind] {
-			if len(data) == 0 {
-				data = r.empty
-			}
-			if dst[idx[l]], err = onnx.NewCustomDataTensor(shape, data, kvType); err != nil {
+			if dst[idx[l]], err = hostTensor(kvType, shape, data); err != nil {
 				return fail(fmt.Sprintf("layer %d key/value", l), err)
 			}
 		}
@@ -208,15 +205,14 @@ func (r *DenseRunner) makeTensors(rows, maxPast, maxNew int) error {
 	if r.io.logitsLastOnly {
 		s = 1
 	}
-	shape := onnx.NewShape(b, s, int64(r.spec.VocabSize))
+	shape := []int64{b, s, int64(r.spec.VocabSize)}
 	n := rows * int(s) * r.spec.VocabSize
 	if r.io.logitsF16 {
 		r.logits16 = growBytes(r.logits16, 2*n)
-		r.outputs[r.io.logits], err = onnx.NewCustomDataTensor(shape, r.logits16,
-			onnx.TensorElementDataType(onnx.TensorElementDataTypeFloat16))
+		r.outputs[r.io.logits], err = hostTensor(ort.Float16, shape, r.logits16)
 	} else {
 		r.logits = grow(r.logits, n)
-		r.outputs[r.io.logits], err = onnx.NewTensor(shape, r.logits)
+		r.outputs[r.io.logits], err = hostTensor(ort.Float32, shape, r.logits)
 	}
 	if err != nil {
 		return fail("logits", err)
@@ -224,12 +220,12 @@ func (r *DenseRunner) makeTensors(rows, maxPast, maxNew int) error {
 	return nil
 }
 
-// destroyTensors releases the per-call ONNX Runtime tensors (the Go memory stays).
-func (r *DenseRunner) destroyTensors() {
-	for _, vals := range [][]onnx.Value{r.inputs, r.outputs} {
+// releaseTensors releases the per-call ONNX Runtime tensors (the Go memory stays).
+func (r *DenseRunner) releaseTensors() {
+	for _, vals := range [][]*ort.Value{r.inputs, r.outputs} {
 		for i, v := range vals {
 			if v != nil {
-				_ = v.Destroy()
+				v.Release()
 				vals[i] = nil
 			}
 		}

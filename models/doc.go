@@ -7,9 +7,11 @@
 //
 // Open loads a model directory on one of two attention paths (see "Attention paths"
 // below). The step graph (StepRunner) serves every model Conveyor builds, on CPUs and on
-// GPUs. OpenDense loads a directory for the dense path: one ONNX Runtime session (InitORT
-// loads the shared library once per process) whose Forward runs one forward pass for a
-// whole batch of sequences. That graph must follow the Hugging Face Optimum decoder
+// GPUs. OpenDense loads a directory for the dense path: one ONNX Runtime session whose
+// Forward runs one forward pass for a whole batch of sequences. Every runner's sessions
+// and tensors are package models/ort's, which owns Conveyor's use of ONNX Runtime
+// (InitORT loads the shared library once per process). The dense graph must follow the
+// Hugging Face Optimum decoder
 // interface, so a decoder exported by Optimum serves as is:
 //
 //	input_ids                 [batch, seq]                     int64

@@ -305,12 +305,9 @@ func grow[T any](buf []T, n int) []T {
 	return make([]T, n, n+n/4)
 }
 
-// growBytes is grow for tensor memory: 8-byte aligned and never empty (ONNX Runtime
-// refuses a zero-length data pointer even for tensors with a zero dimension).
+// growBytes is grow for tensor memory: 8-byte aligned, so that a tensor of any element
+// type over it is aligned.
 func growBytes(buf []byte, n int) []byte {
-	if n < 8 {
-		n = 8
-	}
 	if cap(buf) >= n {
 		return buf[:n]
 	}

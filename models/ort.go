@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/models/ort"
-	onnx "github.com/yalue/onnxruntime_go"
 )
 
 // Package ort (models/ort) owns ONNX Runtime: the library, its environment and shared
-// pool, Conveyor's operators, devices. The names below are its, kept here for the
-// packages that load ONNX Runtime through models.
+// pool, Conveyor's operators, devices, sessions and tensors. The names below are its,
+// kept here for the packages that load ONNX Runtime through models.
 
 // ORTLibEnv is the environment variable that names the ONNX Runtime shared library
 // when no explicit path is given (ort.LibEnv).
@@ -48,44 +48,31 @@ func (o RunnerOptions) pool() ort.PoolOptions {
 	return ort.PoolOptions{Threads: o.IntraOpThreads, Spin: !o.NoSpin}
 }
 
-// newSessionOptions returns ONNX Runtime session options for opts; the caller destroys them.
-func newSessionOptions(opts RunnerOptions) (*onnx.SessionOptions, error) {
-	so, err := onnx.NewSessionOptions()
-	if err != nil {
-		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
-	}
+// openSession opens the ONNX model at path in a session on the CPU for a runner of
+// opts, with Conveyor's operators: on the shared pool when its size and spinning are
+// what opts ask for, else on a pool of the session's own, which never spins. A runner
+// that asks to spin is refused when the shared pool was made without spinning.
+func openSession(path string, opts RunnerOptions) (*ort.Session, error) {
 	threads := opts.IntraOpThreads
 	if threads == 0 {
 		threads = runtime.NumCPU()
 	}
-	for _, set := range []func() error{
-		func() error { return so.SetIntraOpNumThreads(threads) },
-		func() error { return so.SetInterOpNumThreads(1) },
-		func() error { return so.SetExecutionMode(onnx.ExecutionModeSequential) },
-		func() error { return so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelEnableAll) },
-		// A pool of the session's own would be one more thread spinning per session.
-		func() error { return so.AddSessionConfigEntry("session.intra_op.allow_spinning", "0") },
-		func() error { return so.AddSessionConfigEntry("session.inter_op.allow_spinning", "0") },
-	} {
-		if err := set(); err != nil {
-			so.Destroy()
-			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
-		}
-	}
-	if err := ort.RegisterOps(so); err != nil {
-		so.Destroy()
-		return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
-	}
-	share, err := ort.SharesPool(threads, !opts.NoSpin)
-	if err != nil {
-		so.Destroy()
+	if _, err := ort.SharesPool(threads, !opts.NoSpin); err != nil {
 		return nil, err
 	}
-	if share {
-		if err := ort.UseSharedPool(so); err != nil {
-			so.Destroy()
-			return nil, fmt.Errorf("%w: session options: %s", ErrORT, oneLine(err.Error()))
-		}
+	s, err := ort.NewSession(path, ort.SessionConfig{Threads: threads, NoSpin: opts.NoSpin, OwnOps: true})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrModelDir, err)
 	}
-	return so, nil
+	return s, nil
+}
+
+// hostTensor wraps xs, Go memory, as a tensor of type t and shape shape, without a
+// copy (ort.NewHostTensor); the caller releases it.
+func hostTensor[E any](t ort.ElemType, shape []int64, xs []E) (*ort.Value, error) {
+	var p unsafe.Pointer
+	if len(xs) > 0 {
+		p = unsafe.Pointer(&xs[0])
+	}
+	return ort.NewHostTensor(t, shape, p, len(xs)*int(unsafe.Sizeof(*new(E))))
 }

@@ -3,15 +3,15 @@ package models
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
-
-	onnx "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/convert"
+	"github.com/conveyor-llm/conveyor/models/ort"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
@@ -157,9 +157,10 @@ func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 	}
 }
 
-// openOpSession opens a session of node's one-node graph with the runner's session
-// options (Conveyor's operators registered, the shared pool).
-func openOpSession(t *testing.T, node convert.OpNode) (*onnx.DynamicAdvancedSession, error) {
+// openOpSession opens a session of node's one-node graph as the runners open theirs
+// (Conveyor's operators registered, the shared pool). Its inputs are node's named ones,
+// in order.
+func openOpSession(t *testing.T, node convert.OpNode) (*ort.Session, error) {
 	t.Helper()
 	if err := InitORT(testORTLib(t)); err != nil {
 		t.Fatal(err)
@@ -168,29 +169,19 @@ func openOpSession(t *testing.T, node convert.OpNode) (*onnx.DynamicAdvancedSess
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ins, outs []string
-	for _, v := range node.Inputs {
-		if v.Name != "" {
-			ins = append(ins, v.Name)
-		}
-	}
-	for _, v := range node.Outputs {
-		outs = append(outs, v.Name)
-	}
-	so, err := newSessionOptions(RunnerOptions{})
-	if err != nil {
+	path := filepath.Join(t.TempDir(), "op.onnx")
+	if err := os.WriteFile(path, model, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer so.Destroy()
-	s, err := onnx.NewDynamicAdvancedSessionWithONNXData(model, ins, outs, so)
+	s, err := openSession(path, RunnerOptions{})
 	if err == nil {
-		t.Cleanup(func() { _ = s.Destroy() })
+		t.Cleanup(func() { _ = s.Close() })
 	}
 	return s, err
 }
 
 // pagedAttentionOp is a session of pagedAttentionNode(c).
-func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *onnx.DynamicAdvancedSession {
+func pagedAttentionOp(t *testing.T, c pagedAttentionCase) *ort.Session {
 	t.Helper()
 	s, err := openOpSession(t, pagedAttentionNode(c))
 	if err != nil {
@@ -209,20 +200,19 @@ func b2i64(b bool) int64 {
 // runPagedAttentionOp runs s on c's tensors in place: the caches are bound as inputs 3
 // and 4 and, as the very same tensors, as outputs 1 and 2, unless otherCaches, which
 // binds fresh tensors of the caches' shape as outputs 1 and 2.
-func runPagedAttentionOp(t *testing.T, s *onnx.DynamicAdvancedSession, c pagedAttentionCase, otherCaches bool) error {
+func runPagedAttentionOp(t *testing.T, s *ort.Session, c pagedAttentionCase, otherCaches bool) error {
 	t.Helper()
-	var values []onnx.Value
-	tensor := func(shape onnx.Shape, data any) onnx.Value {
-		var v onnx.Value
+	var values []*ort.Value
+	tensor := func(shape []int64, data any) *ort.Value {
+		var v *ort.Value
 		var err error
 		switch data := data.(type) {
 		case []float32:
-			v, err = onnx.NewTensor(shape, data)
+			v, err = hostTensor(ort.Float32, shape, data)
 		case []int32:
-			v, err = onnx.NewTensor(shape, data)
+			v, err = hostTensor(ort.Int32, shape, data)
 		case []uint16: // float16 bits
-			v, err = onnx.NewCustomDataTensor(shape, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 2*len(data)),
-				onnx.TensorElementDataTypeFloat16)
+			v, err = hostTensor(ort.Float16, shape, data)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -232,43 +222,43 @@ func runPagedAttentionOp(t *testing.T, s *onnx.DynamicAdvancedSession, c pagedAt
 	}
 	defer func() {
 		for _, v := range values {
-			_ = v.Destroy()
+			v.Release()
 		}
 	}()
 	d, a := c.d, c.a
 	T, D := int64(d.Tokens), int64(d.HeadDim)
 	kvw := int64(a.KVNumHeads) * D
-	cacheShape := onnx.NewShape(int64(d.NumBlocks), int64(d.BlockSize), int64(a.KVNumHeads), D)
-	var kc, vc onnx.Value
+	cacheShape := []int64{int64(d.NumBlocks), int64(d.BlockSize), int64(a.KVNumHeads), D}
+	var kc, vc *ort.Value
 	if c.t.KeyCacheHalf != nil {
 		kc, vc = tensor(cacheShape, c.t.KeyCacheHalf), tensor(cacheShape, c.t.ValueCacheHalf)
 	} else {
 		kc, vc = tensor(cacheShape, c.t.KeyCache), tensor(cacheShape, c.t.ValueCache)
 	}
-	ins := []onnx.Value{tensor(onnx.NewShape(T, int64(len(c.t.Query))/max(T, 1)), c.t.Query)}
+	ins := []*ort.Value{tensor([]int64{T, int64(len(c.t.Query)) / max(T, 1)}, c.t.Query)}
 	if c.t.Key != nil {
-		ins = append(ins, tensor(onnx.NewShape(T, kvw), c.t.Key), tensor(onnx.NewShape(T, kvw), c.t.Value))
+		ins = append(ins, tensor([]int64{T, kvw}, c.t.Key), tensor([]int64{T, kvw}, c.t.Value))
 	}
 	ins = append(ins, kc, vc,
-		tensor(onnx.NewShape(int64(d.Batch+1)), c.t.CumSeqLens),
-		tensor(onnx.NewShape(int64(d.Batch)), c.t.PastSeqLens),
-		tensor(onnx.NewShape(int64(d.Batch), int64(d.MaxBlocks)), c.t.BlockTable))
+		tensor([]int64{int64(d.Batch + 1)}, c.t.CumSeqLens),
+		tensor([]int64{int64(d.Batch)}, c.t.PastSeqLens),
+		tensor([]int64{int64(d.Batch), int64(d.MaxBlocks)}, c.t.BlockTable))
 	if c.t.Cos != nil {
-		rs := onnx.NewShape(int64(d.MaxPos), int64(d.RotaryDim/2))
+		rs := []int64{int64(d.MaxPos), int64(d.RotaryDim / 2)}
 		ins = append(ins, tensor(rs, c.t.Cos), tensor(rs, c.t.Sin))
 	}
 	if c.slotMapping != nil {
-		ins = append(ins, tensor(onnx.NewShape(int64(len(c.slotMapping))), c.slotMapping))
+		ins = append(ins, tensor([]int64{int64(len(c.slotMapping))}, c.slotMapping))
 	}
 	if c.t.Metadata != nil {
-		ins = append(ins, tensor(onnx.NewShape(int64(len(c.t.Metadata))), c.t.Metadata))
+		ins = append(ins, tensor([]int64{int64(len(c.t.Metadata))}, c.t.Metadata))
 	}
-	outs := []onnx.Value{tensor(onnx.NewShape(T, int64(a.NumHeads)*D), c.t.Out), kc, vc}
+	outs := []*ort.Value{tensor([]int64{T, int64(a.NumHeads) * D}, c.t.Out), kc, vc}
 	if otherCaches {
 		outs[1] = tensor(cacheShape, slices.Clone(c.t.KeyCache))
 		outs[2] = tensor(cacheShape, slices.Clone(c.t.ValueCache))
 	}
-	return s.Run(ins, outs)
+	return s.Run(s.InputNames(), ins, s.OutputNames(), outs)
 }
 
 // pagedAttentionOpCases are mixed steps: a 4-token prompt at past 0, a 3-token chunk at

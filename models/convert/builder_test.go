@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-
-	onnx "github.com/yalue/onnxruntime_go"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // builderTestInitORT loads ONNX Runtime for the builder's tests: $CONVEYOR_ORT_LIB, or
@@ -44,7 +44,7 @@ func builderTestInitORT(t testing.TB) {
 	}
 }
 
-// builderTestTensor is a float32 output of builderTestRun.
+// builderTestTensor is a float32 output of builderTestSession.run.
 type builderTestTensor struct {
 	shape []int64
 	data  []float32
@@ -52,7 +52,7 @@ type builderTestTensor struct {
 
 // builderTestSession runs a model file through ONNX Runtime with named inputs.
 type builderTestSession struct {
-	s       *onnx.DynamicAdvancedSession
+	s       *ort.Session
 	inNames []string
 	outs    []string
 }
@@ -60,47 +60,56 @@ type builderTestSession struct {
 func openBuilderTestSession(t testing.TB, path string, inNames, outNames []string) *builderTestSession {
 	t.Helper()
 	builderTestInitORT(t)
-	so, err := onnx.NewSessionOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer so.Destroy()
-	if err := so.SetIntraOpNumThreads(1); err != nil {
-		t.Fatal(err)
-	}
-	s, err := onnx.NewDynamicAdvancedSession(path, inNames, outNames, so)
+	s, err := ort.NewSession(path, ort.SessionConfig{Threads: 1})
 	if err != nil {
 		t.Fatalf("ONNX Runtime rejects %s: %v", path, err)
 	}
-	t.Cleanup(func() { s.Destroy() })
+	t.Cleanup(func() { s.Close() })
 	return &builderTestSession{s: s, inNames: inNames, outs: outNames}
 }
 
-// run feeds inputs (ort values in inNames order) and returns the float32 outputs.
-func (bs *builderTestSession) run(t testing.TB, inputs []onnx.Value) []builderTestTensor {
+// run feeds inputs (in inNames order) and returns the float32 outputs, of outShapes (in
+// the outputs' order): ONNX Runtime fails a run whose outputs come out in other shapes.
+// It releases the inputs.
+func (bs *builderTestSession) run(t testing.TB, inputs []*ort.Value, outShapes ...[]int64) []builderTestTensor {
 	t.Helper()
-	outputs := make([]onnx.Value, len(bs.outs))
-	if err := bs.s.Run(inputs, outputs); err != nil {
-		t.Fatalf("Run: %v", err)
+	if len(outShapes) != len(bs.outs) {
+		t.Fatalf("%d output shapes for %d outputs", len(outShapes), len(bs.outs))
 	}
-	res := make([]builderTestTensor, len(outputs))
-	for i, o := range outputs {
-		ft, ok := o.(*onnx.Tensor[float32])
-		if !ok {
-			t.Fatalf("output %s is %T, want float32 tensor", bs.outs[i], o)
+	res := make([]builderTestTensor, len(bs.outs))
+	outputs := make([]*ort.Value, len(bs.outs))
+	for i, shape := range outShapes {
+		n := 1
+		for _, d := range shape {
+			n *= int(d)
 		}
-		res[i] = builderTestTensor{shape: append([]int64(nil), ft.GetShape()...), data: append([]float32(nil), ft.GetData()...)}
-		o.Destroy()
+		res[i] = builderTestTensor{shape: shape, data: make([]float32, n)}
+		outputs[i] = mustTensor(t, shape, res[i].data)
 	}
-	for _, in := range inputs {
-		in.Destroy()
+	err := bs.s.Run(bs.inNames, inputs, bs.outs, outputs)
+	for _, vs := range [][]*ort.Value{inputs, outputs} {
+		for _, v := range vs {
+			v.Release()
+		}
+	}
+	if err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 	return res
 }
 
-func mustTensor[T onnx.TensorData](t testing.TB, shape []int64, data []T) onnx.Value {
+// mustTensor wraps data as a tensor of shape (no copy).
+func mustTensor[T float32 | int64](t testing.TB, shape []int64, data []T) *ort.Value {
 	t.Helper()
-	v, err := onnx.NewTensor(onnx.NewShape(shape...), data)
+	elem := ort.Float32
+	if _, ok := any(data).([]int64); ok {
+		elem = ort.Int64
+	}
+	var p unsafe.Pointer
+	if len(data) > 0 {
+		p = unsafe.Pointer(&data[0])
+	}
+	v, err := ort.NewHostTensor(elem, shape, p, len(data)*int(unsafe.Sizeof(data[0])))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +150,7 @@ func llamaRun(t testing.TB, s *builderTestSession, cfg *Config, ids, mask, pos [
 		}
 		return out
 	}
-	inputs := []onnx.Value{
+	inputs := []*ort.Value{
 		mustTensor(t, []int64{int64(B), int64(S)}, flat(ids)),
 		mustTensor(t, []int64{int64(B), int64(T)}, flat(mask)),
 		mustTensor(t, []int64{int64(B), int64(S)}, flat(pos)),
@@ -150,22 +159,20 @@ func llamaRun(t testing.TB, s *builderTestSession, cfg *Config, ids, mask, pos [
 	n := B * cfg.KVHeads() * pastLen * cfg.HeadDimOrDefault()
 	for l := 0; l < cfg.NumHiddenLayers; l++ {
 		for j := 0; j < 2; j++ {
-			data := make([]float32, max(n, 1))[:n]
+			data := make([]float32, n)
 			if past != nil {
 				copy(data, past[l][j])
-			}
-			if n == 0 {
-				e, err := onnx.NewEmptyTensor[float32](onnx.NewShape(kvShape...))
-				if err != nil {
-					t.Fatal(err)
-				}
-				inputs = append(inputs, e)
-				continue
 			}
 			inputs = append(inputs, mustTensor(t, kvShape, data))
 		}
 	}
-	return s.run(t, inputs)
+	// logits [B, S, vocab], then every layer's present key and value [B, kv, T, hd].
+	outShapes := [][]int64{{int64(B), int64(S), int64(cfg.VocabSize)}}
+	presentShape := []int64{int64(B), int64(cfg.KVHeads()), int64(T), int64(cfg.HeadDimOrDefault())}
+	for range 2 * cfg.NumHiddenLayers {
+		outShapes = append(outShapes, presentShape)
+	}
+	return s.run(t, inputs, outShapes...)
 }
 
 func TestBuildTinyLlamaLoadsAndRuns(t *testing.T) {

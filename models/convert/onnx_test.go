@@ -6,8 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	onnx "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // addModel builds y = (x + w) * 2 with x [batch, 3] float32 and w a [3] initializer.
@@ -23,10 +24,7 @@ func addModel(w []float32) *onnxModel {
 func runAddModel(t *testing.T, path string) []float32 {
 	t.Helper()
 	s := openBuilderTestSession(t, path, []string{"x"}, []string{"y"})
-	out := s.run(t, []onnx.Value{mustTensor(t, []int64{2, 3}, []float32{1, 2, 3, -1, -2, -3})})
-	if !equalInt64s(out[0].shape, []int64{2, 3}) {
-		t.Fatalf("y shape %v", out[0].shape)
-	}
+	out := s.run(t, []*ort.Value{mustTensor(t, []int64{2, 3}, []float32{1, 2, 3, -1, -2, -3})}, []int64{2, 3})
 	return out[0].data
 }
 
@@ -74,7 +72,7 @@ func TestONNXWriterExternalData(t *testing.T) {
 		t.Fatalf("model.onnx should hold no big tensor: %v, %v", st.Size(), err)
 	}
 	s := openBuilderTestSession(t, filepath.Join(dir, "model.onnx"), []string{"x"}, []string{"y"})
-	out := s.run(t, []onnx.Value{mustTensor(t, []int64{2}, []int64{7, 999})})
+	out := s.run(t, []*ort.Value{mustTensor(t, []int64{2}, []int64{7, 999})}, []int64{2, 3})
 	want := []float32{21.5, 22.25, 23.125, 2997.5, 2998.25, 2999.125}
 	for i := range want {
 		if out[0].data[i] != want[i] {
@@ -202,24 +200,12 @@ func TestLlamaGraphFusesInORT(t *testing.T) {
 		t.Fatal(err)
 	}
 	builderTestInitORT(t)
-	so, err := onnx.NewSessionOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer so.Destroy()
 	opt := filepath.Join(dir, "optimized.onnx")
-	if err := so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelEnableAll); err != nil {
-		t.Fatal(err)
-	}
-	if err := so.SetOptimizedModelFilePath(opt); err != nil {
-		t.Fatal(err)
-	}
-	ins, outs := llamaSessionIO(cfg.NumHiddenLayers)
-	s, err := onnx.NewDynamicAdvancedSession(filepath.Join(dir, "model.onnx"), ins, outs, so)
+	s, err := ort.NewSession(filepath.Join(dir, "model.onnx"), ort.SessionConfig{OptimizedModel: opt})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Destroy()
+	s.Close()
 	counts, total := onnxOpCounts(t, opt)
 	L := cfg.NumHiddenLayers
 	if got := counts["SimplifiedLayerNormalization"]; got != 2*L+1 || counts["Pow"] != 0 {

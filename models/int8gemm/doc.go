@@ -36,8 +36,9 @@
 //
 // Packed lays int8 weights out in the kernel's layout ahead of time (the builder stores
 // Int8Linear's weights so) and Wrap makes Weights of such bytes; the Int8Linear
-// operator (ortop.c, in the com.conveyor domain models/ort registers) reads its initializer
-// in place, so a session holds one copy of the weights, not two.
+// operator (ortop.c, OpDesc, which models/ort makes an ONNX Runtime custom operator of in
+// the com.conveyor domain) reads its initializer in place, so a session holds one copy of
+// the weights, not two.
 //
 // # Kernels
 //

@@ -1,7 +1,7 @@
 package int8gemm
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../third_party/onnxruntime
+#cgo CFLAGS: -I${SRCDIR}/../ort
 #include "ortop.h"
 */
 import "C"
@@ -19,7 +19,7 @@ const (
 	OpName = C.CV_INT8_OP
 )
 
-// CustomOp returns the operator's OrtCustomOp. models/ort adds it to the one com.conveyor
-// domain that holds Conveyor's operators (pagedattn.RegisterOp): ONNX Runtime refuses a
-// session with two domains of one name.
-func CustomOp() unsafe.Pointer { return unsafe.Pointer(C.cv_i8op_custom_op()) }
+// OpDesc returns the operator's descriptor (a cv_op_desc of models/ort's op.h), of which
+// models/ort makes an ONNX Runtime custom operator in the one com.conveyor domain that
+// holds Conveyor's operators.
+func OpDesc() unsafe.Pointer { return unsafe.Pointer(C.cv_i8op_desc()) }

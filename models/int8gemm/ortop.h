@@ -1,10 +1,12 @@
-// The Int8Linear custom operator's names and its OrtCustomOp (ortop.c).
+// The Int8Linear operator's names and its descriptor (ortop.c).
 #ifndef CV_ORTOP_H
 #define CV_ORTOP_H
 
-#define CV_INT8_DOMAIN "com.conveyor"
+#include "op.h"
+
+#define CV_INT8_DOMAIN CV_OP_DOMAIN
 #define CV_INT8_OP "Int8Linear"
 
-const void *cv_i8op_custom_op(void);
+const void *cv_i8op_desc(void);
 
 #endif

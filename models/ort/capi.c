@@ -125,8 +125,6 @@ char *cv_ort_init(const char *path, int threads, int spin) {
 	return msg;
 }
 
-char *cv_ort_share_pool(OrtSessionOptions *so) { return take(api->DisablePerSessionThreads(so)); }
-
 char *cv_ort_register_ep(const char *name, const char *path) {
 	return take(api->RegisterExecutionProviderLibrary(env, name, path));
 }
@@ -206,6 +204,10 @@ char *cv_ort_session_options(OrtSessionOptions **out, int own_threads, int opt_l
 	return NULL;
 }
 
+char *cv_ort_optimized_model(OrtSessionOptions *so, const char *path) {
+	return take(api->SetOptimizedModelFilePath(so, path));
+}
+
 char *cv_ort_append_ep(OrtSessionOptions *so, const OrtEpDevice *d, const char *const *keys,
 		       const char *const *values, size_t n) {
 	return take(api->SessionOptionsAppendExecutionProvider_V2(so, env, &d, 1, keys, values, n));
@@ -256,9 +258,13 @@ char *cv_ort_session_names(const OrtSession *s, int outputs, char ***names, size
 // cv_ort_run runs the session with every output pre-allocated by the caller.
 char *cv_ort_run(OrtSession *s, const char *const *in_names, const OrtValue *const *ins, size_t nin,
 		 const char *const *out_names, OrtValue **outs, size_t nout) {
-	OrtValue *given[64];
-	if (nout > sizeof given / sizeof given[0]) {
-		return fail("more than 64 outputs");
+	OrtValue *few[64];
+	OrtValue **given = few; // a decoder of more than 31 layers has more outputs
+	if (nout > sizeof few / sizeof few[0]) {
+		given = malloc(nout * sizeof *given);
+		if (given == NULL) {
+			return fail("out of memory");
+		}
 	}
 	memcpy(given, outs, nout * sizeof *outs);
 	char *msg = take(api->Run(s, NULL, in_names, ins, nin, out_names, nout, outs));
@@ -270,6 +276,9 @@ char *cv_ort_run(OrtSession *s, const char *const *in_names, const OrtValue *con
 				msg = fail("ONNX Runtime replaced a pre-allocated output");
 			}
 		}
+	}
+	if (given != few) {
+		free(given);
 	}
 	return msg;
 }

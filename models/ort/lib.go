@@ -103,8 +103,7 @@ func InitWithPool(libPath string, pool PoolOptions) error {
 	if err := createEnv(path, pool); err != nil {
 		return fmt.Errorf("%w: cannot load %s: %s (run `make ort` to fetch ONNX Runtime %s)", ErrUnavailable, path, oneLine(err.Error()), VersionWanted)
 	}
-	// onnxruntime_go's sessions (the runners in models) use the same library, and its
-	// environment is this one.
+	// onnxruntime_go (ModelIO) uses the same library, and its environment is this one.
 	onnx.SetSharedLibraryPath(path)
 	if err := onnx.InitializeEnvironment(onnx.WithLogLevelError()); err != nil {
 		return fmt.Errorf("%w: cannot load %s: %s (run `make ort` to fetch ONNX Runtime %s)", ErrUnavailable, path, oneLine(err.Error()), VersionWanted)

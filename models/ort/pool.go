@@ -7,24 +7,19 @@ package ort
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"sync"
-	"unsafe"
-
-	onnx "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // PoolOptions size the process's shared intra-op pool. Every session whose thread count
-// matches runs on one ONNX Runtime thread pool instead of a pool of its own. The paged
-// layout opens a session per layer, and with a pool per session each of a step's 25 or
-// so runs woke a different sleeping worker. The shared pool's workers spin between runs
-// (unless Spin is false), so the next segment finds them awake; they spin at SCHED_IDLE,
-// so any other thread of the machine that wants the core (the attention kernel's
-// goroutines, the HTTP server, another process) takes it at once.
+// matches runs on one ONNX Runtime thread pool instead of a pool of its own: a served
+// model and its draft model, or the sessions a process reopens, share its workers. The
+// pool's workers spin between runs (unless Spin is false), so the next run finds them
+// awake; they spin at SCHED_IDLE, so any other thread of the machine that wants the core
+// (Conveyor's kernel threads, the HTTP server, another process) takes it at once.
 //
 // Measured on a 2-core EPYC (Zen 4), Qwen2.5-0.5B shape, int8, DecodeStepInt8 past 128:
 // batch 1 23.6 ms against 27.6 ms with a pool per session, batch 16 64 against 70 ms.
@@ -60,62 +55,32 @@ func sharesPool(pool PoolOptions, threads int, spin bool) (bool, error) {
 	return spin == pool.Spin, nil
 }
 
-// UseSharedPool makes a session opened with so (onnxruntime_go's options) run on the
-// shared pool.
-func UseSharedPool(so *onnx.SessionOptions) error {
-	if SharedPool().Threads == 0 {
-		return errors.New("no shared thread pool (ort.Init first)")
+// ownOps are the descriptors (op.h) of Conveyor's operators: pagedattn's PagedAttention,
+// one per cache type, and int8gemm's Int8Linear.
+func ownOps() []*C.cv_op_desc {
+	var descs []*C.cv_op_desc
+	for _, d := range append(pagedattn.OpDescs(), int8gemm.OpDesc()) {
+		descs = append(descs, (*C.cv_op_desc)(d))
 	}
-	p := sessionOptionsPtr(so)
-	if p == nil {
-		return errors.New("session options not initialised")
-	}
-	return status(C.cv_ort_share_pool((*C.OrtSessionOptions)(p)))
+	return descs
 }
 
-// sessionCreation serialises the creation of sessions: a session that asks for a
-// custom-operator domain registers it in ONNX Runtime's process-wide schema registry as
-// it is created, checking first whether it is there, so two sessions created at once
-// can both try to add com.conveyor, and the second fails ("the domain is already
-// exist").
-var sessionCreation sync.Mutex
+// registering serialises registerOps, which makes the com.conveyor domain at its first
+// call.
+var registering sync.Mutex
 
-// CreatingSession locks session creation and returns the function that unlocks it;
-// every session, this package's and onnxruntime_go's, is created under it.
-func CreatingSession() (unlock func()) {
-	sessionCreation.Lock()
-	return sessionCreation.Unlock
-}
-
-// RegisterOps adds Conveyor's own ONNX Runtime operators to so (onnxruntime_go's
-// options): int8gemm's Int8Linear, which the paged segments of int8 builds use, and
-// pagedattn's PagedAttention, the CPU's stand-in for com.microsoft.PagedAttention in
-// one-graph steps.
-func RegisterOps(so *onnx.SessionOptions) error {
-	p := sessionOptionsPtr(so)
-	if p == nil {
-		return errors.New("session options not initialised")
-	}
-	return registerOps(p)
-}
-
-// registerOps adds Conveyor's operators to the OrtSessionOptions at so: every session
-// option helper and NewSession (OwnOps) come here, so an operator added here is known
-// to every session that asks for Conveyor's operators.
-func registerOps(so unsafe.Pointer) error {
-	api := unsafe.Pointer(C.cv_ort_api())
-	if api == nil {
+// registerOps adds Conveyor's operators to so (NewSession with OwnOps), in one
+// com.conveyor domain (ONNX Runtime refuses two domains of one name): an operator added
+// to ownOps is known to every session that asks for Conveyor's operators.
+func registerOps(so *C.OrtSessionOptions) error {
+	if C.cv_ort_api() == nil {
 		return needInit("registering operators")
 	}
-	// One com.conveyor domain holds them all: ONNX Runtime refuses two domains of one name.
-	return pagedattn.RegisterOp(api, so, int8gemm.CustomOp())
-}
-
-// sessionOptionsPtr returns the C OrtSessionOptions pointer of so: onnxruntime_go's
-// SessionOptions holds it as its only field.
-func sessionOptionsPtr(so *onnx.SessionOptions) unsafe.Pointer {
-	if so == nil {
-		return nil
+	descs := ownOps()
+	registering.Lock()
+	defer registering.Unlock()
+	if err := status(C.cv_ort_register_ops(so, &descs[0], C.size_t(len(descs)))); err != nil {
+		return fmt.Errorf("registering %s's operators: %w", C.CV_OP_DOMAIN, err)
 	}
-	return *(*unsafe.Pointer)(unsafe.Pointer(so))
+	return nil
 }

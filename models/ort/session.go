@@ -27,12 +27,20 @@ type SessionConfig struct {
 	// it on the process's shared pool, any other count on a pool of its own that never
 	// spins.
 	Threads int
-	// OwnOps registers Conveyor's own operators (see RegisterOps) with the session.
+	// NoSpin keeps the session off a shared pool whose workers spin: a session of the
+	// shared pool's size then runs on a pool of its own, which never spins.
+	NoSpin bool
+	// OwnOps registers Conveyor's own operators with the session: int8gemm's Int8Linear,
+	// which int8 step graphs use, and pagedattn's PagedAttention, the CPU's stand-in for
+	// com.microsoft.PagedAttention in step graphs.
 	OwnOps bool
 	// GraphOptLevel is ONNX Runtime's graph optimisation level: 0 = the default (all
 	// optimisations), -1 = none, or GraphOptimizationLevel's 1 (basic), 2 (extended),
 	// 3 (layout) or 99 (all).
 	GraphOptLevel int
+	// OptimizedModel, when not empty, is where ONNX Runtime writes the graph as it
+	// optimised it when the session is created, to show which fusions it applied.
+	OptimizedModel string
 	// ProviderOptions are the execution provider's options (the CUDA provider's
 	// "enable_cuda_graph", "arena_extend_strategy", ...), for a device other than the CPU.
 	ProviderOptions map[string]string
@@ -64,12 +72,9 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	threads := cfg.Threads
-	switch {
-	case threads < 0:
-		return nil, fmt.Errorf("ort: session threads %d < 0", threads)
-	case threads == SharedPool().Threads:
-		threads = 0
+	threads, err := sessionThreads(SharedPool(), cfg)
+	if err != nil {
+		return nil, err
 	}
 	if d.IsCPU() && len(cfg.ProviderOptions) > 0 {
 		return nil, fmt.Errorf("ort: provider options %v on the CPU: they are for a device's execution provider", slices.Sorted(maps.Keys(cfg.ProviderOptions)))
@@ -81,13 +86,20 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	}
 	defer C.cv_ort_release_session_options(so)
 	if cfg.OwnOps {
-		if err := registerOps(unsafe.Pointer(so)); err != nil {
+		if err := registerOps(so); err != nil {
 			return nil, fmt.Errorf("ort: session options: %w", err)
 		}
 	}
 	if profile := os.Getenv(ProfileEnv); !d.IsCPU() || profile != "" {
 		if err := diagnostics(so, modelPath, d, profile); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.OptimizedModel != "" {
+		cpath := C.CString(cfg.OptimizedModel)
+		defer C.free(unsafe.Pointer(cpath))
+		if err := status(C.cv_ort_optimized_model(so, cpath)); err != nil {
+			return nil, fmt.Errorf("ort: session options: %w", err)
 		}
 	}
 	if !d.IsCPU() {
@@ -98,9 +110,9 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	cpath := C.CString(modelPath)
 	defer C.free(unsafe.Pointer(cpath))
 	s := &Session{device: d}
-	unlock := CreatingSession()
+	sessionCreation.Lock()
 	err = status(C.cv_ort_create_session(cpath, so, &s.s))
-	unlock()
+	sessionCreation.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("ort: cannot load %s on %s: %w", modelPath, d.Name(), err)
 	}
@@ -114,6 +126,29 @@ func NewSession(modelPath string, cfg SessionConfig) (*Session, error) {
 	}
 	return s, nil
 }
+
+// sessionThreads returns the own pool's thread count of a session of cfg, or 0 when it
+// runs on the shared pool.
+func sessionThreads(pool PoolOptions, cfg SessionConfig) (int, error) {
+	threads := cfg.Threads
+	switch {
+	case threads < 0:
+		return 0, fmt.Errorf("ort: session threads %d < 0", threads)
+	case threads == 0:
+		threads = pool.Threads
+	}
+	if threads == pool.Threads && !(cfg.NoSpin && pool.Spin) {
+		return 0, nil
+	}
+	return threads, nil
+}
+
+// sessionCreation serialises the creation of sessions: a session that asks for a
+// custom-operator domain registers it in ONNX Runtime's process-wide schema registry as
+// it is created, checking first whether it is there, so two sessions created at once
+// can both try to add com.conveyor, and the second fails ("the domain is already
+// exist").
+var sessionCreation sync.Mutex
 
 // ProfileEnv names the environment variable that turns ONNX Runtime's profiler on: every
 // session then writes a Chrome trace of its runs (each node's time and execution

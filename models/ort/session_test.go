@@ -35,8 +35,8 @@ func floats(v *Value, n int) []float32 { return unsafe.Slice((*float32)(v.Data()
 // allocated on the CPU device, on the shared pool and on a pool of the session's own.
 func TestSessionRun(t *testing.T) {
 	path := addModel(t)
-	for _, cfg := range []SessionConfig{{}, {Device: CPU(), Threads: 1, GraphOptLevel: -1}, {OwnOps: true, GraphOptLevel: 2}} {
-		t.Run(fmt.Sprintf("threads %d level %d", cfg.Threads, cfg.GraphOptLevel), func(t *testing.T) {
+	for _, cfg := range []SessionConfig{{}, {Device: CPU(), Threads: 1, GraphOptLevel: -1}, {OwnOps: true, GraphOptLevel: 2}, {NoSpin: true}} {
+		t.Run(fmt.Sprintf("threads %d level %d nospin %v", cfg.Threads, cfg.GraphOptLevel, cfg.NoSpin), func(t *testing.T) {
 			s, err := NewSession(path, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -243,7 +243,10 @@ func TestElemType(t *testing.T) {
 		onnx int
 		size int
 		name string
-	}{{Float32, 1, 4, "float32"}, {Int32, 6, 4, "int32"}, {Int64, 7, 8, "int64"}, {Float16, 10, 2, "float16"}, {BFloat16, 16, 2, "bfloat16"}} {
+	}{
+		{Float32, 1, 4, "float32"}, {Int32, 6, 4, "int32"}, {Int64, 7, 8, "int64"}, {Bool, 9, 1, "bool"},
+		{Float16, 10, 2, "float16"}, {BFloat16, 16, 2, "bfloat16"},
+	} {
 		if int(tc.t) != tc.onnx || tc.t.Size() != tc.size || tc.t.String() != tc.name {
 			t.Errorf("%s: number %d size %d, want %d %d %s", tc.t, int(tc.t), tc.t.Size(), tc.onnx, tc.size, tc.name)
 		}
@@ -398,6 +401,130 @@ func TestDecoder(t *testing.T) {
 	if worst > 1e-3 {
 		t.Errorf("logits differ from PyTorch's by up to %g", worst)
 	}
+}
+
+// TestSessionThreads: a session runs on the shared pool when its thread count is the
+// pool's (or 0), unless it asks not to spin and the pool spins; otherwise on a pool of
+// its own of its thread count.
+func TestSessionThreads(t *testing.T) {
+	for _, tc := range []struct {
+		cfg       SessionConfig
+		poolSpins bool
+		own       int // 0: the shared pool
+	}{
+		{SessionConfig{}, true, 0},
+		{SessionConfig{Threads: 2}, true, 0},
+		{SessionConfig{Threads: 3}, true, 3},
+		{SessionConfig{NoSpin: true}, true, 2},
+		{SessionConfig{Threads: 2, NoSpin: true}, true, 2},
+		{SessionConfig{Threads: 2, NoSpin: true}, false, 0},
+		{SessionConfig{Threads: 2}, false, 0},
+		{SessionConfig{Threads: 1, NoSpin: true}, false, 1},
+	} {
+		own, err := sessionThreads(PoolOptions{Threads: 2, Spin: tc.poolSpins}, tc.cfg)
+		if err != nil || own != tc.own {
+			t.Errorf("%+v with a pool of 2 that spins=%v: %d, %v; want %d", tc.cfg, tc.poolSpins, own, err, tc.own)
+		}
+	}
+	if _, err := sessionThreads(testPool, SessionConfig{Threads: -1}); err == nil {
+		t.Error("-1 threads accepted")
+	}
+}
+
+// TestManyOutputs: a run takes more outputs than cv_ort_run keeps on its stack, as a
+// decoder of 32 layers has (logits and 64 present tensors).
+func TestManyOutputs(t *testing.T) {
+	const n = 70
+	vec := func(name string) pb { return valueInfo(name, int(Float32), []int64{2}) }
+	var nodes, outs []pb
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("y%d", i)
+		nodes = append(nodes, pb(nil).str(1, "x").str(2, name).str(3, name).str(4, "Identity")) // node() names every node op_0
+		outs, names = append(outs, vec(name)), append(names, name)
+	}
+	s, err := NewSession(model(t, t.TempDir(), "many.onnx", nodes, nil, []pb{vec("x")}, outs), SessionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ys := make([][]float32, n)
+	vals := make([]*Value, n)
+	for i := range ys {
+		ys[i] = make([]float32, 2)
+		vals[i] = hostVec(t, ys[i])
+	}
+	if err := s.Run([]string{"x"}, []*Value{hostVec(t, []float32{3, 4})}, names, vals); err != nil {
+		t.Fatal(err)
+	}
+	for i, y := range ys {
+		if !slices.Equal(y, []float32{3, 4}) {
+			t.Fatalf("output %d = %v, want 3 4", i, y)
+		}
+	}
+}
+
+// TestModelIO reads a decoder's inputs and outputs: names in the graph's order, element
+// types, and shapes with -1 for their symbolic dimensions.
+func TestModelIO(t *testing.T) {
+	ins, outs, err := ModelIO(filepath.Join("..", "testdata", "gpt2-optimum", "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSession(filepath.Join("..", "testdata", "gpt2-optimum", "model.onnx"), SessionConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	names := func(infos []TensorInfo) []string {
+		var ns []string
+		for _, i := range infos {
+			ns = append(ns, i.Name)
+		}
+		return ns
+	}
+	if !slices.Equal(names(ins), s.InputNames()) || !slices.Equal(names(outs), s.OutputNames()) {
+		t.Errorf("ModelIO names %v -> %v, the session's %v -> %v", names(ins), names(outs), s.InputNames(), s.OutputNames())
+	}
+	want := map[string]TensorInfo{
+		"input_ids":             {"input_ids", Int64, []int64{-1, -1}},
+		"past_key_values.0.key": {"past_key_values.0.key", Float32, []int64{-1, 4, -1, 16}},
+		"logits":                {"logits", Float32, []int64{-1, -1, 512}},
+		"present.1.value":       {"present.1.value", Float32, []int64{-1, 4, -1, 16}},
+	}
+	for _, info := range append(ins, outs...) {
+		if w, ok := want[info.Name]; ok {
+			if info.Type != w.Type || !slices.Equal(info.Shape, w.Shape) {
+				t.Errorf("%s: %s%v, want %s%v", info.Name, info.Type, info.Shape, w.Type, w.Shape)
+			}
+			delete(want, info.Name)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("ModelIO lacks %v", want)
+	}
+	if _, _, err := ModelIO(filepath.Join(t.TempDir(), "none.onnx")); err == nil || !strings.Contains(err.Error(), "cannot load") {
+		t.Errorf("a missing model: err = %v", err)
+	}
+}
+
+// TestOptimizedModel: with OptimizedModel a session writes the graph as ONNX Runtime
+// optimised it.
+func TestOptimizedModel(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "optimized.onnx")
+	s, err := NewSession(addModel(t), SessionConfig{OptimizedModel: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st, err := os.Stat(out); err != nil || st.Size() == 0 {
+		t.Fatalf("no optimised graph written: %v", err)
+	}
+	o, err := NewSession(out, SessionConfig{})
+	if err != nil {
+		t.Fatalf("the optimised graph does not load: %v", err)
+	}
+	o.Close()
 }
 
 // TestDroppedValue: a Value dropped without Release is freed by the garbage collector,

@@ -20,19 +20,21 @@ import (
 // (TensorProto.DataType, ONNXTensorElementDataType).
 type ElemType int
 
-// The element types Conveyor's graphs use.
+// The element types Conveyor's graphs use. Bool is the use_cache_branch input of
+// decoders that Optimum exports with and without a past in one graph.
 const (
 	Float32  ElemType = 1
 	Int32    ElemType = 6
 	Int64    ElemType = 7
+	Bool     ElemType = 9
 	Float16  ElemType = 10
 	BFloat16 ElemType = 16
 )
 
 // The numbers are ONNX's, which the C API's enum repeats; the compiler checks that here.
 var _ = [1]struct{}{}[(Float32-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)|(Int32-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32)|
-	(Int64-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)|(Float16-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16)|
-	(BFloat16-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16)]
+	(Int64-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)|(Bool-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL)|
+	(Float16-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16)|(BFloat16-C.ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16)]
 
 // Size returns the bytes of one element, or 0 for a type this package does not know.
 func (t ElemType) Size() int {
@@ -43,6 +45,8 @@ func (t ElemType) Size() int {
 		return 8
 	case Float16, BFloat16:
 		return 2
+	case Bool:
+		return 1
 	}
 	return 0
 }
@@ -56,6 +60,8 @@ func (t ElemType) String() string {
 		return "int32"
 	case Int64:
 		return "int64"
+	case Bool:
+		return "bool"
 	case Float16:
 		return "float16"
 	case BFloat16:

@@ -3,10 +3,10 @@
 // one-graph-per-step model (every layer's attention one PagedAttention node over the
 // packed new tokens of every sequence, the KV cache updated in place) runs on CUDA with
 // com.microsoft.PagedAttention and on CPUs, in float32 with float32 or float16 caches,
-// with this package's operator,
-// registered with ONNX Runtime as domain com.conveyor, op type PagedAttention, since
-// version 1 (RegisterOp). The same kernel is a plain Go call, Run, which the tests compare
-// against a float64 reference written from the definition.
+// with this package's operator, domain com.conveyor, op type PagedAttention, since version
+// 1 (OpDescs: models/ort makes an ONNX Runtime custom operator of it). The same kernel is
+// a plain Go call, Run, which the tests compare against a float64 reference written from
+// the definition.
 //
 // # Contract
 //
@@ -167,9 +167,10 @@
 //			CumSeqLens: []int32{0, 4, 5}, PastSeqLens: []int32{0, 37}, BlockTable: table,
 //			Cos: cos, Sin: sin, Out: out})
 //
-// Through ONNX Runtime, register the com.conveyor domain, with Conveyor's other operators,
-// on the session options (the models package does for every session) and bind each cache
-// as both its input and its output:
+// Through ONNX Runtime, open the session with Conveyor's operators and bind each cache as
+// both its input and its output:
 //
-//	err := pagedattn.RegisterOp(ortAPI, sessionOptions, int8gemm.CustomOp())
+//	sess, err := ort.NewSession("step.onnx", ort.SessionConfig{OwnOps: true})
+//	err = sess.Run([]string{"query", "key_cache", "value_cache", ...}, []*ort.Value{query, keyCache, valueCache, ...},
+//		[]string{"output", "key_cache_out", "value_cache_out"}, []*ort.Value{output, keyCache, valueCache})
 package pagedattn

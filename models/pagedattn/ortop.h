@@ -1,10 +1,12 @@
-// The PagedAttention custom operator's names and registration (ortop.c).
+// The PagedAttention operator's names and descriptors (ortop.c).
 #ifndef CV_PA_ORTOP_H
 #define CV_PA_ORTOP_H
 
-#define CV_PA_DOMAIN "com.conveyor"
+#include "op.h"
+
+#define CV_PA_DOMAIN CV_OP_DOMAIN
 #define CV_PA_OP "PagedAttention"
 
-char *cv_paop_register(const void *api, void *session_options, const void *const *others, int n);
+const void *cv_paop_desc(int half);
 
 #endif
