@@ -420,10 +420,12 @@ func (r *StepRunner) bind(c *kvcache.Storage) error {
 		return fmt.Errorf("%w: the step graph reads a token-major cache (kvcache.StorageConfig.TokenMajor)", ErrBatch)
 	}
 	if groups := c.NumGroups(); groups > 1 {
-		for l := range r.spec.NumLayers {
-			if groups != r.man.NumGroups() || c.LayerGroup(l) != r.man.LayerGroups[l] {
-				return fmt.Errorf("%w: the cache's %d layer groups are not the step graph's %d (Spec.CacheLayout)", ErrBatch, groups, r.man.NumGroups())
-			}
+		same := groups == r.graphGroups
+		for l := 0; same && l < r.spec.NumLayers; l++ {
+			same = c.LayerGroup(l) == r.man.LayerGroups[l]
+		}
+		if !same {
+			return fmt.Errorf("%w: the cache's %d layer groups are not the step graph's %d (Spec.CacheLayout)", ErrBatch, groups, r.graphGroups)
 		}
 	}
 	r.unbind()
