@@ -16,6 +16,16 @@ import (
 // graph, one run per step, with PagedAttention reading and writing the KV blocks in place.
 const AttentionGraph = "graph"
 
+// kvDTypeRefused is the error for a --kv-cache-dtype kv that the step graph in dir,
+// described by man, was not built for.
+func kvDTypeRefused(dir string, man *modeldir.StepManifest, kv string) error {
+	if man.DType != "float32" {
+		return fmt.Errorf("%w: --kv-cache-dtype %s: a %s step graph's cache is its own type (leave it auto)", ErrModelDir, kv, man.DType)
+	}
+	return fmt.Errorf("%w: --kv-cache-dtype %s: %s's step graph was built for a %s cache (leave it auto, or rebuild it with `conveyor build-model --kv-cache-dtype %s`)",
+		ErrModelDir, kv, dir, man.CacheDType(), kv)
+}
+
 // StepRunner runs a model's step graph (modeldir.StepManifest): one ONNX Runtime run per
 // Forward over the step's new tokens packed row after row, every layer's PagedAttention
 // reading the rows' pasts from their blocks and writing the new keys and values into
@@ -79,11 +89,7 @@ func OpenStep(dir string, opts RunnerOptions, dev *ort.Device) (*StepRunner, err
 			"(or bfloat16) to serve it on %s", ErrModelDir, dir, dev.Name())
 	}
 	if kv := opts.KVCacheDType; kv != "" && kv != KVCacheAuto && kv != man.CacheDType() {
-		if man.DType != "float32" {
-			return nil, fmt.Errorf("%w: --kv-cache-dtype %s: a %s step graph's cache is its own type (leave it auto)", ErrModelDir, kv, man.DType)
-		}
-		return nil, fmt.Errorf("%w: --kv-cache-dtype %s: %s's step graph was built for a %s cache (leave it auto, or rebuild it with `conveyor build-model --kv-cache-dtype %s`)",
-			ErrModelDir, kv, dir, man.CacheDType(), kv)
+		return nil, kvDTypeRefused(dir, man, kv)
 	}
 	if man.Quantization == "int8" {
 		// Every product runs on Int8Linear's own threads: ONNX Runtime's pool, left with the

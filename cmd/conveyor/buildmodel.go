@@ -9,6 +9,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
+	"github.com/conveyor-llm/conveyor/models/plan"
 )
 
 func init() {
@@ -68,7 +69,7 @@ func runBuildModel(args []string) error {
 	opts := convert.Options{Quantize: quant, StepDType: stepType}
 	switch {
 	case stepType == convert.Float32:
-		opts.StepKVDType = stepKVDType(*kvDType)
+		opts.StepKVDType = plan.CPUKVDType(*kvDType)
 	case *kvDType != models.KVCacheAuto && *kvDType != stepType.String():
 		return fmt.Errorf("build-model: --kv-cache-dtype %s: a %v step graph's cache is its own type (leave it auto)", *kvDType, stepType)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
@@ -17,6 +16,7 @@ import (
 	"github.com/conveyor-llm/conveyor/models/int8gemm"
 	"github.com/conveyor-llm/conveyor/models/ort"
 	"github.com/conveyor-llm/conveyor/models/pagedattn"
+	"github.com/conveyor-llm/conveyor/models/plan"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
@@ -40,50 +40,26 @@ type loaded struct {
 	quantization string // the directory's weights as built: none, int8 or int4
 	tok          *tokenizer.Tokenizer
 	model        models.Model
-	runner       models.RunnerOptions
+	runner       models.RunnerOptions // the plan's: device, path and KV cache type resolved
+	plan         plan.Plan
 }
 
 // load opens the model at dir for a command: its tokenizer and its runner (the caller
-// closes it). A model directory is opened as it is. A Hugging Face checkpoint
-// (config.json and *.safetensors without model.onnx) is the one thing load builds: its
+// closes it), as plan.Resolve decides from the flags, the model and the hardware. A
+// model directory is opened as it is. A Hugging Face checkpoint (config.json and
+// *.safetensors without model.onnx) or a GGUF file is the one thing load builds: its
 // ONNX graph is built once into the cache ($CONVEYOR_CACHE_DIR; convert.PrepareWith)
 // and reused after, and o.built is told; `conveyor build-model` builds explicitly. This
 // file is the only one of the commands but build-model that knows the builder.
 func load(dir string, o loadOptions) (*loaded, error) {
-	quant, err := convert.ParseQuantization(o.quantize)
-	if err != nil {
-		return nil, fmt.Errorf("--quantize: %w", err)
-	}
 	start := time.Now()
+	p, err := plan.Resolve(dir, plan.Flags{Runner: o.runner, Quantize: o.quantize, DType: o.dtype})
+	if err != nil {
+		return nil, err
+	}
 	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
 	// default, the user's cache directory).
-	opts := convert.Options{Quantize: quant}
-	// A checkpoint is built for the device it will run on: with --device auto, the GPU
-	// when one is usable (the provider and a GPU load).
-	if o.dtype != "" && o.dtype != "auto" && isBuilt(dir) {
-		// A built directory is served as it was built: a type asked for would be ignored.
-		return nil, fmt.Errorf("--dtype %s applies to Hugging Face checkpoints and GGUF files; %s is a built model directory (rebuild it with `conveyor build-model --dtype %s`)", o.dtype, dir, o.dtype)
-	}
-	auto := o.runner.Device == models.DeviceAuto || o.runner.Device == ""
-	if o.runner.Device == models.DeviceCUDA || (auto && !isBuilt(dir) && models.CUDAUsable(o.runner)) {
-		// The GPU runs a 16-bit step graph: the checkpoint's type, as vLLM's --dtype auto.
-		cfg, _ := convert.LoadConfig(dir) // nil for a built directory, opened as built
-		if opts.StepDType, err = convert.GPUStepDType(cfg, o.dtype); err != nil {
-			return nil, err
-		}
-	}
-	if opts.StepDType == convert.Float32 {
-		// The CPU step graph's cache type is built in: --kv-cache-dtype's (auto: float16).
-		opts.StepKVDType = stepKVDType(o.runner.KVCacheDType)
-	}
-	if o.quantize == "" && convert.IsGGUF(dir) {
-		// A GGUF file keeps its linear weights as close to its own types as Conveyor's
-		// quantized linears come (int4 for 4-bit files, int8 for 5- to 8-bit ones).
-		if opts.Quantize, _, err = convert.GGUFQuantization(dir, opts.StepDType != convert.Float32); err != nil {
-			return nil, err
-		}
-	}
-	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), opts)
+	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), p.Build)
 	if err != nil {
 		return nil, err
 	}
@@ -94,31 +70,15 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := models.Open(dir, o.runner)
+	m, err := models.Open(dir, p.Runner)
 	if err != nil {
 		return nil, err
 	}
-	return &loaded{dir: dir, quantization: convert.BuiltQuantization(dir), tok: tok, model: m, runner: o.runner}, nil
-}
-
-// isBuilt reports whether dir is a built model directory (one with a model.onnx), which
-// load opens as it is.
-func isBuilt(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, "model.onnx"))
-	return err == nil && !st.IsDir()
+	return &loaded{dir: dir, quantization: convert.BuiltQuantization(dir), tok: tok, model: m, runner: p.Runner, plan: p}, nil
 }
 
 // reopen opens the loaded model's directory again, with the same options.
 func (l *loaded) reopen() (models.Model, error) { return models.Open(l.dir, l.runner) }
-
-// stepKVDType is the KV cache type a CPU step graph is built with for a --kv-cache-dtype
-// value: float16 for float16 and auto, float32 for float32 and "".
-func stepKVDType(kv string) convert.DType {
-	if kv == models.KVCacheAuto || kv == convert.Float16.String() {
-		return convert.Float16
-	}
-	return convert.Float32
-}
 
 // checkDType checks a --dtype value: one GPUStepDType takes, and not float16 or bfloat16
 // on the CPU, where a checkpoint's graph is float32.
