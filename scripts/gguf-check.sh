@@ -62,21 +62,8 @@ for b in llama-server llama-quantize llama-perplexity; do
 	[ -x "$lbin/$b" ] || { echo "gguf-check: $lbin/$b missing: build llama.cpp first"; exit 1; }
 done
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-# wait_ready URL PID LOG: waits until URL answers 200 (at most 20 minutes, as a first build
-# of a 0.5B model takes minutes), or the process exits.
-wait_ready() {
-	for _ in $(seq 2400); do
-		curl -sf -o /dev/null "$1" && return 0
-		kill -0 "$2" 2>/dev/null || { echo "gguf-check: server exited; see $3"; tail -5 "$3"; return 1; }
-		sleep 0.5
-	done
-	echo "gguf-check: $1 not ready; see $3"
-	return 1
-}
+script_name=gguf-check
+. scripts/servers.sh
 
 # llama_up FILE [ARGS...]: llama-server on FILE at $lport; sets lpid.
 llama_up() {
@@ -101,7 +88,6 @@ conveyor_up() {
 	ready_s=$(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }")
 }
 
-down() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 # The comparisons, in Python (stdlib, plus gguf-py and numpy for reading a file's vocabulary).
 cat >"$out/compare.py" <<'PY'

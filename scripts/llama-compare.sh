@@ -46,22 +46,8 @@ for b in llama-server llama-quantize; do
 done
 [ -f .tokenizers/qwen3/tokenizer.json ] || { echo "llama-compare: run 'make tokenizer-files' first"; exit 1; }
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-# wait_ready URL PID LOG: waits until URL answers 200 (a first build of the 0.5B int8
-# graph takes minutes), or the process exits.
-wait_ready() {
-	for _ in $(seq 2400); do
-		curl -sf -o /dev/null "$1" && return 0
-		kill -0 "$2" 2>/dev/null || { echo "llama-compare: server exited; see $3"; tail -5 "$3"; return 1; }
-		sleep 0.5
-	done
-	echo "llama-compare: $1 not ready; see $3"
-	return 1
-}
-down() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+script_name=llama-compare
+. scripts/servers.sh
 
 # checkpoint NAME CONFIG TOKENIZER_DIR: a random Hugging Face checkpoint of CONFIG in
 # $out/NAME-hf and its Q8_0 GGUF in $out/NAME-q8_0.gguf (made once).

@@ -41,7 +41,6 @@ type loaded struct {
 	tok          *tokenizer.Tokenizer
 	model        models.Model
 	runner       models.RunnerOptions // the plan's: device, path and KV cache type resolved
-	plan         plan.Plan
 }
 
 // load opens the model at dir for a command: its tokenizer and its runner (the caller
@@ -74,7 +73,7 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &loaded{dir: dir, quantization: convert.BuiltQuantization(dir), tok: tok, model: m, runner: p.Runner, plan: p}, nil
+	return &loaded{dir: dir, quantization: convert.BuiltQuantization(dir), tok: tok, model: m, runner: p.Runner}, nil
 }
 
 // reopen opens the loaded model's directory again, with the same options.
