@@ -53,7 +53,7 @@ func benchLinear(b *testing.B, isa string) {
 				}
 				defer ws[i].Close()
 			}
-			for _, M := range []int{1, 16, 64} {
+			for _, M := range []int{1, 2, 5, 8, 16, 64} {
 				b.Run(fmt.Sprintf("M%d", M), func(b *testing.B) {
 					x := randInput(r, M, sh.K)
 					y := make([]float32, M*sh.N)

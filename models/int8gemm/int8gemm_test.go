@@ -149,7 +149,7 @@ func matMulGuarded(t *testing.T, wt *Weights, x []float32, M int) []float32 {
 func TestMatchesReference(t *testing.T) {
 	type shape struct{ K, N int }
 	shapes := []shape{{1, 1}, {3, 5}, {4, 64}, {7, 100}, {33, 200}, {130, 129}, {896, 100}, {896, 1152}, {4864, 96}}
-	ms := []int{1, 2, 5, 16, 17, 64}
+	ms := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 16, 17, 64}
 	forEachISA(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
 		for _, sh := range shapes {
