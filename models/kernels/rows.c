@@ -1,4 +1,4 @@
-#include "softmax.h"
+#include "rows.h"
 
 #include <math.h>
 #include <stddef.h>

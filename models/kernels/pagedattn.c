@@ -1,5 +1,5 @@
 // PagedAttention: checks, the cache store, the work plan and the instruction-set
-// dispatch. The attention arithmetic is kernel_impl.h, compiled once per instruction set.
+// dispatch. The attention arithmetic is pagedattn_impl.h, compiled once per instruction set.
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel.h"
+#include "pagedattn.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -339,7 +339,7 @@ static float *cv_pa_alloc(size_t n) {
 #define VW 4
 #define SFX _generic
 #define KFN
-#include "kernel_impl.h"
+#include "pagedattn_impl.h"
 #undef VW
 #undef SFX
 #undef KFN
@@ -348,7 +348,7 @@ static float *cv_pa_alloc(size_t n) {
 #define VW 8
 #define SFX _avx2
 #define KFN __attribute__((target("avx2,fma,f16c")))
-#include "kernel_impl.h"
+#include "pagedattn_impl.h"
 #undef VW
 #undef SFX
 #undef KFN
@@ -356,7 +356,7 @@ static float *cv_pa_alloc(size_t n) {
 #define VW 16
 #define SFX _avx512
 #define KFN __attribute__((target("avx512f,avx2,fma,f16c")))
-#include "kernel_impl.h"
+#include "pagedattn_impl.h"
 #undef VW
 #undef SFX
 #undef KFN

@@ -1,5 +1,5 @@
 // The PagedAttention kernel: what the Go entry point (pagedattn.go) and the ONNX Runtime
-// operator (ortop.c) share. See doc.go for the contract.
+// operator (pagedattn_op.c) share. See pagedattn_doc.go for the contract.
 #ifndef CV_PA_KERNEL_H
 #define CV_PA_KERNEL_H
 
@@ -55,7 +55,7 @@ typedef struct {
 // CV_PA_ERR_LEN is the size of the buffer cv_pa_check writes its message into.
 #define CV_PA_ERR_LEN 256
 
-// CUDA's limits, which this operator enforces too (doc.go lists each rule and where ONNX
+// CUDA's limits, which this operator enforces too (pagedattn_doc.go lists each rule and where ONNX
 // Runtime states it): num_heads at most CUDA's threads per block; head sizes a multiple
 // of 8 up to memory-efficient attention's largest; blocks a power of two of at least
 // CV_PA_MIN_BLOCK tokens; with cos and sin caches, head sizes a multiple of 16 and

@@ -1,4 +1,4 @@
-package int8gemm
+package kernels
 
 import (
 	"fmt"
@@ -35,20 +35,20 @@ func BenchmarkInt8LinearAVX2(b *testing.B) { benchLinear(b, "avx2") }
 
 func benchLinear(b *testing.B, isa string) {
 	if isa != "" {
-		if !forceISA(isa) {
+		if !forceInt8ISA(isa) {
 			b.Skipf("%s is not supported on this CPU", isa)
 		}
-		defer forceISA("")
+		defer forceInt8ISA("")
 	}
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, sh := range benchShapes {
 		b.Run(sh.name, func(b *testing.B) {
 			w, scale := randWeights(r, sh.K, sh.N)
 			copies := max(1, coldBytes/(sh.K*sh.N))
-			ws := make([]*Weights, copies)
+			ws := make([]*Int8Weights, copies)
 			for i := range ws {
 				var err error
-				if ws[i], err = Pack(w, scale, sh.K, sh.N); err != nil {
+				if ws[i], err = PackInt8(w, scale, sh.K, sh.N); err != nil {
 					b.Fatal(err)
 				}
 				defer ws[i].Close()

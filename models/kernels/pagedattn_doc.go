@@ -1,14 +1,16 @@
-// Package pagedattn is Conveyor's own implementation of ONNX Runtime's
+// # PagedAttention
+//
+// PagedAttention (pagedattn.go, pagedattn.c) is Conveyor's own implementation of ONNX Runtime's
 // com.microsoft.PagedAttention contract for the CPU, where ONNX Runtime has none: the
 // one-graph-per-step model (every layer's attention one PagedAttention node over the
 // packed new tokens of every sequence, the KV cache updated in place) runs on CUDA with
 // com.microsoft.PagedAttention and on CPUs, in float32 with float32 or float16 caches,
-// with this package's operator, domain com.conveyor, op type PagedAttention, since version
-// 1 (OpDescs: models/ort makes an ONNX Runtime custom operator of it). The same kernel is
-// a plain Go call, Run, which the tests compare against a float64 reference written from
+// with Conveyor's operator, domain com.conveyor, op type PagedAttention, since version
+// 1 (PagedOpDescs: models/ort makes an ONNX Runtime custom operator of it). The same kernel is
+// a plain Go call, PagedAttention, which the tests compare against a float64 reference written from
 // the definition.
 //
-// # Contract
+// # PagedAttention: contract
 //
 // Inputs, in order (float32 unless said; T new tokens, B rows):
 //
@@ -42,7 +44,7 @@
 // do_rotary and rotary_interleaved. is_causal, smooth_softmax and rotary_offset are refused
 // at session creation unless they hold their defaults (1, 0, 0).
 //
-// # What CUDA refuses, refused here
+// # PagedAttention: what CUDA refuses, refused here
 //
 // The operator refuses every shape ONNX Runtime's CUDA PagedAttention refuses, in its
 // words, so that a model the CPU serves is one the GPU serves. The rules are read in ONNX
@@ -51,8 +53,8 @@
 // and checked against the messages of the CUDA provider Conveyor ships (1.29.0, `make
 // ort-gpu`), which differs from later sources in taking attention_metadata of shape (2)
 // only.
-// contract.go gives the same rules to the model builder and the runners (HeadFits,
-// RotaryFits, BlockSizeFits), and TestContractMatchesKernel holds them to the kernel's:
+// pagedattn_contract.go gives the same rules to the model builder and the runners (PagedHeadFits,
+// PagedRotaryFits, PagedBlockSizeFits), and TestContractMatchesKernel holds them to the kernel's:
 //
 //   - num_heads and kv_num_heads positive (PagedAttention's constructor); num_heads at
 //     most 1024, "num_heads should be no larger than" (CheckInputs: CUDA's threads per
@@ -94,7 +96,7 @@
 // decreasing, ending at T), past_seqlens (>= 0), the block table entries of every position
 // a row uses (in [0, num_blocks)) and those positions against block_table's columns and
 // cos_cache's rows are checked before anything is written: a bad call fails with an
-// INVALID_ARGUMENT status naming what is wrong (Run: an ErrInput error) and changes
+// INVALID_ARGUMENT status naming what is wrong (PagedAttention: an ErrPagedInput error) and changes
 // nothing. Rows whose slots overlap are not detected (the later row's keys win).
 //
 // For every row and new token at position p: with do_rotary, its query and key heads are
@@ -107,7 +109,7 @@
 // with no new tokens is allowed and reads and writes nothing, whatever its block table
 // holds.
 //
-// # The window
+// # PagedAttention: the window
 //
 // With local_window_size = W > 0 the query at position p sees positions p-W+1 ... p: W
 // keys, itself included. W <= 0 means no window. This is the CUDA operator's semantic,
@@ -119,13 +121,13 @@
 // construct_local_mask with window (local_window_size, 0)) masks keys at or before
 // p - local_window_size. ONNX Runtime's CPU GroupQueryAttention (contrib_ops/cpu/bert/
 // gqa_attention_base.h) differs by one: it lets a query see local_window_size + 1 keys.
-// Conveyor's paged attention (models/attention) uses W keys, like this package.
+// Conveyor's paged attention (models/attention, since retired) used W keys, like this operator.
 //
-// # Kernel
+// # PagedAttention: kernel
 //
-// The arithmetic is C over GCC/Clang vector extensions (kernel_impl.h), compiled for
+// The arithmetic is C over GCC/Clang vector extensions (pagedattn_impl.h), compiled for
 // AVX-512F, AVX2+FMA and a portable 4-lane build; the best one the CPU runs is picked on
-// first use (ISA). The new keys and values are stored first, in one pass. The attention
+// first use (PagedAttentionISA). The new keys and values are stored first, in one pass. The attention
 // is split into work items: one row, one KV head and up to 16 of the row's new tokens,
 // that is up to 16 × (num_heads/kv_num_heads) query rows. An item walks the keys its
 // tokens see in tiles of at most 64 positions inside one block, with an online softmax
@@ -135,11 +137,11 @@
 // the weighted sum keeps its accumulators in registers while the tile's values stream
 // past, and the next tile, which lives in another block, is prefetched into L2 while this
 // one is scored. Through ONNX Runtime the items run on the session's intra-op threads
-// (KernelContext_ParallelFor); Run spreads them over GOMAXPROCS goroutines.
+// (KernelContext_ParallelFor); PagedAttention spreads them over GOMAXPROCS goroutines.
 //
-// # Speed
+// # PagedAttention: speed
 //
-// BenchmarkRun (one `go test -bench`, 3 s per case) on Qwen2.5-0.5B's attention shape: 14
+// BenchmarkPagedAttention (one `go test -bench`, 3 s per case) on Qwen2.5-0.5B's attention shape: 14
 // query heads over 2 KV heads of 64, full rotary, blocks of 16 tokens, float32 caches, the
 // 24 layers' caches cycled so that each call reads its past from memory; a 2-core AMD
 // EPYC (family 25 model 1, Zen 3; /proc/cpuinfo names it "AMD EPYC"), AVX2:
@@ -156,14 +158,14 @@
 // 1.65 ms against 1.35 ms (1.22x: each 16-token item converts the past it reads again). A single decode row has
 // only kv_num_heads items, so it uses that many threads.
 //
-// # Usage
+// # PagedAttention: usage
 //
 // In Go, with the tensors as slices (KeyCache and ValueCache are updated in place):
 //
-//	err := pagedattn.Run(
-//		pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true},
-//		pagedattn.Dims{Tokens: 5, HeadDim: 64, NumBlocks: 64, BlockSize: 16, Batch: 2, MaxBlocks: 8, RotaryDim: 64, MaxPos: 4096},
-//		pagedattn.Tensors{Query: q, Key: k, Value: v, KeyCache: kc, ValueCache: vc,
+//	err := kernels.PagedAttention(
+//		kernels.PagedAttrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true},
+//		kernels.PagedDims{Tokens: 5, HeadDim: 64, NumBlocks: 64, BlockSize: 16, Batch: 2, MaxBlocks: 8, RotaryDim: 64, MaxPos: 4096},
+//		kernels.PagedTensors{Query: q, Key: k, Value: v, KeyCache: kc, ValueCache: vc,
 //			CumSeqLens: []int32{0, 4, 5}, PastSeqLens: []int32{0, 37}, BlockTable: table,
 //			Cos: cos, Sin: sin, Out: out})
 //
@@ -173,4 +175,4 @@
 //	sess, err := ort.NewSession("step.onnx", ort.SessionConfig{OwnOps: true})
 //	err = sess.Run([]string{"query", "key_cache", "value_cache", ...}, []*ort.Value{query, keyCache, valueCache, ...},
 //		[]string{"output", "key_cache_out", "value_cache_out"}, []*ort.Value{output, keyCache, valueCache})
-package pagedattn
+package kernels

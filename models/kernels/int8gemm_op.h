@@ -1,4 +1,4 @@
-// The Int8Linear operator's names and its descriptor (ortop.c).
+// The Int8Linear operator's names and its descriptor (int8gemm_op.c).
 #ifndef CV_ORTOP_H
 #define CV_ORTOP_H
 

@@ -1,9 +1,9 @@
-package pagedattn
+package kernels
 
 // #cgo CFLAGS: -O3 -std=gnu11
 // #cgo LDFLAGS: -lm
 // #include <stdlib.h>
-// #include "kernel.h"
+// #include "pagedattn.h"
 import "C"
 
 import (
@@ -16,12 +16,12 @@ import (
 	"unsafe"
 )
 
-// ErrInput reports a call whose inputs do not fit the operator's contract: lengths that
+// ErrPagedInput reports a call whose inputs do not fit the operator's contract: lengths that
 // do not match the dimensions, bad attributes, sequence lengths or block table entries.
-var ErrInput = errors.New("pagedattn: invalid input")
+var ErrPagedInput = errors.New("kernels: invalid PagedAttention input")
 
-// Attrs are the operator's attributes.
-type Attrs struct {
+// PagedAttrs are the operator's attributes.
+type PagedAttrs struct {
 	NumHeads   int // query heads
 	KVNumHeads int // key and value heads; NumHeads is a multiple of it
 	// Scale multiplies q·k; 0 means 1/sqrt(HeadDim).
@@ -37,8 +37,8 @@ type Attrs struct {
 	RotaryInterleaved bool
 }
 
-// Dims are the dimensions of the operator's tensors.
-type Dims struct {
+// PagedDims are the dimensions of the operator's tensors.
+type PagedDims struct {
 	Tokens    int // T: the new tokens of all rows, packed one row after another
 	HeadDim   int // D
 	NumBlocks int // the caches' blocks
@@ -49,10 +49,10 @@ type Dims struct {
 	MaxPos    int // cos_cache's rows: the positions it covers
 }
 
-// Tensors are the operator's inputs and its output, row-major, float32 unless said.
+// PagedTensors are the operator's inputs and its output, row-major, float32 unless said.
 // KeyCache and ValueCache are updated in place (the operator's key_cache_out and
 // value_cache_out are the same buffers).
-type Tensors struct {
+type PagedTensors struct {
 	Query      []float32 // [T, NumHeads·D], or q|k|v [T, (NumHeads+2·KVNumHeads)·D] when Key and Value are nil
 	Key, Value []float32 // [T, KVNumHeads·D], or both nil
 	KeyCache   []float32 // [NumBlocks, BlockSize, KVNumHeads, D]
@@ -72,12 +72,12 @@ type Tensors struct {
 	Out      []float32 // [T, NumHeads·D], written
 }
 
-// Run applies the operator: it stores the new keys (rotated) and values into their
+// PagedAttention applies the operator: it stores the new keys (rotated) and values into their
 // cache slots and writes each new token's attention over its row's positions to Out.
 // Every length is checked against d, and the sequence lengths and block table against
 // the caches, before the kernel runs; a call that fails changes nothing. The work is
 // spread over GOMAXPROCS goroutines.
-func Run(a Attrs, d Dims, t Tensors) error {
+func PagedAttention(a PagedAttrs, d PagedDims, t PagedTensors) error {
 	x, err := newArgs(a, d, t)
 	if err != nil {
 		return err
@@ -96,10 +96,10 @@ func Run(a Attrs, d Dims, t Tensors) error {
 	}
 	var msg [C.CV_PA_ERR_LEN]C.char
 	if C.cv_pa_check(x, &msg[0]) != 0 {
-		return fmt.Errorf("%w: %s", ErrInput, C.GoString(&msg[0]))
+		return fmt.Errorf("%w: %s", ErrPagedInput, C.GoString(&msg[0]))
 	}
 	if C.cv_pa_store(x) != 0 {
-		return errors.New("pagedattn: out of memory")
+		return errors.New("kernels: PagedAttention: out of memory")
 	}
 	n := int(C.cv_pa_plan(x, nil))
 	if n == 0 {
@@ -123,14 +123,14 @@ func Run(a Attrs, d Dims, t Tensors) error {
 	work()
 	wg.Wait()
 	if failed.Load() {
-		return errors.New("pagedattn: out of memory")
+		return errors.New("kernels: PagedAttention: out of memory")
 	}
 	return nil
 }
 
 // newArgs checks the attributes and every length against d and returns the kernel's
 // arguments (pointing into t's slices).
-func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
+func newArgs(a PagedAttrs, d PagedDims, t PagedTensors) (*C.cv_pa_args, error) {
 	x := &C.cv_pa_args{a: C.cv_pa_attrs{
 		num_heads:          C.int64_t(a.NumHeads),
 		kv_num_heads:       C.int64_t(a.KVNumHeads),
@@ -142,7 +142,7 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 	}}
 	var msg [C.CV_PA_ERR_LEN]C.char
 	if C.cv_pa_check_attrs(&x.a, &msg[0]) != 0 {
-		return nil, fmt.Errorf("%w: %s", ErrInput, C.GoString(&msg[0]))
+		return nil, fmt.Errorf("%w: %s", ErrPagedInput, C.GoString(&msg[0]))
 	}
 	for _, v := range []struct {
 		name string
@@ -150,19 +150,19 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 	}{{"Tokens", d.Tokens}, {"HeadDim", d.HeadDim}, {"NumBlocks", d.NumBlocks}, {"BlockSize", d.BlockSize},
 		{"Batch", d.Batch}, {"MaxBlocks", d.MaxBlocks}, {"RotaryDim", d.RotaryDim}, {"MaxPos", d.MaxPos}} {
 		if v.n < 0 || v.n > math.MaxInt32 {
-			return nil, fmt.Errorf("%w: Dims.%s = %d is outside [0, 2^31)", ErrInput, v.name, v.n)
+			return nil, fmt.Errorf("%w: PagedDims.%s = %d is outside [0, 2^31)", ErrPagedInput, v.name, v.n)
 		}
 	}
 	packed := t.Key == nil && t.Value == nil
 	if !packed && (t.Key == nil || t.Value == nil) {
-		return nil, fmt.Errorf("%w: Key and Value must both be given, or both be nil (packed q|k|v)", ErrInput)
+		return nil, fmt.Errorf("%w: Key and Value must both be given, or both be nil (packed q|k|v)", ErrPagedInput)
 	}
 	if (t.Cos == nil) != (t.Sin == nil) {
-		return nil, fmt.Errorf("%w: Cos and Sin must both be given, or both be nil", ErrInput)
+		return nil, fmt.Errorf("%w: Cos and Sin must both be given, or both be nil", ErrPagedInput)
 	}
 	half := t.KeyCache == nil && t.ValueCache == nil && (t.KeyCacheHalf != nil || t.ValueCacheHalf != nil)
 	if half && (t.KeyCacheHalf == nil || t.ValueCacheHalf == nil) || !half && (t.KeyCacheHalf != nil || t.ValueCacheHalf != nil) {
-		return nil, fmt.Errorf("%w: give KeyCache and ValueCache, or KeyCacheHalf and ValueCacheHalf", ErrInput)
+		return nil, fmt.Errorf("%w: give KeyCache and ValueCache, or KeyCacheHalf and ValueCacheHalf", ErrPagedInput)
 	}
 	keyCache, valueCache := len(t.KeyCache), len(t.ValueCache)
 	if half {
@@ -170,10 +170,10 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 	}
 	rotary := t.Cos != nil
 	if rotary && (d.RotaryDim < 2 || d.RotaryDim%2 != 0) {
-		return nil, fmt.Errorf("%w: Dims.RotaryDim = %d, want an even number >= 2 with Cos and Sin", ErrInput, d.RotaryDim)
+		return nil, fmt.Errorf("%w: PagedDims.RotaryDim = %d, want an even number >= 2 with Cos and Sin", ErrPagedInput, d.RotaryDim)
 	}
 	if !rotary && d.RotaryDim != 0 {
-		return nil, fmt.Errorf("%w: Dims.RotaryDim = %d without Cos and Sin", ErrInput, d.RotaryDim)
+		return nil, fmt.Errorf("%w: PagedDims.RotaryDim = %d without Cos and Sin", ErrPagedInput, d.RotaryDim)
 	}
 	qHeads := a.NumHeads
 	if packed {
@@ -200,7 +200,7 @@ func newArgs(a Attrs, d Dims, t Tensors) (*C.cv_pa_args, error) {
 			continue
 		}
 		if c.want < 0 || c.got != c.want {
-			return nil, fmt.Errorf("%w: len(%s) = %d, want %s = %d", ErrInput, c.name, c.got, c.how, c.want)
+			return nil, fmt.Errorf("%w: len(%s) = %d, want %s = %d", ErrPagedInput, c.name, c.got, c.how, c.want)
 		}
 	}
 	x.g = C.cv_pa_geom{
@@ -263,11 +263,11 @@ func i32(s []int32) *C.int32_t {
 	return (*C.int32_t)(unsafe.Pointer(&s[0]))
 }
 
-// ISA names the instruction set the kernel uses on this CPU: "avx512", "avx2" or
+// PagedAttentionISA names the instruction set the kernel uses on this CPU: "avx512", "avx2" or
 // "generic".
-func ISA() string { return isaName(int(C.cv_pa_isa())) }
+func PagedAttentionISA() string { return pagedISAName(int(C.cv_pa_isa())) }
 
-func isaName(isa int) string {
+func pagedISAName(isa int) string {
 	switch isa {
 	case C.CV_PA_AVX512:
 		return "avx512"
@@ -277,11 +277,11 @@ func isaName(isa int) string {
 	return "generic"
 }
 
-// isas lists the instruction sets by name, for tests.
-var isas = []int{C.CV_PA_GENERIC, C.CV_PA_AVX2, C.CV_PA_AVX512}
+// pagedISAs lists the instruction sets by name, for tests.
+var pagedISAs = []int{C.CV_PA_GENERIC, C.CV_PA_AVX2, C.CV_PA_AVX512}
 
-// setISA makes the kernel use isa (for tests); it reports false when the CPU lacks it.
-func setISA(isa int) bool { return C.cv_pa_set_isa(C.int(isa)) == 0 }
+// setPagedISA makes the kernel use isa (for tests); it reports false when the CPU lacks it.
+func setPagedISA(isa int) bool { return C.cv_pa_set_isa(C.int(isa)) == 0 }
 
 func u16(s []uint16) *C.uint16_t {
 	if len(s) == 0 {

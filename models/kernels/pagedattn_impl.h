@@ -1,4 +1,4 @@
-// One work item's attention for one instruction set; kernel.c includes this file once
+// One work item's attention for one instruction set; pagedattn.c includes this file once
 // per set with VW (lanes of a float vector), SFX (a name suffix) and KFN (the function
 // attributes that select the set) defined. No include guard on purpose.
 

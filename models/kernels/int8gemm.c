@@ -1,6 +1,6 @@
 // Int8 linear layers: weight packing, activation quantization, the thread pool and
-// the dispatch to one of four kernels (kernel_amx.h, kernel_vnni.h, kernel_avx2.h and
-// the portable one below). See doc.go for the design and measurements.
+// the dispatch to one of four kernels (int8gemm_amx.h, int8gemm_vnni.h, int8gemm_avx2.h and
+// the portable one below). See int8gemm_doc.go for the design and measurements.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #endif
 
-#include "kernel.h"
+#include "int8gemm.h"
 
 // Packed layout: panels of CV_PANEL columns; panel p holds kp*CV_PANEL bytes as
 // [kp/4][CV_PANEL columns][4 k], so byte (k, n) sits at
@@ -284,13 +284,13 @@ static void cv_gemm_portable(const cv_call *c, int m0, int m1, int p0, int p1) {
 #if defined(__x86_64__)
 // The kernels' files are named .h though each is included once, here: the go command
 // rebuilds a cgo package when one of its .h files changes, and ignores other suffixes.
-#include "kernel_avx2.h"
-#include "kernel_vnni.h"
+#include "int8gemm_avx2.h"
+#include "int8gemm_vnni.h"
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 static void cv_gemm(const cv_call *c, int m0, int m1, int p0, int p1, int pf_end);
 static void cv_quant(const cv_call *c, int m0, int m1);
-#include "kernel_amx.h"
+#include "int8gemm_amx.h"
 #else
 int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y, int plain_epilogue) {
 	(void)p, (void)x, (void)M, (void)y, (void)plain_epilogue;
@@ -401,7 +401,7 @@ int cv_i8_force_isa(const char *name) {
 
 // ---------------------------------------------------------------- thread pool
 
-#include "kernel_pool.h"
+#include "int8gemm_pool.h"
 
 // ---------------------------------------------------------------- entry point
 

@@ -1,16 +1,16 @@
 // Int8Linear, Conveyor's operator (domain com.conveyor; models/ort makes it an ONNX
-// Runtime custom operator) over this package's kernel: y = x @ dequant(w), x float32
+// Runtime custom operator) over the int8 kernel (int8gemm.c): y = x @ dequant(w), x float32
 // [..., K], w int8 [K, N] in the packed layout (attributes K and N; a 1-D constant
 // initializer of cv_i8w_packed_size bytes, read in place) with per-column float32 scales
-// [N], a constant initializer. See ortop.go.
+// [N], a constant initializer. See int8gemm_op.go.
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "op.h"
-#include "kernel.h"
-#include "ortop.h"
+#include "int8gemm.h"
+#include "int8gemm_op.h"
 
 typedef struct {
 	cv_i8w *w;

@@ -1,8 +1,8 @@
 // Vector helpers of the sampler: the largest logit, and the sum (optionally the values)
 // of exp((x - shift) * scale) over a row, with an AVX2+FMA path chosen at run time and a
 // portable one. Masked logits (-Inf) give exactly 0.
-#ifndef CONVEYOR_SOFTMAX_H
-#define CONVEYOR_SOFTMAX_H
+#ifndef CONVEYOR_ROWS_H
+#define CONVEYOR_ROWS_H
 
 // cv_row_max returns the largest value of x[0..n), NaN if any value is NaN, -Inf for n == 0.
 float cv_row_max(const float *x, long n);

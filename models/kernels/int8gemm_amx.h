@@ -1,4 +1,4 @@
-// The AMX kernel, included by kernel.c. It reads the same packed panels and the same
+// The AMX kernel, included by int8gemm.c. It reads the same packed panels and the same
 // unsigned activation codes as the VNNI kernel: one 64-byte row of a panel row group is
 // what a B tile row holds (16 columns × 4 k), so a panel is four B tiles of 16 k-groups
 // each, loaded with a stride of one panel row (256 bytes). TDPBUSD multiplies unsigned
@@ -50,7 +50,7 @@ __attribute__((target("avx512f"))) static void cv_amx_epilogue(int R, const int3
 	}
 }
 
-// The kernel itself (kernel_amx_body.h) is compiled twice: on the tile instructions
+// The kernel itself (int8gemm_amx_body.h) is compiled twice: on the tile instructions
 // (cv_gemm_amx), and on a plain C model of them written from the instructions'
 // definitions (cv_gemm_amx_model), which the tests run on any CPU against the reference,
 // so the kernel's addressing, tile shapes and operand order are checked even where no
@@ -65,7 +65,7 @@ __attribute__((target("avx512f"))) static void cv_amx_epilogue(int R, const int3
 #define TL_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define TL_RELEASE() _tile_release()
 #define TL_EPILOGUE cv_amx_epilogue
-#include "kernel_amx_body.h"
+#include "int8gemm_amx_body.h"
 
 // cv_tiles models the eight tile registers and their configured shapes.
 typedef struct {
@@ -160,7 +160,7 @@ static void cv_model_epilogue_any(int R, const int32_t *acc, const int32_t *comp
 #define TL_RELEASE() (cv_amx_model_bad |= tl_state_.bad)
 #define TL_EPILOGUE cv_model_epilogue_any
 static int cv_amx_model_bad;
-#include "kernel_amx_body.h"
+#include "int8gemm_amx_body.h"
 
 // cv_i8_linear_amx_model is MatMul through cv_gemm_amx_model on the calling thread (the
 // activation codes and column sums as the AMX path has them). It returns EINVAL when K

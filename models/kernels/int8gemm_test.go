@@ -1,4 +1,4 @@
-package int8gemm
+package kernels
 
 import (
 	"errors"
@@ -33,7 +33,7 @@ func rowRange(row []float32) float32 {
 // reference computes MatMul's definition in plain Go: int32 sums, then
 // (float32(acc) · (1/127 · scale[n])) · s, one float32 rounding per operation as in the
 // graph.
-func reference(w []int8, scale []float32, K, N int, x []float32, M int) []float32 {
+func int8Reference(w []int8, scale []float32, K, N int, x []float32, M int) []float32 {
 	y := make([]float32, M*N)
 	q := make([]int32, K)
 	acc := make([]int32, N)
@@ -62,10 +62,10 @@ func reference(w []int8, scale []float32, K, N int, x []float32, M int) []float3
 
 // forEachISA runs f once with every instruction set this CPU supports forced.
 func forEachISA(t *testing.T, f func(t *testing.T)) {
-	t.Cleanup(func() { forceISA("") })
+	t.Cleanup(func() { forceInt8ISA("") })
 	ran := 0
-	for _, isa := range isaNames {
-		if !forceISA(isa) {
+	for _, isa := range int8ISANames {
+		if !forceInt8ISA(isa) {
 			t.Logf("%s: not supported on this CPU, skipped", isa)
 			continue
 		}
@@ -126,7 +126,7 @@ func checkExact(t *testing.T, y, want []float32, N int) {
 
 // matMulGuarded runs MatMul on a y with guard values behind it and fails if the kernel
 // writes past M·N (padded columns must never be stored).
-func matMulGuarded(t *testing.T, wt *Weights, x []float32, M int) []float32 {
+func matMulGuarded(t *testing.T, wt *Int8Weights, x []float32, M int) []float32 {
 	t.Helper()
 	const guard = 256
 	buf := make([]float32, M*wt.N()+guard)
@@ -146,7 +146,7 @@ func matMulGuarded(t *testing.T, wt *Weights, x []float32, M int) []float32 {
 	return y
 }
 
-func TestMatchesReference(t *testing.T) {
+func TestInt8MatchesReference(t *testing.T) {
 	type shape struct{ K, N int }
 	shapes := []shape{{1, 1}, {3, 5}, {4, 64}, {7, 100}, {33, 200}, {130, 129}, {896, 100}, {896, 1152}, {4864, 96}}
 	ms := []int{1, 2, 5, 16, 17, 64}
@@ -154,7 +154,7 @@ func TestMatchesReference(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
 		for _, sh := range shapes {
 			w, scale := randWeights(r, sh.K, sh.N)
-			wt, err := Pack(w, scale, sh.K, sh.N)
+			wt, err := PackInt8(w, scale, sh.K, sh.N)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +162,7 @@ func TestMatchesReference(t *testing.T) {
 				t.Run(fmt.Sprintf("K%d_N%d_M%d", sh.K, sh.N, M), func(t *testing.T) {
 					x := randInput(r, M, sh.K)
 					y := matMulGuarded(t, wt, x, M)
-					checkExact(t, y, reference(w, scale, sh.K, sh.N, x, M), sh.N)
+					checkExact(t, y, int8Reference(w, scale, sh.K, sh.N, x, M), sh.N)
 				})
 			}
 			wt.Close()
@@ -170,10 +170,10 @@ func TestMatchesReference(t *testing.T) {
 	})
 }
 
-// TestWrapMatchesPack: weights laid out by Packed (as the builder stores them) and
+// TestInt8WrapMatchesPack: weights laid out by PackInt8Layout (as the builder stores them) and
 // wrapped compute exactly what the reference does, on every instruction set; a wrong
 // length is refused.
-func TestWrapMatchesPack(t *testing.T) {
+func TestInt8WrapMatchesPack(t *testing.T) {
 	type shape struct{ K, N int }
 	forEachISA(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
@@ -183,50 +183,50 @@ func TestWrapMatchesPack(t *testing.T) {
 			for i, v := range w {
 				raw[i] = byte(v)
 			}
-			packed, err := Packed(raw, sh.K, sh.N)
-			if err != nil || len(packed) != PackedSize(sh.K, sh.N) {
-				t.Fatalf("Packed %v: %d bytes, %v", sh, len(packed), err)
+			packed, err := PackInt8Layout(raw, sh.K, sh.N)
+			if err != nil || len(packed) != Int8PackedSize(sh.K, sh.N) {
+				t.Fatalf("PackInt8Layout %v: %d bytes, %v", sh, len(packed), err)
 			}
-			wrapped, err := Wrap(packed, scale, sh.K, sh.N)
+			wrapped, err := WrapInt8(packed, scale, sh.K, sh.N)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, M := range []int{1, 16} {
 				x := randInput(r, M, sh.K)
-				checkExact(t, matMulGuarded(t, wrapped, x, M), reference(w, scale, sh.K, sh.N, x, M), sh.N)
+				checkExact(t, matMulGuarded(t, wrapped, x, M), int8Reference(w, scale, sh.K, sh.N, x, M), sh.N)
 			}
 			wrapped.Close()
-			if _, err := Wrap(packed[1:], scale, sh.K, sh.N); !errors.Is(err, ErrShape) {
-				t.Fatalf("Wrap of a short buffer: %v", err)
+			if _, err := WrapInt8(packed[1:], scale, sh.K, sh.N); !errors.Is(err, ErrInt8Shape) {
+				t.Fatalf("WrapInt8 of a short buffer: %v", err)
 			}
 		}
 	})
 }
 
-// TestVocabularyWidth covers the language-model head's width, N = 151936, with a short
+// TestInt8VocabularyWidth covers the language-model head's width, N = 151936, with a short
 // K to keep the reference quick.
-func TestVocabularyWidth(t *testing.T) {
+func TestInt8VocabularyWidth(t *testing.T) {
 	const K, N = 12, 151936
 	forEachISA(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(3, 4))
 		w, scale := randWeights(r, K, N)
-		wt, err := Pack(w, scale, K, N)
+		wt, err := PackInt8(w, scale, K, N)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer wt.Close()
 		for _, M := range []int{1, 2, 5} {
 			x := randInput(r, M, K)
-			checkExact(t, matMulGuarded(t, wt, x, M), reference(w, scale, K, N, x, M), N)
+			checkExact(t, matMulGuarded(t, wt, x, M), int8Reference(w, scale, K, N, x, M), N)
 		}
 	})
 }
 
-// TestExtremes drives the int32 sums to their largest magnitude (K = MaxK, every code
+// TestInt8Extremes drives the int32 sums to their largest magnitude (K = Int8MaxK, every code
 // 127 and every weight -128) and checks outliers and a negative and a zero scale.
-func TestExtremes(t *testing.T) {
+func TestInt8Extremes(t *testing.T) {
 	forEachISA(t, func(t *testing.T) {
-		const K, N = MaxK, 70
+		const K, N = Int8MaxK, 70
 		w := make([]int8, K*N)
 		for i := range w {
 			w[i] = -128
@@ -239,7 +239,7 @@ func TestExtremes(t *testing.T) {
 			scale[i] = 1
 		}
 		scale[1], scale[2] = -0.5, 0
-		wt, err := Pack(w, scale, K, N)
+		wt, err := PackInt8(w, scale, K, N)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func TestExtremes(t *testing.T) {
 		}
 		x[2*K+5] = 3e38 // an outlier near float32's limit: the other codes round to 0
 		y := matMulGuarded(t, wt, x, M)
-		want := reference(w, scale, K, N, x, M)
+		want := int8Reference(w, scale, K, N, x, M)
 		checkExact(t, y, want, N)
 		// Independently of the reference: 131072 · 127 · -128 / 127 · 3.5.
 		if want := float64(K) * -128 * 3.5; math.Abs(float64(y[0])/want-1) > 1e-6 {
@@ -262,10 +262,10 @@ func TestExtremes(t *testing.T) {
 	})
 }
 
-// TestRoundsHalfToEven checks the reference's rounding on inputs whose scaled value
+// TestInt8RoundsHalfToEven checks the reference's rounding on inputs whose scaled value
 // is exactly halfway between two codes, so that the kernels are held to the graph's
 // QuantizeLinear rounding, not to round-half-away-from-zero.
-func TestRoundsHalfToEven(t *testing.T) {
+func TestInt8RoundsHalfToEven(t *testing.T) {
 	// With a row range of 1, x / 1 / (1/127) is exact for these x when it lands on a
 	// half: collect the ones that do.
 	var ties []float32
@@ -291,23 +291,23 @@ func TestRoundsHalfToEven(t *testing.T) {
 	forEachISA(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
 		w, scale := randWeights(r, K, 64)
-		wt, err := Pack(w, scale, K, 64)
+		wt, err := PackInt8(w, scale, K, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer wt.Close()
-		checkExact(t, matMulGuarded(t, wt, x, 1), reference(w, scale, K, 64, x, 1), 64)
+		checkExact(t, matMulGuarded(t, wt, x, 1), int8Reference(w, scale, K, 64, x, 1), 64)
 	})
 }
 
-// TestThreadCounts runs a large product with 1, 2, 3 and the default number of
+// TestInt8ThreadCounts runs a large product with 1, 2, 3 and the default number of
 // threads: every split must give the same bits.
-func TestThreadCounts(t *testing.T) {
-	t.Cleanup(func() { SetThreads(0) })
+func TestInt8ThreadCounts(t *testing.T) {
+	t.Cleanup(func() { SetInt8Threads(0) })
 	r := rand.New(rand.NewPCG(7, 8))
 	const K, N = 300, 1000
 	w, scale := randWeights(r, K, N)
-	wt, err := Pack(w, scale, K, N)
+	wt, err := PackInt8(w, scale, K, N)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,23 +315,23 @@ func TestThreadCounts(t *testing.T) {
 	forEachISA(t, func(t *testing.T) {
 		for _, M := range []int{1, 3, 17, 64} {
 			x := randInput(r, M, K)
-			want := reference(w, scale, K, N, x, M)
+			want := int8Reference(w, scale, K, N, x, M)
 			for _, n := range []int{1, 2, 3, 0} {
-				SetThreads(n)
+				SetInt8Threads(n)
 				checkExact(t, matMulGuarded(t, wt, x, M), want, N)
 			}
 		}
 	})
 }
 
-// TestConcurrentCalls runs MatMul from several goroutines at once, on shared and on
+// TestInt8ConcurrentCalls runs MatMul from several goroutines at once, on shared and on
 // separate weights: the pool serves one call and the others run on their own
 // threads, and every result must match a serial run.
-func TestConcurrentCalls(t *testing.T) {
+func TestInt8ConcurrentCalls(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	const K, N = 896, 1152
 	w, scale := randWeights(r, K, N)
-	shared, err := Pack(w, scale, K, N)
+	shared, err := PackInt8(w, scale, K, N)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestConcurrentCalls(t *testing.T) {
 	for i := range workers {
 		M := []int{1, 5, 16}[i%3]
 		inputs[i] = randInput(r, M, K)
-		wants[i] = reference(w, scale, K, N, inputs[i], M)
+		wants[i] = int8Reference(w, scale, K, N, inputs[i], M)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -352,7 +352,7 @@ func TestConcurrentCalls(t *testing.T) {
 			defer wg.Done()
 			wt := shared
 			if i%2 == 1 { // half the goroutines bring their own copy
-				own, err := Pack(w, scale, K, N)
+				own, err := PackInt8(w, scale, K, N)
 				if err != nil {
 					errs <- err
 					return
@@ -384,7 +384,7 @@ func TestConcurrentCalls(t *testing.T) {
 	}
 }
 
-func TestBadArguments(t *testing.T) {
+func TestInt8BadArguments(t *testing.T) {
 	w := make([]int8, 12)
 	scale := make([]float32, 4)
 	for _, c := range []struct {
@@ -400,17 +400,17 @@ func TestBadArguments(t *testing.T) {
 		{"long w", append(w, 0), scale, 3, 4},
 		{"short scale", w, scale[:3], 3, 4},
 		{"nil w", nil, scale, 3, 4},
-		{"K over MaxK", make([]int8, (MaxK+1)*1), []float32{1}, MaxK + 1, 1},
+		{"K over Int8MaxK", make([]int8, (Int8MaxK+1)*1), []float32{1}, Int8MaxK + 1, 1},
 	} {
-		if wt, err := Pack(c.w, c.scale, c.K, c.N); !errors.Is(err, ErrShape) {
-			t.Errorf("Pack %s: err = %v, want ErrShape", c.name, err)
+		if wt, err := PackInt8(c.w, c.scale, c.K, c.N); !errors.Is(err, ErrInt8Shape) {
+			t.Errorf("PackInt8 %s: err = %v, want ErrInt8Shape", c.name, err)
 			if wt != nil {
 				wt.Close()
 			}
 		}
 	}
 
-	wt, err := Pack(w, scale, 3, 4)
+	wt, err := PackInt8(w, scale, 3, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,8 +428,8 @@ func TestBadArguments(t *testing.T) {
 		{"nil x", y, nil, 2},
 		{"M too big", y, x, 3},
 	} {
-		if err := wt.MatMul(c.y, c.x, c.M); !errors.Is(err, ErrShape) {
-			t.Errorf("MatMul %s: err = %v, want ErrShape", c.name, err)
+		if err := wt.MatMul(c.y, c.x, c.M); !errors.Is(err, ErrInt8Shape) {
+			t.Errorf("MatMul %s: err = %v, want ErrInt8Shape", c.name, err)
 		}
 	}
 	if err := wt.MatMul(nil, nil, 0); err != nil {
@@ -440,48 +440,48 @@ func TestBadArguments(t *testing.T) {
 	}
 	wt.Close()
 	wt.Close()
-	if err := wt.MatMul(y, x, 2); !errors.Is(err, ErrClosed) {
-		t.Errorf("MatMul after Close: err = %v, want ErrClosed", err)
+	if err := wt.MatMul(y, x, 2); !errors.Is(err, ErrInt8Closed) {
+		t.Errorf("MatMul after Close: err = %v, want ErrInt8Closed", err)
 	}
 }
 
-func TestISA(t *testing.T) {
-	t.Cleanup(func() { forceISA("") })
-	got := ISA()
+func TestInt8ISA(t *testing.T) {
+	t.Cleanup(func() { forceInt8ISA("") })
+	got := Int8ISA()
 	found := false
-	for _, n := range isaNames {
+	for _, n := range int8ISANames {
 		found = found || n == got
 	}
 	if !found {
-		t.Fatalf("ISA() = %q, not one of %q", got, isaNames)
+		t.Fatalf("Int8ISA() = %q, not one of %q", got, int8ISANames)
 	}
-	if forceISA("sse9") {
+	if forceInt8ISA("sse9") {
 		t.Error("forcing an unknown instruction set succeeded")
 	}
-	if !forceISA("portable") || ISA() != "portable" {
-		t.Errorf("after forcing portable, ISA() = %q", ISA())
+	if !forceInt8ISA("portable") || Int8ISA() != "portable" {
+		t.Errorf("after forcing portable, Int8ISA() = %q", Int8ISA())
 	}
-	forceISA("")
-	if ISA() != got {
-		t.Errorf("after restoring, ISA() = %q, want %q", ISA(), got)
+	forceInt8ISA("")
+	if Int8ISA() != got {
+		t.Errorf("after restoring, Int8ISA() = %q, want %q", Int8ISA(), got)
 	}
 }
 
-// TestAMXKernelModel runs the AMX kernel on the C model of the tile instructions (on
+// TestInt8AMXKernelModel runs the AMX kernel on the C model of the tile instructions (on
 // any CPU) and holds it to the reference bit for bit: row counts around the 16-row
 // tile, partial panels, K of one to many 64-byte tiles. A wrong stride, tile shape or
 // operand order in the kernel fails here even where no AMX unit is.
-func TestAMXKernelModel(t *testing.T) {
+func TestInt8AMXKernelModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, sh := range []struct{ K, N int }{{64, 1}, {64, 64}, {128, 100}, {896, 200}, {192, 129}} {
 		w, scale := randWeights(r, sh.K, sh.N)
-		wt, err := Pack(w, scale, sh.K, sh.N)
+		wt, err := PackInt8(w, scale, sh.K, sh.N)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, M := range []int{1, 7, 8, 15, 16, 17, 33} {
 			x := randInput(r, M, sh.K)
-			want := reference(w, scale, sh.K, sh.N, x, M)
+			want := int8Reference(w, scale, sh.K, sh.N, x, M)
 			for _, plain := range []bool{false, true} {
 				y := make([]float32, M*sh.N)
 				if err := wt.matMulAMXModel(y, x, M, plain); errors.Is(err, syscall.ENOSYS) {
@@ -496,7 +496,7 @@ func TestAMXKernelModel(t *testing.T) {
 	}
 	// K not a multiple of 64 is the VNNI kernel's.
 	w, scale := randWeights(r, 96, 8)
-	wt, err := Pack(w, scale, 96, 8)
+	wt, err := PackInt8(w, scale, 96, 8)
 	if err != nil {
 		t.Fatal(err)
 	}

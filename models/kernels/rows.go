@@ -1,8 +1,8 @@
-package engine
+package kernels
 
 // #cgo CFLAGS: -O3 -std=gnu11
 // #cgo LDFLAGS: -lm
-// #include "softmax.h"
+// #include "rows.h"
 import "C"
 
 import (
@@ -10,17 +10,17 @@ import (
 	"unsafe"
 )
 
-// rowMax returns the largest value of x: NaN if any value is NaN, -Inf when x is empty.
-func rowMax(x []float32) float32 {
+// RowMax returns the largest value of x: NaN if any value is NaN, -Inf when x is empty.
+func RowMax(x []float32) float32 {
 	if len(x) == 0 {
 		return float32(math.Inf(-1))
 	}
 	return float32(C.cv_row_max((*C.float)(unsafe.Pointer(&x[0])), C.long(len(x))))
 }
 
-// rowExp returns the sum of exp((x[i]-shift)*scale), accumulated in float64, and stores
+// RowExp returns the sum of exp((x[i]-shift)*scale), accumulated in float64, and stores
 // each term in out when out is not nil (len(out) >= len(x)). Terms below exp(-87) are 0.
-func rowExp(x, out []float32, shift, scale float32) float64 {
+func RowExp(x, out []float32, shift, scale float32) float64 {
 	if len(x) == 0 {
 		return 0
 	}
@@ -31,8 +31,8 @@ func rowExp(x, out []float32, shift, scale float32) float64 {
 	return float64(C.cv_row_exp((*C.float)(unsafe.Pointer(&x[0])), o, C.long(len(x)), C.float(shift), C.float(scale)))
 }
 
-// rowFind returns the first i with x[i] == v, or -1.
-func rowFind(x []float32, v float32) int {
+// RowFind returns the first i with x[i] == v, or -1.
+func RowFind(x []float32, v float32) int {
 	if len(x) == 0 {
 		return -1
 	}

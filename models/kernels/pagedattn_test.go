@@ -1,4 +1,4 @@
-package pagedattn
+package kernels
 
 import (
 	"errors"
@@ -18,13 +18,13 @@ type row struct{ n, past int }
 // blocks of each row are spread over the cache out of order, the cache has blocks no
 // row uses, and unused block_table columns are -1.
 type testCall struct {
-	a Attrs
-	d Dims
-	t Tensors
+	a PagedAttrs
+	d PagedDims
+	t PagedTensors
 }
 
 type callSpec struct {
-	a         Attrs
+	a         PagedAttrs
 	headDim   int
 	blockSize int
 	rows      []row
@@ -52,7 +52,7 @@ func newCall(s callSpec) testCall {
 	}
 	numBlocks := used + 3
 	perm := rng.Perm(numBlocks)
-	c := testCall{a: a, d: Dims{Tokens: T, HeadDim: D, NumBlocks: numBlocks, BlockSize: bs, Batch: len(s.rows), MaxBlocks: maxBlocks}}
+	c := testCall{a: a, d: PagedDims{Tokens: T, HeadDim: D, NumBlocks: numBlocks, BlockSize: bs, Batch: len(s.rows), MaxBlocks: maxBlocks}}
 	t := &c.t
 	t.CumSeqLens = []int32{0}
 	for _, r := range s.rows {
@@ -109,7 +109,7 @@ func (c testCall) clone() testCall {
 // (rotated) and values stored into copies of the caches, then for every new token and
 // query head a dense softmax over the row's positions 0 ... p (within the window),
 // gathered one by one through the block table. It returns the output and the caches.
-func reference(c testCall) (out []float64, kc, vc []float32) {
+func pagedReference(c testCall) (out []float64, kc, vc []float32) {
 	a, d, t := c.a, c.d, c.t
 	H, KV, D, bs := a.NumHeads, a.KVNumHeads, d.HeadDim, d.BlockSize
 	kc, vc = slices.Clone(t.KeyCache), slices.Clone(t.ValueCache)
@@ -219,33 +219,33 @@ var referenceCases = []struct {
 	name string
 	spec callSpec
 }{
-	{"qwen-shape/bs16/partial-rotary", callSpec{a: Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, headDim: 64, blockSize: 16, rows: mixedRows, rotaryDim: 32}},
-	{"bs16/window/softcap/scale", callSpec{a: Attrs{NumHeads: 6, KVNumHeads: 2, DoRotary: true, LocalWindowSize: 6, Softcap: 2, Scale: 0.3}, headDim: 32, blockSize: 16, rows: mixedRows, rotaryDim: 32}},
-	{"packed/interleaved/bs32/partial", callSpec{a: Attrs{NumHeads: 8, KVNumHeads: 2, DoRotary: true, RotaryInterleaved: true}, headDim: 48, blockSize: 32, rows: mixedRows, rotaryDim: 32, packed: true}},
-	{"mha/head-24/no-rotary", callSpec{a: Attrs{NumHeads: 3, KVNumHeads: 3}, headDim: 24, blockSize: 16, rows: mixedRows}},
-	{"window-1/long-prefill", callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 1, LocalWindowSize: 1}, headDim: 16, blockSize: 16, rows: []row{{40, 3}, {1, 70}}}},
-	{"window-20/chunk-over-blocks", callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2, LocalWindowSize: 20, Softcap: 50}, headDim: 64, blockSize: 16, rows: []row{{35, 30}, {1, 100}, {2, 0}}}},
-	{"long-block/past-over-tile", callSpec{a: Attrs{NumHeads: 2, KVNumHeads: 1, DoRotary: true}, headDim: 128, blockSize: 128, rows: []row{{3, 250}, {1, 64}, {65, 0}}, rotaryDim: 128}},
+	{"qwen-shape/bs16/partial-rotary", callSpec{a: PagedAttrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, headDim: 64, blockSize: 16, rows: mixedRows, rotaryDim: 32}},
+	{"bs16/window/softcap/scale", callSpec{a: PagedAttrs{NumHeads: 6, KVNumHeads: 2, DoRotary: true, LocalWindowSize: 6, Softcap: 2, Scale: 0.3}, headDim: 32, blockSize: 16, rows: mixedRows, rotaryDim: 32}},
+	{"packed/interleaved/bs32/partial", callSpec{a: PagedAttrs{NumHeads: 8, KVNumHeads: 2, DoRotary: true, RotaryInterleaved: true}, headDim: 48, blockSize: 32, rows: mixedRows, rotaryDim: 32, packed: true}},
+	{"mha/head-24/no-rotary", callSpec{a: PagedAttrs{NumHeads: 3, KVNumHeads: 3}, headDim: 24, blockSize: 16, rows: mixedRows}},
+	{"window-1/long-prefill", callSpec{a: PagedAttrs{NumHeads: 4, KVNumHeads: 1, LocalWindowSize: 1}, headDim: 16, blockSize: 16, rows: []row{{40, 3}, {1, 70}}}},
+	{"window-20/chunk-over-blocks", callSpec{a: PagedAttrs{NumHeads: 4, KVNumHeads: 2, LocalWindowSize: 20, Softcap: 50}, headDim: 64, blockSize: 16, rows: []row{{35, 30}, {1, 100}, {2, 0}}}},
+	{"long-block/past-over-tile", callSpec{a: PagedAttrs{NumHeads: 2, KVNumHeads: 1, DoRotary: true}, headDim: 128, blockSize: 128, rows: []row{{3, 250}, {1, 64}, {65, 0}}, rotaryDim: 128}},
 }
 
-// TestRunMatchesReference: the output of every instruction set this CPU runs is within
+// TestPagedAttentionMatchesReference: the output of every instruction set this CPU runs is within
 // 1e-4 of the float64 reference, the new keys and values land in exactly their slots,
 // and nothing else in the caches changes.
-func TestRunMatchesReference(t *testing.T) {
-	defer setISA(isaByName(ISA()))
-	for _, isa := range isas {
-		if !setISA(isa) {
+func TestPagedAttentionMatchesReference(t *testing.T) {
+	defer setPagedISA(pagedISAByName(PagedAttentionISA()))
+	for _, isa := range pagedISAs {
+		if !setPagedISA(isa) {
 			continue
 		}
 		for i, tc := range referenceCases {
-			t.Run(isaName(isa)+"/"+tc.name, func(t *testing.T) {
+			t.Run(pagedISAName(isa)+"/"+tc.name, func(t *testing.T) {
 				tc.spec.seed = uint64(i + 1)
 				c := newCall(tc.spec)
 				if i%2 == 0 {
 					c.t.Metadata = metadataOf(c) // checked and accepted; the result is the same
 				}
-				want, wantK, wantV := reference(c)
-				if err := Run(c.a, c.d, c.t); err != nil {
+				want, wantK, wantV := pagedReference(c)
+				if err := PagedAttention(c.a, c.d, c.t); err != nil {
 					t.Fatal(err)
 				}
 				worst := 0.0
@@ -267,12 +267,12 @@ func TestRunMatchesReference(t *testing.T) {
 	}
 }
 
-// TestRunWritesOnlyNewSlots: the slots of the new tokens are the only cache elements
+// TestPagedAttentionWritesOnlyNewSlots: the slots of the new tokens are the only cache elements
 // that change, values are stored bit for bit, and keys without rotary too.
-func TestRunWritesOnlyNewSlots(t *testing.T) {
-	c := newCall(callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2}, headDim: 16, blockSize: 16, rows: mixedRows, seed: 3})
+func TestPagedAttentionWritesOnlyNewSlots(t *testing.T) {
+	c := newCall(callSpec{a: PagedAttrs{NumHeads: 4, KVNumHeads: 2}, headDim: 16, blockSize: 16, rows: mixedRows, seed: 3})
 	before := c.clone()
-	if err := Run(c.a, c.d, c.t); err != nil {
+	if err := PagedAttention(c.a, c.d, c.t); err != nil {
 		t.Fatal(err)
 	}
 	kvw := c.a.KVNumHeads * c.d.HeadDim
@@ -317,10 +317,10 @@ func withBlock(s callSpec, bs int) callSpec {
 	return s
 }
 
-// TestRunRefusesBadInput: calls that break the contract fail with ErrInput, naming what
+// TestPagedAttentionRefusesBadInput: calls that break the contract fail with ErrPagedInput, naming what
 // is wrong, and leave the caches and the output untouched.
-func TestRunRefusesBadInput(t *testing.T) {
-	spec := callSpec{a: Attrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, headDim: 16, blockSize: 16, rows: mixedRows, rotaryDim: 16, seed: 5}
+func TestPagedAttentionRefusesBadInput(t *testing.T) {
+	spec := callSpec{a: PagedAttrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, headDim: 16, blockSize: 16, rows: mixedRows, rotaryDim: 16, seed: 5}
 	cases := []struct {
 		name, want string
 		edit       func(c *testCall)
@@ -343,7 +343,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"rotary wider than the head", "cos_cache dimension 1 must be <= head_size / 2", func(c *testCall) {
 			c.d.RotaryDim, c.t.Cos, c.t.Sin = 32, make([]float32, c.d.MaxPos*16), make([]float32, c.d.MaxPos*16)
 		}},
-		// CUDA's own limits (doc.go), each refused as ONNX Runtime's CUDA kernel words it.
+		// CUDA's own limits (pagedattn_doc.go), each refused as ONNX Runtime's CUDA kernel words it.
 		{"rotary width not a multiple of 8 (Phi-3.5's 0.75 of a 16 head)", "cos_cache dimension 1 must be <= head_size / 2 and a multiple of 8", func(c *testCall) {
 			c.d.RotaryDim, c.t.Cos, c.t.Sin = 12, make([]float32, c.d.MaxPos*6), make([]float32, c.d.MaxPos*6)
 		}},
@@ -364,16 +364,16 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"no kv heads", "must be positive", func(c *testCall) { c.a.KVNumHeads = 0 }},
 		{"negative softcap", "softcap", func(c *testCall) { c.a.Softcap = -1 }},
 		{"NaN scale", "scale", func(c *testCall) { c.a.Scale = float32(math.NaN()) }},
-		{"negative dimension", "Dims.Batch", func(c *testCall) { c.d.Batch = -1 }},
+		{"negative dimension", "PagedDims.Batch", func(c *testCall) { c.d.Batch = -1 }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCall(spec)
 			tc.edit(&c)
 			before := c.clone()
-			err := Run(c.a, c.d, c.t)
-			if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want ErrInput naming %q", err, tc.want)
+			err := PagedAttention(c.a, c.d, c.t)
+			if !errors.Is(err, ErrPagedInput) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrPagedInput naming %q", err, tc.want)
 			}
 			if !slices.Equal(c.t.KeyCache, before.t.KeyCache) || !slices.Equal(c.t.ValueCache, before.t.ValueCache) || !slices.Equal(c.t.Out, before.t.Out) {
 				t.Fatal("a refused call changed the caches or the output")
@@ -382,41 +382,41 @@ func TestRunRefusesBadInput(t *testing.T) {
 	}
 }
 
-// TestRunIdleRows: rows without new tokens are allowed, whatever their block table
+// TestPagedAttentionIdleRows: rows without new tokens are allowed, whatever their block table
 // holds, and a call without tokens changes nothing.
-func TestRunIdleRows(t *testing.T) {
-	c := newCall(callSpec{a: Attrs{NumHeads: 2, KVNumHeads: 1}, headDim: 8, blockSize: 16, rows: []row{{0, 3}, {0, 0}}, seed: 9})
+func TestPagedAttentionIdleRows(t *testing.T) {
+	c := newCall(callSpec{a: PagedAttrs{NumHeads: 2, KVNumHeads: 1}, headDim: 8, blockSize: 16, rows: []row{{0, 3}, {0, 0}}, seed: 9})
 	for i := range c.t.BlockTable {
 		c.t.BlockTable[i] = -7
 	}
 	before := c.clone()
-	if err := Run(c.a, c.d, c.t); err != nil {
+	if err := PagedAttention(c.a, c.d, c.t); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.t.KeyCache, before.t.KeyCache) || !slices.Equal(c.t.ValueCache, before.t.ValueCache) {
 		t.Fatal("a call without tokens changed the caches")
 	}
-	if err := Run(c.a, Dims{HeadDim: 8, BlockSize: 16}, Tensors{CumSeqLens: []int32{0}}); err != nil {
+	if err := PagedAttention(c.a, PagedDims{HeadDim: 8, BlockSize: 16}, PagedTensors{CumSeqLens: []int32{0}}); err != nil {
 		t.Fatalf("empty batch: %v", err)
 	}
 }
 
-// FuzzRun: whatever the dimensions, sequence lengths and block table, Run either
-// refuses the call with ErrInput or matches the reference; it never reads or writes out
+// FuzzPagedAttention: whatever the dimensions, sequence lengths and block table, PagedAttention either
+// refuses the call with ErrPagedInput or matches the reference; it never reads or writes out
 // of bounds (which would crash the test binary).
-func FuzzRun(f *testing.F) {
+func FuzzPagedAttention(f *testing.F) {
 	f.Add(uint8(2), uint8(1), uint8(8), uint8(4), uint8(3), []byte{2, 1, 1, 3, 0, 5}, []byte{2, 3, 4}, int8(-1), false, true)
 	f.Add(uint8(4), uint8(2), uint8(5), uint8(3), uint8(4), []byte{1, 9, 4, 1}, []byte{3, 2, 4, 5, 3, 2}, int8(3), true, false)
 	f.Fuzz(func(t *testing.T, heads, kvHeads, headDim, blockSize, numBlocks uint8, rowBytes, table []byte, window int8, packed, rotary bool) {
-		a := Attrs{NumHeads: int(heads % 9), KVNumHeads: int(kvHeads % 5), LocalWindowSize: int(window), DoRotary: rotary}
+		a := PagedAttrs{NumHeads: int(heads % 9), KVNumHeads: int(kvHeads % 5), LocalWindowSize: int(window), DoRotary: rotary}
 		// Mostly shapes CUDA takes (heads of 8 to 40, blocks of 16 or 32), some it does not.
 		hd, bs := int(headDim%5+1)*8, []int{16, 32, 16, 0, 24, 3}[blockSize%6]
 		if headDim >= 0xf0 {
 			hd = int(headDim % 20)
 		}
-		d := Dims{HeadDim: hd, BlockSize: bs, NumBlocks: int(numBlocks % 12), Batch: len(rowBytes) / 2}
+		d := PagedDims{HeadDim: hd, BlockSize: bs, NumBlocks: int(numBlocks % 12), Batch: len(rowBytes) / 2}
 		rng := rand.New(rand.NewPCG(uint64(len(table)), uint64(headDim)))
-		tt := Tensors{CumSeqLens: []int32{0}}
+		tt := PagedTensors{CumSeqLens: []int32{0}}
 		for b := range d.Batch {
 			tt.CumSeqLens = append(tt.CumSeqLens, tt.CumSeqLens[b]+int32(rowBytes[2*b]%5))
 			tt.PastSeqLens = append(tt.PastSeqLens, int32(rowBytes[2*b+1]%40)-1)
@@ -455,14 +455,14 @@ func FuzzRun(f *testing.F) {
 		tt.Out = fill(d.Tokens * a.NumHeads * d.HeadDim)
 		c := testCall{a: a, d: d, t: tt}
 		before := c.clone()
-		err := Run(a, d, tt)
+		err := PagedAttention(a, d, tt)
 		if err != nil {
-			if !errors.Is(err, ErrInput) {
-				t.Fatalf("err = %v, want ErrInput", err)
+			if !errors.Is(err, ErrPagedInput) {
+				t.Fatalf("err = %v, want ErrPagedInput", err)
 			}
 			return
 		}
-		want, _, _ := reference(before)
+		want, _, _ := pagedReference(before)
 		for i, w := range want {
 			if math.Abs(float64(tt.Out[i])-w) > 1e-4 {
 				t.Fatalf("out[%d] = %g, reference %g", i, tt.Out[i], w)
@@ -471,23 +471,23 @@ func FuzzRun(f *testing.F) {
 	})
 }
 
-// isaByName returns the instruction set named name.
-func isaByName(name string) int {
-	for _, isa := range isas {
-		if isaName(isa) == name {
+// pagedISAByName returns the instruction set named name.
+func pagedISAByName(name string) int {
+	for _, isa := range pagedISAs {
+		if pagedISAName(isa) == name {
 			return isa
 		}
 	}
-	return isas[0]
+	return pagedISAs[0]
 }
 
-// TestRunHalfCache: with float16 caches, every instruction set stores each new key
+// TestPagedAttentionHalfCache: with float16 caches, every instruction set stores each new key
 // (rotated in float32) and value rounded to nearest even, bit for bit as
 // kvcache.Float32ToFloat16 rounds them (large, tiny and subnormal values included),
 // changes nothing else, and attends over the half values within 5e-3 of the float64
 // reference (whose new keys and values are not rounded).
-func TestRunHalfCache(t *testing.T) {
-	defer setISA(isaByName(ISA()))
+func TestPagedAttentionHalfCache(t *testing.T) {
+	defer setPagedISA(pagedISAByName(PagedAttentionISA()))
 	halves := func(xs []float32) []uint16 {
 		h := make([]uint16, len(xs))
 		for i, x := range xs {
@@ -495,12 +495,12 @@ func TestRunHalfCache(t *testing.T) {
 		}
 		return h
 	}
-	for _, isa := range isas {
-		if !setISA(isa) {
+	for _, isa := range pagedISAs {
+		if !setPagedISA(isa) {
 			continue
 		}
 		for i, tc := range referenceCases {
-			t.Run(isaName(isa)+"/"+tc.name, func(t *testing.T) {
+			t.Run(pagedISAName(isa)+"/"+tc.name, func(t *testing.T) {
 				tc.spec.seed = uint64(i + 1)
 				c := newCall(tc.spec)
 				// The past in the cache is what a half cache holds: rounded.
@@ -519,10 +519,10 @@ func TestRunHalfCache(t *testing.T) {
 						vals[len(vals)-1-j] = x
 					}
 				}
-				want, wantK, wantV := reference(c)
+				want, wantK, wantV := pagedReference(c)
 				kh, vh := halves(c.t.KeyCache), halves(c.t.ValueCache)
 				c.t.KeyCache, c.t.ValueCache, c.t.KeyCacheHalf, c.t.ValueCacheHalf = nil, nil, kh, vh
-				if err := Run(c.a, c.d, c.t); err != nil {
+				if err := PagedAttention(c.a, c.d, c.t); err != nil {
 					t.Fatal(err)
 				}
 				for name, pair := range map[string]struct {

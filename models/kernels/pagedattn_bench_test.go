@@ -1,4 +1,4 @@
-package pagedattn
+package kernels
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 // in a served step.
 const benchLayers = 24
 
-// BenchmarkRun times one call on Qwen2.5-0.5B's attention shape (14 query heads over 2
+// BenchmarkPagedAttention times one call on Qwen2.5-0.5B's attention shape (14 query heads over 2
 // KV heads of 64, rotary over the whole head, blocks of 16 tokens), float32 and float16
-// caches: a decode step of 16 rows at past 512 and a 128-token prompt. Run uses GOMAXPROCS
+// caches: a decode step of 16 rows at past 512 and a 128-token prompt. PagedAttention uses GOMAXPROCS
 // goroutines.
-func BenchmarkRun(b *testing.B) {
+func BenchmarkPagedAttention(b *testing.B) {
 	decode := make([]row, 16)
 	for i := range decode {
 		decode[i] = row{1, 512}
@@ -29,8 +29,8 @@ func BenchmarkRun(b *testing.B) {
 		{"prefill-128", []row{{128, 0}}, false},
 		{"prefill-128-f16", []row{{128, 0}}, true},
 	} {
-		b.Run(fmt.Sprintf("%s/%s", bc.name, ISA()), func(b *testing.B) {
-			spec := callSpec{a: Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, headDim: 64, blockSize: 16, rows: bc.rows, rotaryDim: 64}
+		b.Run(fmt.Sprintf("%s/%s", bc.name, PagedAttentionISA()), func(b *testing.B) {
+			spec := callSpec{a: PagedAttrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, headDim: 64, blockSize: 16, rows: bc.rows, rotaryDim: 64}
 			calls := make([]testCall, benchLayers)
 			for i := range calls {
 				spec.seed = uint64(i)
@@ -44,7 +44,7 @@ func BenchmarkRun(b *testing.B) {
 			tokens := calls[0].d.Tokens
 			for i := 0; b.Loop(); i++ {
 				c := calls[i%len(calls)]
-				if err := Run(c.a, c.d, c.t); err != nil {
+				if err := PagedAttention(c.a, c.d, c.t); err != nil {
 					b.Fatal(err)
 				}
 			}

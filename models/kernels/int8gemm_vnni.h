@@ -1,4 +1,4 @@
-// The AVX512-VNNI kernel, included by kernel.c. Activations are unsigned bytes
+// The AVX512-VNNI kernel, included by int8gemm.c. Activations are unsigned bytes
 // (code + 128) so that vpdpbusd can multiply them by the signed weights; the epilogue
 // subtracts comp[n] = 128 · sum_k w[k][n]. Every product and sum is exact in int32.
 

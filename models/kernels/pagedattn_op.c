@@ -1,7 +1,7 @@
 // PagedAttention, Conveyor's operator (domain com.conveyor; models/ort makes it an ONNX
-// Runtime custom operator) over this package's kernel, with
+// Runtime custom operator) over the PagedAttention kernel (pagedattn.c), with
 // com.microsoft.PagedAttention's 17 inputs (10-15 declared and refused), outputs and
-// attributes in float32, the caches in float32 or float16. See doc.go for the contract.
+// attributes in float32, the caches in float32 or float16. See pagedattn_doc.go for the contract.
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "op.h"
-#include "kernel.h"
-#include "ortop.h"
+#include "pagedattn.h"
+#include "pagedattn_op.h"
 
 // com.microsoft.PagedAttention's 17 inputs. Those from IN_SLOT_MAPPING to IN_V_SCALE
 // (slot mapping, attention sinks, fused q/k norms, a quantized cache's scales) are

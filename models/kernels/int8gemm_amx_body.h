@@ -1,4 +1,4 @@
-// The AMX kernel's body, included by kernel_amx.h with CV_AMX_NAME (the function's
+// The AMX kernel's body, included by int8gemm_amx.h with CV_AMX_NAME (the function's
 // name), CV_AMX_ATTR (its attributes) and the TL_* tile operations defined: the
 // instructions themselves, or their model in C. It undefines them at its end, ready
 // for the next inclusion. No include guard on purpose.

@@ -1,4 +1,4 @@
-// The persistent worker pool, included by kernel.c. One call at a time drives the
+// The persistent worker pool, included by int8gemm.c. One call at a time drives the
 // workers (cv_pool_acquire ... cv_pool_release); a call that finds them busy runs on
 // its own thread. Between calls a worker spins for CV_SPIN_NS and then sleeps on a
 // futex, so an idle process burns no CPU.

@@ -1,4 +1,4 @@
-// The PagedAttention operator's names and descriptors (ortop.c).
+// The PagedAttention operator's names and descriptors (pagedattn_op.c).
 #ifndef CV_PA_ORTOP_H
 #define CV_PA_ORTOP_H
 
