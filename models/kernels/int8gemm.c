@@ -19,7 +19,6 @@
 #endif
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #if defined(__linux__)
@@ -27,6 +26,7 @@
 #endif
 
 #include "int8gemm.h"
+#include "simd.h"
 
 // Packed layout: panels of CV_PANEL columns; panel p holds kp*CV_PANEL bytes as
 // [kp/4][CV_PANEL columns][4 k], so byte (k, n) sits at
@@ -350,8 +350,7 @@ static pthread_once_t cv_best_once = PTHREAD_ONCE_INIT;
 static void cv_find_best_isa(void) {
 	cv_best = CV_PORTABLE;
 #if defined(__x86_64__)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni")) {
+	if (cv_cpu_has(CV_CPU_AVX512F | CV_CPU_AVX512BW | CV_CPU_AVX512VNNI)) {
 #if defined(__linux__)
 		cv_best = cv_amx_ok() ? CV_AMX : CV_VNNI;
 #else
@@ -359,7 +358,7 @@ static void cv_find_best_isa(void) {
 #endif
 		return;
 	}
-	if (__builtin_cpu_supports("avx2")) {
+	if (cv_cpu_has(CV_CPU_AVX2)) {
 		cv_best = CV_AVX2;
 	}
 #endif

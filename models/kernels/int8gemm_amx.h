@@ -178,25 +178,10 @@ int cv_i8_linear_amx_model(const cv_i8w *p, const float *x, int M, float *y, int
 		.s = (float *)(scratch + qbytes)};
 	cv_quant(&c, 0, M);
 	cv_amx_model_bad = 0;
-	cv_model_avx512 = !plain_epilogue && __builtin_cpu_supports("avx512f");
+	cv_model_avx512 = !plain_epilogue && cv_cpu_has(CV_CPU_AVX512F);
 	cv_gemm_amx_model(&c, 0, M, 0, p->np / CV_PANEL, p->np / CV_PANEL);
 	free(scratch);
 	return cv_amx_model_bad ? EFAULT : 0;
-}
-
-// cv_amx_cpu reports whether the CPU has AMX-TILE and AMX-INT8 and the OS enabled their
-// state (XCR0 bits 17 and 18) next to AVX512-VNNI.
-static int cv_amx_cpu(void) {
-	unsigned a, b, c, d;
-	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) {
-		return 0;
-	}
-	if (!__get_cpuid(1, &a, &b, &c, &d) || (c & (1u << 27)) == 0) { // OSXSAVE
-		return 0;
-	}
-	unsigned lo, hi;
-	__asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-	return (lo & (3u << 17)) == (3u << 17);
 }
 
 // cv_amx_selftest runs cv_gemm_amx in a forked child on a small problem and reports
@@ -258,8 +243,7 @@ out:
 // cv_amx_ok reports whether the AMX kernel may run here: CPU and OS support, the
 // process's permission, and the self-check. It forks: call it once (cv_best_isa does).
 static int cv_amx_ok(void) {
-	if (getenv("CONVEYOR_NO_AMX") != NULL || !cv_amx_cpu() ||
-		!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni")) {
+	if (getenv("CONVEYOR_NO_AMX") != NULL || !cv_cpu_has(CV_CPU_AMX | CV_CPU_AVX512F | CV_CPU_AVX512BW | CV_CPU_AVX512VNNI)) {
 		return 0;
 	}
 	// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA: the whole process may then use tiles.

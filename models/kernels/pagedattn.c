@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pagedattn.h"
+#include "simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -171,64 +172,6 @@ int cv_pa_check(const cv_pa_args *x, char *err) {
 	return 0;
 }
 
-// cv_pa_half_to_float converts one IEEE half-precision value (subnormals, infinities and
-// NaNs included).
-static inline float cv_pa_half_to_float(uint16_t h) {
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-	if (exp == 0) {
-		if (man == 0) {
-			bits = sign;
-		} else { // subnormal: normalise
-			exp = 127 - 15 + 1;
-			while ((man & 0x400) == 0) {
-				man <<= 1;
-				exp--;
-			}
-			bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-		}
-	} else if (exp == 31) {
-		bits = sign | 0x7f800000 | (man << 13);
-	} else {
-		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-	}
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
-}
-
-// cv_pa_float_to_half rounds f to the nearest IEEE half-precision value, ties to even:
-// above the largest half it gives infinity, below the smallest subnormal zero.
-static inline uint16_t cv_pa_float_to_half(float f) {
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-	const uint32_t ax = x & 0x7fffffff;
-	if (ax >= 0x7f800000) { // infinity or NaN (kept quiet)
-		return sign | 0x7c00 | (ax > 0x7f800000 ? 0x200 | ((ax >> 13) & 0x3ff) : 0);
-	}
-	if (ax >= 0x477ff000) { // rounds above 65504
-		return sign | 0x7c00;
-	}
-	if (ax < 0x38800000) { // below the smallest normal half: a subnormal or zero
-		if (ax < 0x33000000) {
-			return sign;
-		}
-		const uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000, shift = 126 - e; // 14..24
-		uint32_t h = m >> shift;
-		const uint32_t rem = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-		if (rem > halfway || (rem == halfway && (h & 1))) {
-			h++;
-		}
-		return sign | (uint16_t)h;
-	}
-	uint32_t h = ((ax >> 13) - ((127 - 15) << 10));
-	const uint32_t rem = ax & 0x1fff;
-	if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) {
-		h++;
-	}
-	return sign | (uint16_t)h;
-}
-
 // cv_pa_rotate rotates x's first 2*half values by the angles of one position: rotate-half
 // pairs (i, i+half), or adjacent pairs (2i, 2i+1) when interleaved.
 static void cv_pa_rotate(float *x, const float *cs, const float *sn, int half, int interleaved) {
@@ -286,8 +229,8 @@ int cv_pa_store(const cv_pa_args *x) {
 					k = row;
 				}
 				for (int64_t i = 0; i < kvw; i++) {
-					kd[i] = cv_pa_float_to_half(k[i]);
-					vd[i] = cv_pa_float_to_half(v[i]);
+					kd[i] = cv_float_to_half(k[i]);
+					vd[i] = cv_float_to_half(v[i]);
 				}
 				continue;
 			}
@@ -369,11 +312,9 @@ static int cv_pa_supported(int isa) {
 		return 1;
 #if defined(__x86_64__)
 	case CV_PA_AVX2:
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+		return cv_cpu_has(CV_CPU_AVX2 | CV_CPU_FMA | CV_CPU_F16C);
 	case CV_PA_AVX512:
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx512f") && cv_pa_supported(CV_PA_AVX2);
+		return cv_cpu_has(CV_CPU_AVX512F | CV_CPU_AVX2 | CV_CPU_FMA | CV_CPU_F16C);
 #endif
 	}
 	return 0;

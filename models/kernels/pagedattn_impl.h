@@ -26,31 +26,8 @@ KFN static inline float N(hsum)(N(vf) v) {
 	return t[0];
 }
 
-KFN static inline N(vf) N(select)(N(vi) mask, N(vf) a, N(vf) b) {
-	return (N(vf))(((N(vi))a & mask) | ((N(vi))b & ~mask));
-}
-
-// vexp is e^x in every lane: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-6
-// Taylor-like minimax polynomial (Cephes' expf coefficients, relative error ~1e-7),
-// times 2^n built in the exponent bits. Lanes below -87.3 give 0, above 88.3 saturate.
-KFN static inline N(vf) N(vexp)(N(vf) x) {
-	const N(vi) under = x < N(splat)(-87.3f);
-	x = N(select)(x > N(splat)(88.3f), N(splat)(88.3f), x);
-	x = N(select)(under, N(splat)(0.0f), x);
-	const N(vf) fx = x * N(splat)(1.44269504088896341f) + N(splat)(0.5f);
-	N(vi) n = __builtin_convertvector(fx, N(vi));
-	n = n + (N(vi))(__builtin_convertvector(n, N(vf)) > fx); // truncation -> floor (a true lane is -1)
-	const N(vf) nf = __builtin_convertvector(n, N(vf));
-	const N(vf) r = x - nf * N(splat)(0.693359375f) - nf * N(splat)(-2.12194440e-4f);
-	N(vf) y = N(splat)(1.9875691500e-4f);
-	y = y * r + N(splat)(1.3981999507e-3f);
-	y = y * r + N(splat)(8.3334519073e-3f);
-	y = y * r + N(splat)(4.1665795894e-2f);
-	y = y * r + N(splat)(1.6666665459e-1f);
-	y = y * r + N(splat)(5.0000001201e-1f);
-	y = y * r * r + r + N(splat)(1.0f);
-	return N(select)(under, N(splat)(0.0f), y * (N(vf))((n + 127) << 23));
-}
+// vexp is e^x in every lane, by simd.h's exp rule.
+CV_VEXP(N(vexp), N(vf), N(vi), KFN)
 
 // dot returns a·b over n floats.
 KFN static inline float N(dot)(const float *restrict a, const float *restrict b, int n) {
@@ -129,7 +106,7 @@ KFN static inline void N(halves)(float *restrict dst, const uint16_t *restrict s
 	}
 #endif
 	for (; i < n; i++) {
-		dst[i] = cv_pa_half_to_float(src[i]);
+		dst[i] = cv_half_to_float(src[i]);
 	}
 }
 
@@ -157,7 +134,7 @@ KFN static inline float N(exp_sum)(float *s, int n, float m) {
 	}
 	float sum = N(hsum)(acc);
 	for (; i < n; i++) {
-		s[i] = expf(s[i] - m);
+		s[i] = cv_expf(s[i] - m);
 		sum += s[i];
 	}
 	return sum;

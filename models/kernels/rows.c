@@ -2,8 +2,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
-#define EXP_LOW (-87.0f)
+#include "simd.h"
 
 static float max_generic(const float *x, long n) {
 	float m = -INFINITY;
@@ -25,7 +26,7 @@ static double exp_generic(const float *x, float *out, long n, float shift, float
 	double sum = 0;
 	for (long i = 0; i < n; i++) {
 		float a = (x[i] - shift) * scale;
-		float e = a < EXP_LOW || a != a ? 0.0f : expf(a);
+		float e = a != a ? 0.0f : cv_expf(a);
 		if (out) out[i] = e;
 		sum += e;
 	}
@@ -66,29 +67,13 @@ AVX2FN static long find_avx2(const float *x, long n, float v) {
 	return r < 0 ? -1 : i + r;
 }
 
-// exp8 is exp on 8 lanes for arguments in [-87, 0.5]: 2^n * p(r) with r in
-// [-ln2/2, ln2/2] and Cephes' degree-5 polynomial (relative error ~1e-7).
-AVX2FN static inline __m256 exp8(__m256 a) {
-	const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
-	const __m256 ln2hi = _mm256_set1_ps(0.693359375f), ln2lo = _mm256_set1_ps(-2.12194440e-4f);
-	__m256 n = _mm256_round_ps(_mm256_mul_ps(a, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(n, ln2hi, a);
-	r = _mm256_fnmadd_ps(n, ln2lo, r);
-	__m256 p = _mm256_set1_ps(1.9875691500E-4f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-	__m256 r2 = _mm256_mul_ps(r, r);
-	p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-	return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+typedef int32_t cv_row_vi8 __attribute__((vector_size(32)));
+
+// cv_row_vexp8 is simd.h's vector exp on __m256.
+CV_VEXP(cv_row_vexp8, __m256, cv_row_vi8, AVX2FN)
 
 AVX2FN static double exp_avx2(const float *x, float *out, long n, float shift, float scale) {
-	const __m256 vs = _mm256_set1_ps(shift), vk = _mm256_set1_ps(scale), low = _mm256_set1_ps(EXP_LOW);
-	const __m256 high = _mm256_set1_ps(0.5f);
+	const __m256 vs = _mm256_set1_ps(shift), vk = _mm256_set1_ps(scale);
 	double sum = 0;
 	long i = 0;
 	while (i + 8 <= n) {
@@ -97,8 +82,8 @@ AVX2FN static double exp_avx2(const float *x, float *out, long n, float shift, f
 		long end = i + 1024 < n ? i + 1024 : n;
 		for (; i + 8 <= end; i += 8) {
 			__m256 a = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs), vk);
-			__m256 keep = _mm256_cmp_ps(a, low, _CMP_GE_OQ); // false for -Inf and NaN
-			__m256 e = _mm256_and_ps(exp8(_mm256_min_ps(_mm256_max_ps(a, low), high)), keep);
+			__m256 keep = _mm256_cmp_ps(a, a, _CMP_ORD_Q); // false for NaN, whose term is 0
+			__m256 e = _mm256_and_ps(cv_row_vexp8(a), keep);
 			if (out) _mm256_storeu_ps(out + i, e);
 			acc = _mm256_add_ps(acc, e);
 		}
@@ -109,11 +94,7 @@ AVX2FN static double exp_avx2(const float *x, float *out, long n, float shift, f
 	return sum + exp_generic(x + i, out ? out + i : NULL, n - i, shift, scale);
 }
 
-static int use_avx2(void) {
-	static int v = -1;
-	if (v < 0) v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	return v;
-}
+static int use_avx2(void) { return cv_cpu_has(CV_CPU_AVX2 | CV_CPU_FMA); }
 
 float cv_row_max(const float *x, long n) { return use_avx2() ? max_avx2(x, n) : max_generic(x, n); }
 long cv_row_find(const float *x, long n, float v) { return use_avx2() ? find_avx2(x, n, v) : find_generic(x, n, v); }

@@ -19,7 +19,8 @@ func RowMax(x []float32) float32 {
 }
 
 // RowExp returns the sum of exp((x[i]-shift)*scale), accumulated in float64, and stores
-// each term in out when out is not nil (len(out) >= len(x)). Terms below exp(-87) are 0.
+// each term in out when out is not nil (len(out) >= len(x)). Terms below exp(-87) are 0,
+// terms of a NaN argument too, and arguments above 88 count as 88.
 func RowExp(x, out []float32, shift, scale float32) float64 {
 	if len(x) == 0 {
 		return 0

@@ -11,7 +11,9 @@ float cv_row_max(const float *x, long n);
 long cv_row_find(const float *x, long n, float v);
 
 // cv_row_exp returns sum_i exp((x[i] - shift) * scale) in double precision and, when out
-// is not NULL, stores each term in out[i]. Arguments below -87 (exp < 1.6e-38) count as 0.
+// is not NULL, stores each term in out[i]. The terms follow simd.h's exp rule: arguments
+// below -87 (exp < 1.6e-38, -Inf included) count as 0, arguments above 88 as e^88; a NaN
+// argument counts as 0.
 double cv_row_exp(const float *x, float *out, long n, float shift, float scale);
 
 // cv_row_isa is 1 when the AVX2 path runs, 0 for the portable one.

@@ -48,3 +48,35 @@ func TestRowExp(t *testing.T) {
 		}
 	}
 }
+
+// TestRowExpRule checks simd.h's exp rule through RowExp, in the vector lanes and the
+// scalar tail alike: arguments below -87 and NaN give 0, arguments above 88 give e^88.
+func TestRowExpRule(t *testing.T) {
+	args := []float32{float32(math.NaN()), -87.5, -86.5, 100, 0, float32(math.Inf(-1)), 88.5, -1}
+	for _, n := range []int{len(args), 19} { // one vector and its tail, or the tail alone
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = args[i%len(args)]
+		}
+		out := make([]float32, n)
+		sum := RowExp(x, out, 0, 1)
+		want := 0.0
+		for i, a := range x {
+			e := 0.0
+			switch {
+			case a != a || a < -87:
+			case a > 88:
+				e = math.Exp(88)
+			default:
+				e = math.Exp(float64(a))
+			}
+			if d := math.Abs(float64(out[i]) - e); d > 2e-7*e {
+				t.Errorf("n %d: term %d of exp(%g) = %g, want %g", n, i, a, out[i], e)
+			}
+			want += e
+		}
+		if math.Abs(sum-want) > 1e-6*want {
+			t.Errorf("n %d: sum %g, want %g", n, sum, want)
+		}
+	}
+}
