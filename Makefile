@@ -123,7 +123,7 @@ vet:
 
 # Every test, then the packages with goroutines again under the race detector, with the
 # same environment (the real tokenizer files), so no test skips under it either.
-RACE_PKGS := ./models/ ./models/ort/ ./models/int8gemm/ ./models/pagedattn/ ./kvcache/ ./scheduler/ ./engine/ ./engine/structured/ ./tokenizer/ ./api/ ./api/openai/ ./api/responses/ ./bench/ ./cmd/conveyor/ ./deploy/kubernetes/
+RACE_PKGS := ./models/ ./models/ort/ ./models/kernels/ ./kvcache/ ./scheduler/ ./engine/ ./engine/structured/ ./tokenizer/ ./api/ ./api/openai/ ./api/responses/ ./bench/ ./cmd/conveyor/ ./deploy/kubernetes/
 TEST_ENV = CONVEYOR_TOKENIZER_FILES=$(abspath $(TOK_DIR))
 
 # The chat page's end-to-end test drives a real headless Chromium, Debian's package: installed

@@ -3,13 +3,15 @@ package engine
 import (
 	"math"
 	"slices"
+
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // argmax returns the index of the largest value; ties go to the lowest index. NaN
 // values are never chosen unless everything is NaN or -Inf.
 func argmax(x []float32) int32 {
-	if m := rowMax(x); !math.IsNaN(float64(m)) && !math.IsInf(float64(m), -1) {
-		if i := rowFind(x, m); i >= 0 {
+	if m := kernels.RowMax(x); !math.IsNaN(float64(m)) && !math.IsInf(float64(m), -1) {
+		if i := kernels.RowFind(x, m); i >= 0 {
 			return int32(i)
 		}
 	}
@@ -68,11 +70,11 @@ func argmaxSlow(x []float32) int32 {
 // logSumExp returns log(sum(exp(x))), the exponentials vectorised and summed in
 // float64 (NaN if any value is NaN).
 func logSumExp(x []float32) float64 {
-	m := rowMax(x)
+	m := kernels.RowMax(x)
 	if math.IsInf(float64(m), 0) || math.IsNaN(float64(m)) {
 		return float64(m)
 	}
-	return float64(m) + math.Log(rowExp(x, nil, m, 1))
+	return float64(m) + math.Log(kernels.RowExp(x, nil, m, 1))
 }
 
 // better reports whether token a ranks before token b: higher logit first, then lower id.

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/conveyor-llm/conveyor/engine/structured"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // sampler chooses the next token of one sequence. It keeps the sequence's own random
@@ -458,13 +459,13 @@ func (s *sampler) dist(logits []float32, sc *sampleScratch) (cand []int32, probs
 	case topP < 1:
 		cand, probs, total = nucleus(logits, invT, topP, sc)
 	default:
-		maxL := rowMax(logits)
+		maxL := kernels.RowMax(logits)
 		if math.IsInf(float64(maxL), 0) || math.IsNaN(float64(maxL)) {
 			return nil, nil, 0
 		}
 		sc.probs = slices.Grow(sc.probs[:0], v)[:v]
 		probs = sc.probs
-		total = rowExp(logits, probs, maxL, invT)
+		total = kernels.RowExp(logits, probs, maxL, invT)
 	}
 	// min_p: drop tokens less likely than min_p times the most likely one.
 	if mp := p.MinP; mp > 0 {
@@ -492,14 +493,14 @@ const nucleusBuckets = 0x3f800000>>20 + 1
 // only that bucket's tokens are ordered (higher logit first, then lower id) to find
 // where the cut falls. The result aliases sc.
 func nucleus(logits []float32, invT float32, topP float64, sc *sampleScratch) ([]int32, []float32, float64) {
-	maxL := rowMax(logits)
+	maxL := kernels.RowMax(logits)
 	if math.IsInf(float64(maxL), 0) || math.IsNaN(float64(maxL)) {
 		return nil, nil, 0
 	}
 	v := len(logits)
 	sc.exp = slices.Grow(sc.exp[:0], v)[:v]
 	ps := sc.exp
-	total := rowExp(logits, ps, maxL, invT)
+	total := kernels.RowExp(logits, ps, maxL, invT)
 	if cap(sc.mass) < nucleusBuckets {
 		sc.mass = make([]float64, nucleusBuckets)
 	}

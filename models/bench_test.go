@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/conveyor-llm/conveyor/models/convert"
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
@@ -80,7 +80,7 @@ func benchModelDir(b *testing.B, cfg *convert.Config, quantize string, stepKV co
 	}
 	// The fields, not q's String (which names only the bit width): a change of scheme
 	// must not reuse a model built with another.
-	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads step kv %v format %d", q.Bits, q.BlockSize, q.AccuracyLevel, int8gemm.OpName, stepKV, modeldir.StepFormat)...))
+	sum := sha256.Sum256(append(raw, fmt.Sprintf("bits %d block %d level %d int8 %s packed own_threads step kv %v format %d", q.Bits, q.BlockSize, q.AccuracyLevel, kernels.Int8OpName, stepKV, modeldir.StepFormat)...))
 	dir := filepath.Join(os.TempDir(), "conveyor-bench-models", hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(filepath.Join(dir, "step", "step.json")); err == nil {
 		return dir

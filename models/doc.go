@@ -65,7 +65,7 @@
 //     engine's storage only describes them, and block copies go through BlockCopier); on
 //     a CPU the graph is float32 (its cache float16 or float32, as built) and its
 //     PagedAttention is Conveyor's own implementation of the same contract (package
-//     models/pagedattn), over the batch's storage itself laid out token-major
+//     models/kernels), over the batch's storage itself laid out token-major
 //     (Spec.KVTokenMajor).
 //   - dense: DenseRunner, the Optimum interface above, for ONNX decoders Conveyor did not
 //     build (Optimum exports) and for models whose heads PagedAttention cannot take.

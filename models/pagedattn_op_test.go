@@ -11,23 +11,23 @@ import (
 
 	"github.com/conveyor-llm/conveyor/kvcache"
 	"github.com/conveyor-llm/conveyor/models/convert"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 	"github.com/conveyor-llm/conveyor/models/ort"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // pagedAttentionCase is one call of the PagedAttention operator: its attributes,
 // dimensions and tensors (random contents, each row's blocks spread out of order).
 type pagedAttentionCase struct {
-	a pagedattn.Attrs
-	d pagedattn.Dims
-	t pagedattn.Tensors
+	a kernels.PagedAttrs
+	d kernels.PagedDims
+	t kernels.PagedTensors
 	// slotMapping, when set, is given as input 10, which the CPU operator refuses.
 	slotMapping []int32
 }
 
 // newPagedAttentionCase makes a call with rows of (new tokens, past tokens): packed
 // q|k|v when packed, cos and sin of rotaryDim when it is not 0.
-func newPagedAttentionCase(a pagedattn.Attrs, headDim, blockSize, rotaryDim int, packed bool, rows [][2]int) pagedAttentionCase {
+func newPagedAttentionCase(a kernels.PagedAttrs, headDim, blockSize, rotaryDim int, packed bool, rows [][2]int) pagedAttentionCase {
 	rng := rand.New(rand.NewPCG(uint64(headDim), uint64(blockSize)))
 	uni := func(n int) []float32 {
 		xs := make([]float32, n)
@@ -36,7 +36,7 @@ func newPagedAttentionCase(a pagedattn.Attrs, headDim, blockSize, rotaryDim int,
 		}
 		return xs
 	}
-	c := pagedAttentionCase{a: a, d: pagedattn.Dims{HeadDim: headDim, BlockSize: blockSize, Batch: len(rows)}}
+	c := pagedAttentionCase{a: a, d: kernels.PagedDims{HeadDim: headDim, BlockSize: blockSize, Batch: len(rows)}}
 	used, maxPos := 0, 0
 	for _, r := range rows {
 		c.d.Tokens += r[0]
@@ -126,8 +126,8 @@ func pagedAttentionNode(c pagedAttentionCase) convert.OpNode {
 		return ""
 	}
 	return convert.OpNode{
-		Domain: pagedattn.Domain,
-		OpType: pagedattn.OpName,
+		Domain: kernels.PagedDomain,
+		OpType: kernels.PagedOpName,
 		Inputs: []convert.OpValue{
 			{Name: "query", Elem: f32, Dims: []int64{-1, -1}},
 			{Name: name(c.t.Key != nil, "key"), Elem: f32, Dims: []int64{-1, -1}},
@@ -268,24 +268,24 @@ var pagedAttentionOpCases = []struct {
 	c    func() pagedAttentionCase
 }{
 	{"qwen-shape/bs16/partial-rotary", func() pagedAttentionCase {
-		return newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, 64, 16, 32, false,
+		return newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, 64, 16, 32, false,
 			[][2]int{{4, 0}, {3, 16}, {1, 5}, {0, 9}, {1, 37}})
 	}},
 	{"packed/bs16/window/softcap/interleaved/metadata", func() pagedAttentionCase {
-		c := newPagedAttentionCase(pagedattn.Attrs{NumHeads: 6, KVNumHeads: 3, DoRotary: true, RotaryInterleaved: true,
+		c := newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 6, KVNumHeads: 3, DoRotary: true, RotaryInterleaved: true,
 			LocalWindowSize: 6, Softcap: 30, Scale: 0.2}, 32, 16, 32, true, [][2]int{{4, 0}, {3, 16}, {1, 5}, {1, 37}})
 		c.t.Metadata = []int32{4, 38}
 		return c
 	}},
 	{"no-rotary/bs32/unknown-metadata", func() pagedAttentionCase {
-		c := newPagedAttentionCase(pagedattn.Attrs{NumHeads: 4, KVNumHeads: 4}, 16, 32, 0, false, [][2]int{{20, 3}, {1, 30}})
+		c := newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 4, KVNumHeads: 4}, 16, 32, 0, false, [][2]int{{20, 3}, {1, 30}})
 		c.t.Metadata = []int32{0, 0}
 		return c
 	}},
 }
 
 // TestPagedAttentionOp: the operator run through an ONNX Runtime session, its caches
-// bound as inputs and outputs alike, gives exactly what pagedattn.Run gives on the same
+// bound as inputs and outputs alike, gives exactly what kernels.PagedAttention gives on the same
 // inputs: the same output and the same caches, with float32 caches and with float16 ones
 // (the kernel ONNX Runtime picks by the caches' type).
 func TestPagedAttentionOp(t *testing.T) {
@@ -302,7 +302,7 @@ func TestPagedAttentionOp(t *testing.T) {
 				}
 				before := c.clone()
 				want := c.clone()
-				if err := pagedattn.Run(want.a, want.d, want.t); err != nil {
+				if err := kernels.PagedAttention(want.a, want.d, want.t); err != nil {
 					t.Fatal(err)
 				}
 				s := pagedAttentionOp(t, c)
@@ -310,11 +310,11 @@ func TestPagedAttentionOp(t *testing.T) {
 					t.Fatalf("Run: %v", err)
 				}
 				if !slices.Equal(c.t.Out, want.t.Out) {
-					t.Error("the operator's output differs from pagedattn.Run's")
+					t.Error("the operator's output differs from kernels.PagedAttention's")
 				}
 				if !slices.Equal(c.t.KeyCache, want.t.KeyCache) || !slices.Equal(c.t.ValueCache, want.t.ValueCache) ||
 					!slices.Equal(c.t.KeyCacheHalf, want.t.KeyCacheHalf) || !slices.Equal(c.t.ValueCacheHalf, want.t.ValueCacheHalf) {
-					t.Error("the operator's caches differ from pagedattn.Run's")
+					t.Error("the operator's caches differ from kernels.PagedAttention's")
 				}
 				if slices.Equal(c.t.KeyCache, before.t.KeyCache) && slices.Equal(c.t.KeyCacheHalf, before.t.KeyCacheHalf) {
 					t.Error("the operator did not update the key cache in place")
@@ -350,17 +350,17 @@ func TestPagedAttentionOpRefusesBadInput(t *testing.T) {
 		{"position past the block table", "reaches position", func(c *pagedAttentionCase) { c.t.PastSeqLens[4] = int32(c.d.MaxBlocks * c.d.BlockSize) }},
 		{"cumulative lengths short of the tokens", "cumulative_sequence_length ends at", func(c *pagedAttentionCase) { c.t.CumSeqLens[c.d.Batch]-- }},
 		{"cache of another head count", "key_cache and value_cache must both be", func(c *pagedAttentionCase) {
-			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 1, DoRotary: true}, 64, 16, 32, false, [][2]int{{2, 3}})
+			*c = newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 14, KVNumHeads: 1, DoRotary: true}, 64, 16, 32, false, [][2]int{{2, 3}})
 		}},
 		// What ONNX Runtime's CUDA kernel refuses, refused here in its words.
 		{"rotary CUDA cannot take (Phi-3.5's 12 of a 16 head)", "cos_cache dimension 1 must be <= head_size / 2 and a multiple of 8", func(c *pagedAttentionCase) {
-			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, 16, 16, 12, false, [][2]int{{3, 2}})
+			*c = newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 4, KVNumHeads: 2, DoRotary: true}, 16, 16, 12, false, [][2]int{{3, 2}})
 		}},
 		{"blocks of 8 tokens", "block_size must be a power of two and at least 16", func(c *pagedAttentionCase) {
-			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, 64, 8, 32, false, [][2]int{{3, 2}})
+			*c = newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 14, KVNumHeads: 2, DoRotary: true}, 64, 8, 32, false, [][2]int{{3, 2}})
 		}},
 		{"head size not a multiple of 8", "head_size must be a multiple of 8", func(c *pagedAttentionCase) {
-			*c = newPagedAttentionCase(pagedattn.Attrs{NumHeads: 14, KVNumHeads: 2}, 20, 16, 0, false, [][2]int{{3, 2}})
+			*c = newPagedAttentionCase(kernels.PagedAttrs{NumHeads: 14, KVNumHeads: 2}, 20, 16, 0, false, [][2]int{{3, 2}})
 		}},
 		{"attention_metadata of 3 values", "Input 'attention_metadata' must have shape (2), got (3)", func(c *pagedAttentionCase) { c.t.Metadata = []int32{4, 38, 1} }},
 		{"negative attention_metadata", "'attention_metadata' entries must be non-negative, got [-1, 38]. Use 0 for 'unknown'.",

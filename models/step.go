@@ -7,9 +7,9 @@ import (
 	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"github.com/conveyor-llm/conveyor/models/ort"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // AttentionGraph runs the model's step graph (StepRunner): the whole model as one ONNX
@@ -130,14 +130,14 @@ func OpenStep(dir string, opts RunnerOptions, dev *ort.Device) (*StepRunner, err
 			LayerGroups:  man.LayerGroups,
 			KVTokenMajor: true,
 			KVOnDevice:   !dev.IsCPU(),
-			MinBlockSize: pagedattn.MinBlockSize,
+			MinBlockSize: kernels.PagedMinBlockSize,
 		},
 	}
 	if !dev.IsCPU() {
 		// ONNX Runtime's CUDA PagedAttention runs FlashAttention only with blocks of a
 		// multiple of this size; with smaller ones a step with a prompt chunk runs
 		// memory-efficient attention over a dense copy of every row's context per layer.
-		r.spec.MinBlockSize = pagedattn.FlashBlockSize(man.HeadDim)
+		r.spec.MinBlockSize = kernels.PagedFlashBlockSize(man.HeadDim)
 	}
 	r.inNames = []string{modeldir.StepInputIDs, modeldir.StepCumLens, modeldir.StepPastLens, modeldir.StepLogitRows,
 		modeldir.StepAttentionMetadata}

@@ -13,9 +13,8 @@ import (
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 	"github.com/conveyor-llm/conveyor/models/ort"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
 	"github.com/conveyor-llm/conveyor/models/plan"
 	"github.com/conveyor-llm/conveyor/tokenizer"
 )
@@ -309,9 +308,9 @@ func kernelAttrs(attentionPath, device, quantization string) []any {
 	if attentionPath != models.AttentionGraph || device != models.DeviceCPU {
 		return nil
 	}
-	attrs := []any{"attention_isa", pagedattn.ISA()}
+	attrs := []any{"attention_isa", kernels.PagedAttentionISA()}
 	if quantization == "int8" {
-		attrs = append(attrs, "int8_isa", int8gemm.ISA())
+		attrs = append(attrs, "int8_isa", kernels.Int8ISA())
 	}
 	return attrs
 }

@@ -9,8 +9,7 @@ import (
 
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // TestKernelAttrs: the ready line names the attention kernel's instruction set for the
@@ -21,9 +20,9 @@ func TestKernelAttrs(t *testing.T) {
 		path, device, quant string
 		want                []any
 	}{
-		{models.AttentionGraph, models.DeviceCPU, "int8", []any{"attention_isa", pagedattn.ISA(), "int8_isa", int8gemm.ISA()}},
-		{models.AttentionGraph, models.DeviceCPU, "int4", []any{"attention_isa", pagedattn.ISA()}},
-		{models.AttentionGraph, models.DeviceCPU, "none", []any{"attention_isa", pagedattn.ISA()}},
+		{models.AttentionGraph, models.DeviceCPU, "int8", []any{"attention_isa", kernels.PagedAttentionISA(), "int8_isa", kernels.Int8ISA()}},
+		{models.AttentionGraph, models.DeviceCPU, "int4", []any{"attention_isa", kernels.PagedAttentionISA()}},
+		{models.AttentionGraph, models.DeviceCPU, "none", []any{"attention_isa", kernels.PagedAttentionISA()}},
 		{models.AttentionGraph, "cuda:0 (NVIDIA H200)", "int4", nil},
 		{models.AttentionDense, models.DeviceCPU, "int8", nil},
 	} {

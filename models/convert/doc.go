@@ -51,7 +51,7 @@
 // model.onnx by ONNX Runtime's com.microsoft.MatMulIntegerToFloat (a few small ops
 // before each linear; MLAS runs it on the CPU's int8 units, AMX included), in the step
 // graph by one com.conveyor.Int8Linear node, Conveyor's own kernel (package
-// models/int8gemm, registered with every session), which computes the same thing and
+// models/kernels, registered with every session), which computes the same thing and
 // ran a 0.5B-shaped decode step 1.4× (one row) to 1.8× (16 rows) faster. int4: 32
 // values per block along the input axis, one float32 scale each, symmetric, through
 // com.microsoft.MatMulNBits with accuracy_level 4 (int8 activations per block).

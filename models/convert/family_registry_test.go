@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // registryTestConfig is familyTestConfig with what Gemma 2 and 3 require (head_dim).
@@ -246,7 +246,7 @@ func TestStepGraphLayers(t *testing.T) {
 			// A rotary the node cannot take turns q and k before it (rotatePacked).
 			rotates := attrs["do_rotary"].I == 1
 			if attrs["local_window_size"].I != int64(a.window[layer]) || float64(attrs["softcap"].F) != float64(float32(a.attnSoftcap)) ||
-				rotates != (r.dims > 0 && pagedattn.RotaryFits(m.headDim, r.dims)) || attrs["scale"].F != 1 {
+				rotates != (r.dims > 0 && kernels.PagedRotaryFits(m.headDim, r.dims)) || attrs["scale"].F != 1 {
 				t.Errorf("%s layer %d: attributes %+v, want window %d, softcap %g, rotary %d dims", cfg.ModelType, layer, attrs, a.window[layer], a.attnSoftcap, r.dims)
 			}
 			g := 0

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // Quantization is how a build stores the linear layers' weights.
@@ -212,7 +212,7 @@ func wide(ps []projection) bool {
 const msDomain = "com.microsoft"
 
 // convDomain and convInt8Linear name Conveyor's own int8 linear operator, which the
-// runtime registers with ONNX Runtime (package models/int8gemm: Domain, OpName).
+// runtime registers with ONNX Runtime (package models/kernels: Int8Domain, Int8OpName).
 const (
 	convDomain     = "com.conveyor"
 	convInt8Linear = "Int8Linear"
@@ -221,11 +221,11 @@ const (
 // linearInt8Own is linearInt8 as one Int8Linear node: the same int8 per-channel weights
 // and per-row int8 activations, computed by Conveyor's kernel (AVX512-VNNI, AVX2), which
 // quantizes the rows itself. The weights are stored in the kernel's packed layout
-// (int8gemm.Packed), so that it reads ONNX Runtime's initializer in place rather than
+// (kernels.PackInt8Layout), so that it reads ONNX Runtime's initializer in place rather than
 // keeping a second copy.
 func linearInt8Own(b *graphBuilder, x, name string, in, out int64, ps []projection) string {
 	cw := quantizeColumns(int(in), ps)
-	packed, err := int8gemm.Packed(cw.codes, int(in), int(out))
+	packed, err := kernels.PackInt8Layout(cw.codes, int(in), int(out))
 	if err != nil {
 		panic(fmt.Sprintf("convert: %s: %v", name, err)) // the shapes come from a validated config
 	}

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
 )
 
 // The step graph: the whole model as one ONNX graph, run once per engine step over the
@@ -30,14 +30,14 @@ const pagedAttentionOp = "PagedAttention"
 
 // buildStep writes outDir/step/: the step graph of cfg with weights w in float type
 // dtype, and its manifest. A model whose heads PagedAttention cannot take (a size not a
-// multiple of 8, or above pagedattn.MaxHeadDim) gets no step graph: its directory serves
+// multiple of 8, or above kernels.PagedMaxHeadDim) gets no step graph: its directory serves
 // on the other paths, and asking for the graph says it has none.
 func buildStep(cfg *Config, w Weights, outDir string, q Quantization, dtype, kvType DType, opts writeOptions) error {
 	m, err := planModel(cfg, w, q)
 	if err != nil {
 		return err
 	}
-	if !pagedattn.HeadFits(m.headDim) {
+	if !kernels.PagedHeadFits(m.headDim) {
 		return nil
 	}
 	domain := modeldir.StepDomainConveyor
@@ -143,7 +143,7 @@ func stepGraph(m *modelPlan, dtype, kvType DType, domain string, groups []int) *
 		b.prefix = fmt.Sprintf("l%d_", i)
 		qkv := attentionInput(b, m, i, x)
 		rot := m.arch.rotary[i]
-		nodeRotates := rot.dims > 0 && pagedattn.RotaryFits(d.headDim, rot.dims)
+		nodeRotates := rot.dims > 0 && kernels.PagedRotaryFits(d.headDim, rot.dims)
 		if rot.dims > 0 && !nodeRotates {
 			// PagedAttention's rotary cannot take this shape (CUDA refuses it): the graph
 			// turns the queries and keys itself, by the same cos and sin caches, and the

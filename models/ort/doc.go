@@ -15,8 +15,8 @@
 //
 // # Conveyor's operators
 //
-// The packages that implement Conveyor's ONNX Runtime operators (int8gemm's Int8Linear,
-// pagedattn's PagedAttention) hand this one plain C descriptors (op.h: the operator's
+// The package that implements Conveyor's ONNX Runtime operators (models/kernels:
+// Int8Linear, PagedAttention) hands this one plain C descriptors (op.h: the operator's
 // types, and a kernel that reads its attributes, inputs and outputs through a table of
 // functions this package fills), and ops.c makes ONNX Runtime custom operators of them
 // in one com.conveyor domain, which a session gets with SessionConfig.OwnOps. So this

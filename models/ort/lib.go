@@ -20,7 +20,7 @@ import (
 
 	onnx "github.com/yalue/onnxruntime_go"
 
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // LibEnv is the environment variable that names the ONNX Runtime shared library when
@@ -110,7 +110,7 @@ func InitWithPool(libPath string, pool PoolOptions) error {
 	}
 	// Conveyor's int8 kernel (the Int8Linear operator) runs on its own threads, as many
 	// as ONNX Runtime's intra-op pool.
-	int8gemm.SetThreads(pool.Threads)
+	kernels.SetInt8Threads(pool.Threads)
 	state.path, state.pool = path, pool
 	return nil
 }

@@ -1,5 +1,5 @@
-// Conveyor's operators as plain C: what a package that implements one (int8gemm,
-// pagedattn) hands models/ort, which makes an ONNX Runtime custom operator of it in the
+// Conveyor's operators as plain C: what the package that implements them (models/kernels)
+// hands models/ort, which makes an ONNX Runtime custom operator of it in the
 // com.conveyor domain (ops.c). Nothing here names ONNX Runtime's types, so only
 // models/ort compiles against ONNX Runtime's C header.
 #ifndef CV_OP_H

@@ -10,8 +10,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
-	"github.com/conveyor-llm/conveyor/models/pagedattn"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // PoolOptions size the process's shared intra-op pool. Every session whose thread count
@@ -55,11 +54,11 @@ func sharesPool(pool PoolOptions, threads int, spin bool) (bool, error) {
 	return spin == pool.Spin, nil
 }
 
-// ownOps are the descriptors (op.h) of Conveyor's operators: pagedattn's PagedAttention,
-// one per cache type, and int8gemm's Int8Linear.
+// ownOps are the descriptors (op.h) of Conveyor's operators (models/kernels): PagedAttention,
+// one per cache type, and Int8Linear.
 func ownOps() []*C.cv_op_desc {
 	var descs []*C.cv_op_desc
-	for _, d := range append(pagedattn.OpDescs(), int8gemm.OpDesc()) {
+	for _, d := range append(kernels.PagedOpDescs(), kernels.Int8OpDesc()) {
 		descs = append(descs, (*C.cv_op_desc)(d))
 	}
 	return descs

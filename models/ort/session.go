@@ -30,8 +30,8 @@ type SessionConfig struct {
 	// NoSpin keeps the session off a shared pool whose workers spin: a session of the
 	// shared pool's size then runs on a pool of its own, which never spins.
 	NoSpin bool
-	// OwnOps registers Conveyor's own operators with the session: int8gemm's Int8Linear,
-	// which int8 step graphs use, and pagedattn's PagedAttention, the CPU's stand-in for
+	// OwnOps registers Conveyor's own operators with the session (models/kernels): Int8Linear,
+	// which int8 step graphs use, and PagedAttention, the CPU's stand-in for
 	// com.microsoft.PagedAttention in step graphs.
 	OwnOps bool
 	// GraphOptLevel is ONNX Runtime's graph optimisation level: 0 = the default (all

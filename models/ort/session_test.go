@@ -13,7 +13,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/conveyor-llm/conveyor/models/int8gemm"
+	"github.com/conveyor-llm/conveyor/models/kernels"
 )
 
 // hostVec wraps xs as a float32 host tensor of shape [len(xs)].
@@ -265,15 +265,15 @@ func TestOwnOps(t *testing.T) {
 	for i := range scale {
 		scale[i] = 0.01 * float32(i+1)
 	}
-	packed, err := int8gemm.Packed(unsafe.Slice((*byte)(unsafe.Pointer(&codes[0])), len(codes)), K, N)
+	packed, err := kernels.PackInt8Layout(unsafe.Slice((*byte)(unsafe.Pointer(&codes[0])), len(codes)), K, N)
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := model(t, t.TempDir(), "int8.onnx",
-		[]pb{node(int8gemm.OpName, int8gemm.Domain, []string{"x", "w", "s"}, []string{"y"}, map[string]int64{"K": K, "N": N})},
+		[]pb{node(kernels.Int8OpName, kernels.Int8Domain, []string{"x", "w", "s"}, []string{"y"}, map[string]int64{"K": K, "N": N})},
 		[]pb{initializer("w", onnxInt8, []int64{int64(len(packed))}, packed), initializer("s", int(Float32), []int64{N}, float32Bytes(scale))},
 		[]pb{valueInfo("x", int(Float32), []int64{M, K})}, []pb{valueInfo("y", int(Float32), []int64{M, N})},
-		int8gemm.Domain)
+		kernels.Int8Domain)
 
 	if _, err := NewSession(path, SessionConfig{}); err == nil {
 		t.Error("a graph with Int8Linear loaded without OwnOps")
@@ -301,7 +301,7 @@ func TestOwnOps(t *testing.T) {
 	if err := s.Run([]string{"x"}, []*Value{x}, []string{"y"}, []*Value{y}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := int8gemm.Pack(codes, scale, K, N)
+	w, err := kernels.PackInt8(codes, scale, K, N)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestOwnOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(ys, want) {
-		t.Errorf("Int8Linear through the session = %v, int8gemm = %v", ys, want)
+		t.Errorf("Int8Linear through the session = %v, kernels.Int8Weights = %v", ys, want)
 	}
 }
 
