@@ -8,12 +8,6 @@ import (
 	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
-// AttentionDense runs model.onnx through the Hugging Face Optimum interface
-// (RunnerOptions.Attention): the past is gathered into dense tensors every step
-// (DenseRunner). Every decoder has it, Optimum exports included; AttentionGraph (step.go)
-// is the other path.
-const AttentionDense = "dense"
-
 // Model is a loaded model, on any attention path.
 type Model interface {
 	// Spec describes the model's shape, context and eos ids.
@@ -136,9 +130,3 @@ func CUDAUsable(opts RunnerOptions) bool {
 	_, err := ort.OpenCUDA(opts.CUDAProvider, 0)
 	return err == nil
 }
-
-// Device returns "cpu".
-func (r *DenseRunner) Device() string { return DeviceCPU }
-
-// Attention returns "dense".
-func (r *DenseRunner) Attention() string { return AttentionDense }
