@@ -133,6 +133,9 @@ func (r *DenseRunner) Device() string { return DeviceCPU }
 // Attention returns "dense".
 func (r *DenseRunner) Attention() string { return AttentionDense }
 
+// DeviceMemory returns the host's error: the dense runner runs on the CPU.
+func (r *DenseRunner) DeviceMemory() (free, total int64, err error) { return ort.CPU().Memory() }
+
 // Close releases the ONNX Runtime session. It is idempotent; Forward after Close fails.
 func (r *DenseRunner) Close() error {
 	r.mu.Lock()

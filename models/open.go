@@ -19,6 +19,9 @@ type Model interface {
 	Attention() string
 	// Device names the device the model runs on: "cpu", or the GPU's name.
 	Device() string
+	// DeviceMemory returns the free and total memory of the model's GPU in bytes; a
+	// model on the CPU has none and returns an error.
+	DeviceMemory() (free, total int64, err error)
 	Close() error
 }
 

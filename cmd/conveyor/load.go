@@ -125,13 +125,10 @@ func activationReserveBytes(total int64) int64 { return max(1<<30, total/20) }
 // process's) − the activations' reserve. A model not on a GPU, or a fraction too small to
 // hold anything, is an error that says so.
 func gpuKVBudget(m models.Model, util float64) (int64, error) {
-	dm, ok := m.(interface {
-		DeviceMemory() (free, total int64, err error)
-	})
-	if !ok || !m.Spec().KVOnDevice {
+	if !m.Spec().KVOnDevice {
 		return 0, fmt.Errorf("--gpu-memory-utilization sizes a cache in GPU memory, and the model runs on %s (--device cuda)", m.Device())
 	}
-	free, total, err := dm.DeviceMemory()
+	free, total, err := m.DeviceMemory()
 	if err != nil {
 		return 0, err
 	}
@@ -148,13 +145,10 @@ func gpuKVBudget(m models.Model, util float64) (int64, error) {
 // allocated on the first step, and a server that cannot hold it should not start. A model
 // whose cache is not on a GPU passes.
 func checkGPUKV(m models.Model, kvBytes int64) error {
-	dm, ok := m.(interface {
-		DeviceMemory() (free, total int64, err error)
-	})
-	if !ok || !m.Spec().KVOnDevice {
+	if !m.Spec().KVOnDevice {
 		return nil
 	}
-	free, total, err := dm.DeviceMemory()
+	free, total, err := m.DeviceMemory()
 	if err != nil {
 		return err
 	}
