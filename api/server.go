@@ -57,7 +57,8 @@ type Config struct {
 	EnableWebUI bool
 	// Logger receives one structured line per request; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics is the registry /metrics serves; nil means a new one.
+	// Metrics is the registry /metrics serves (its OnStep, given to the engine as
+	// Config.OnStep, feeds the step histograms); nil means a new one.
 	Metrics *Metrics
 	// Responses configures the state of /v1/responses (package api/responses).
 	Responses responses.Config
@@ -156,9 +157,6 @@ func (s *Server) SetBackend(b Backend) {
 		Formats: b.Formats, Defaults: b.Defaults}
 	s.backend.Store(&b)
 }
-
-// Metrics returns the server's metrics (its OnStep method feeds the engine's step histograms).
-func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // Handler returns the server's routes as an http.Handler (used directly by tests).
 func (s *Server) Handler() http.Handler { return s.handler }
