@@ -184,7 +184,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		}
 	}
 	scfg := cfg.schedulerConfig(maxLen)
-	sched, err := scheduler.New(scfg, pool, nil)
+	sched, err := scheduler.New(scfg, pool)
 	if err != nil {
 		storage.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
