@@ -68,9 +68,6 @@ func WrapInt8(packed []byte, scale []float32, K, N int) (*Int8Weights, error) {
 	return wt, nil
 }
 
-// K is the number of rows of the weights (the length of an input row).
-func (w *Int8Weights) K() int { return w.k }
-
 // N is the number of columns of the weights (the length of an output row).
 func (w *Int8Weights) N() int { return w.n }
 
