@@ -40,7 +40,7 @@ func benchModel(b *testing.B) *models.DenseRunner {
 			return
 		}
 		benchDir = filepath.Join(filepath.Dir(dir), "bench-model")
-		_, benchErr = convert.BuildRandom(cfgPath, benchDir, 7)
+		_, benchErr = convert.BuildRandom(cfgPath, benchDir, 7, convert.Options{})
 	})
 	if benchErr != nil {
 		b.Fatal(benchErr)

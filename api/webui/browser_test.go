@@ -349,7 +349,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 	if dir == "" {
 		name, dir = "tiny", t.TempDir()
 		cfg := filepath.Join(repoRoot(t), "models", "testdata", "tiny-llama", "config.json")
-		if _, err := convert.BuildRandom(cfg, dir, 1); err != nil {
+		if _, err := convert.BuildRandom(cfg, dir, 1, convert.Options{}); err != nil {
 			t.Fatalf("building the tiny model: %v", err)
 		}
 	}

@@ -46,7 +46,7 @@ type loaded struct {
 // closes it), as plan.Resolve decides from the flags, the model and the hardware. A
 // model directory is opened as it is. A Hugging Face checkpoint (config.json and
 // *.safetensors without model.onnx) or a GGUF file is the one thing load builds: its
-// ONNX graph is built once into the cache ($CONVEYOR_CACHE_DIR; convert.PrepareWith)
+// ONNX graph is built once into the cache ($CONVEYOR_CACHE_DIR; convert.Prepare)
 // and reused after, and o.built is told; `conveyor build-model` builds explicitly. This
 // file is the only one of the commands but build-model that knows the builder.
 func load(dir string, o loadOptions) (*loaded, error) {
@@ -57,7 +57,7 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	}
 	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
 	// default, the user's cache directory).
-	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), p.Build)
+	dir, built, err := convert.Prepare(dir, os.Getenv(convert.CacheDirEnv), p.Build)
 	if err != nil {
 		return nil, err
 	}

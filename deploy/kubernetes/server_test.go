@@ -127,7 +127,7 @@ func (s *testServer) loadTiny(t *testing.T, ecfg engine.Config) *engine.Engine {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := convert.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})

@@ -433,7 +433,7 @@ func unpermuteRotary(data []float32, shape []int, heads int) {
 }
 
 // BuildFromGGUF writes a Conveyor model directory for the GGUF file at path, as
-// BuildFromHFWith does for a checkpoint: config.json, tokenizer.json and
+// BuildFromHF does for a checkpoint: config.json, tokenizer.json and
 // tokenizer_config.json read from its metadata, next to the graphs.
 func BuildFromGGUF(path, outDir string, o Options) (*BuildResult, error) {
 	m, err := readGGUF(path)
