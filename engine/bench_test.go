@@ -247,6 +247,7 @@ type nullModel struct {
 }
 
 func (m *nullModel) Spec() models.Spec { return m.spec }
+func (m *nullModel) Close() error      { return nil }
 
 func (m *nullModel) Forward(b *models.Batch) (*models.Output, error) {
 	for len(m.logits) < len(b.Seqs) {

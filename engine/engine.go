@@ -23,6 +23,9 @@ type Model interface {
 	// Forward computes the batch, reading each row's past keys and values from the
 	// batch's cache (b.Cache, the rows' Blocks) and writing the new ones into it.
 	Forward(b *models.Batch) (*models.Output, error)
+	// Close releases the model. The engine calls it only when it restarts the runner
+	// (Config.ReopenModel): on the runner it replaces and on those it opened.
+	Close() error
 }
 
 // recentSteps bounds the per-step history kept in Stats.

@@ -503,6 +503,9 @@ func (p *pacedModel) forceTokens(promptLen int, ids []int32) {
 
 func (p *pacedModel) Spec() models.Spec { return p.inner.Spec() }
 
+// Close does nothing: the test closes the runner it wraps.
+func (p *pacedModel) Close() error { return nil }
+
 func (p *pacedModel) Forward(b *models.Batch) (*models.Output, error) {
 	start := time.Now()
 	defer func() {
