@@ -8,23 +8,6 @@ import (
 	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
-// Model is a loaded model, on any attention path.
-type Model interface {
-	// Spec describes the model's shape, context and eos ids.
-	Spec() Spec
-	// Forward runs one forward pass over the batch, reading each row's past from the
-	// batch's cache and writing the new keys and values into it.
-	Forward(b *Batch) (*Output, error)
-	// Attention returns AttentionGraph or AttentionDense.
-	Attention() string
-	// Device names the device the model runs on: "cpu", or the GPU's name.
-	Device() string
-	// DeviceMemory returns the free and total memory of the model's GPU in bytes; a
-	// model on the CPU has none and returns an error.
-	DeviceMemory() (free, total int64, err error)
-	Close() error
-}
-
 // Open loads the model in dir where Resolve places it: on the device and the attention
 // path opts ask for, or, for auto and "", the ones the directory and the hardware allow.
 // A device or path the directory cannot run is an error that says so.
