@@ -158,7 +158,8 @@ func (s *Server) SetBackend(b Backend) {
 	s.backend.Store(&b)
 }
 
-// Handler returns the server's routes as an http.Handler (used directly by tests).
+// Handler returns the server's routes as an http.Handler, for a caller that serves requests
+// without Serve's listener (run-batch; tests).
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a clean Shutdown.
