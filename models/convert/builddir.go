@@ -122,7 +122,7 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	m, err := llamaGraph(cfg, w, o.Quantize)
+	m, err := denseGraph(cfg, w, o.Quantize)
 	if err != nil {
 		return nil, err
 	}
