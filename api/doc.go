@@ -125,11 +125,11 @@
 //
 // # Example
 //
-//	srv, err := api.New(cfg) // cfg := api.DefaultConfig(); cfg.ModelName = "tiny"
+//	srv, err := api.New(cfg) // cfg := api.DefaultConfig(); cfg.ModelName = "tiny"; cfg.Metrics = api.NewMetrics()
 //	if err != nil { ... }
 //	ln, _ := net.Listen("tcp", "127.0.0.1:8000")
 //	go srv.Serve(ln)              // /health answers 503 while the model loads
-//	eng, _ := engine.New(ecfg, runner, tok) // ecfg.OnStep = srv.Metrics().OnStep
+//	eng, _ := engine.New(ecfg, runner, tok) // ecfg.OnStep = cfg.Metrics.OnStep
 //	eng.Start(ctx)
 //	srv.SetBackend(api.Backend{Engine: eng, Tokenizer: openai.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen()})
 //	...

@@ -85,7 +85,7 @@ func serveRandomModel(t *testing.T, src, cfg, name string) openai.Client {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := convert.BuildRandom(filepath.Join(src, "config.json"), dir, 3); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join(src, "config.json"), dir, 3, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e := startE2EModel(t, dir, func(c *Config) { c.ModelName = name }, func(c *engine.Config) { c.KVCacheBytes = 4 << 20 })

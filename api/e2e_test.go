@@ -75,7 +75,7 @@ func tinyModel(t *testing.T) string {
 			return
 		}
 		cfg := filepath.Join("..", "models", "testdata", "tiny-llama", "config.json")
-		_, tinyErr = convert.BuildRandom(cfg, tinyDir, 7)
+		_, tinyErr = convert.BuildRandom(cfg, tinyDir, 7, convert.Options{})
 	})
 	if tinyErr != nil {
 		t.Fatalf("building the tiny test model: %v", tinyErr)

@@ -63,7 +63,7 @@ func TestE2EToolCalls(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		tinyModel(t) // initialises ONNX Runtime
 		dir := t.TempDir()
-		if _, err := convert.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
+		if _, err := convert.BuildFromHF(filepath.Join("..", "models", "default"), dir, convert.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		testToolCalls(t, startE2EModel(t, dir, nil, nil))
@@ -280,7 +280,7 @@ var threeToolDescriptions = map[string]string{
 func TestE2EDefaultModelThreeTools(t *testing.T) {
 	tinyModel(t) // initialises ONNX Runtime
 	dir := t.TempDir()
-	if _, err := convert.BuildFromHF(filepath.Join("..", "models", "default"), dir); err != nil {
+	if _, err := convert.BuildFromHF(filepath.Join("..", "models", "default"), dir, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	e := startE2EModel(t, dir, nil, nil)

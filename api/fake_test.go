@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -46,8 +47,10 @@ func (fakeTokenizer) tokenText(id int32, skipSpecial bool) string {
 	return string([]byte{byte(id - 1)})
 }
 
-func (fakeTokenizer) TokenText(id int32) string { return fakeTokenizer{}.tokenText(id, false) }
-func (fakeTokenizer) VocabSize() int            { return 257 }
+func (fakeTokenizer) TokenText(id int32) string  { return fakeTokenizer{}.tokenText(id, false) }
+func (fakeTokenizer) TokenBytes(id int32) []byte { return []byte(fakeTokenizer{}.tokenText(id, false)) }
+func (fakeTokenizer) IsSpecial(id int32) bool    { return id == fakeBOS }
+func (fakeTokenizer) VocabSize() int             { return 257 }
 
 func (fakeTokenizer) EncodeChat(msgs []openai.Message, addGen bool) ([]int32, error) {
 	var sb strings.Builder
@@ -59,6 +62,15 @@ func (fakeTokenizer) EncodeChat(msgs []openai.Message, addGen bool) ([]int32, er
 	}
 	return fakeTokenizer{}.Encode(sb.String(), true)
 }
+
+// EncodeChatTools renders as EncodeChat: the fake's template takes no tools.
+func (fakeTokenizer) EncodeChatTools(msgs []openai.Message, addGen bool, _ []json.RawMessage) ([]int32, error) {
+	return fakeTokenizer{}.EncodeChat(msgs, addGen)
+}
+
+// ChatTemplateSource is empty: the fake has no template text to choose a tool-call
+// format from.
+func (fakeTokenizer) ChatTemplateSource() string { return "" }
 
 // fakeEngine generates deterministic text: sequence j of a request emits the letters
 // 'a'+j, 'a'+j+1, ... one token per event, until MaxTokens (finish "length"). Its

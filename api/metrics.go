@@ -74,9 +74,6 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-// Registry returns the private registry (for tests and for adding collectors).
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

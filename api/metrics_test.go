@@ -32,8 +32,8 @@ func TestMetricsExposition(t *testing.T) {
 		PrefixQueryTokens: 50, PrefixHitTokens: 20, PromptTokens: 70, GenerationTokens: 9,
 		SpecDrafts: 4, SpecDraftTokens: 12, SpecAcceptedTokens: 7, SpecAcceptedAt: []int64{4, 3}}
 	s := newTestServer(t, eng, nil)
-	s.Metrics().OnStep(engine.StepInfo{NumSeqs: 4, NumTokens: 10, Duration: 3 * time.Millisecond})
-	s.Metrics().OnStep(engine.StepInfo{NumSeqs: 1, NumTokens: 1, Duration: time.Millisecond})
+	s.metrics.OnStep(engine.StepInfo{NumSeqs: 4, NumTokens: 10, Duration: 3 * time.Millisecond})
+	s.metrics.OnStep(engine.StepInfo{NumSeqs: 1, NumTokens: 1, Duration: time.Millisecond})
 	if rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x","max_tokens":3,"n":2}`); rec.Code != 200 {
 		t.Fatal(rec.Code)
 	}

@@ -57,7 +57,8 @@ type Config struct {
 	EnableWebUI bool
 	// Logger receives one structured line per request; nil means slog.Default().
 	Logger *slog.Logger
-	// Metrics is the registry /metrics serves; nil means a new one.
+	// Metrics is the registry /metrics serves (its OnStep, given to the engine as
+	// Config.OnStep, feeds the step histograms); nil means a new one.
 	Metrics *Metrics
 	// Responses configures the state of /v1/responses (package api/responses).
 	Responses responses.Config
@@ -157,10 +158,8 @@ func (s *Server) SetBackend(b Backend) {
 	s.backend.Store(&b)
 }
 
-// Metrics returns the server's metrics (its OnStep method feeds the engine's step histograms).
-func (s *Server) Metrics() *Metrics { return s.metrics }
-
-// Handler returns the server's routes as an http.Handler (used directly by tests).
+// Handler returns the server's routes as an http.Handler, for a caller that serves requests
+// without Serve's listener (run-batch; tests).
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a clean Shutdown.

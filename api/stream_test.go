@@ -180,10 +180,6 @@ func TestChatStreamFraming(t *testing.T) {
 		`{"model":"test-model","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true,"stream_options":{"include_usage":true},"logprobs":true}`)
 	defer resp.Body.Close()
 	chunks := dataEvents(t, readSSE(t, resp.Body))
-	type delta struct {
-		Role    *string `json:"role"`
-		Content *string `json:"content"`
-	}
 	type choice struct {
 		Index        int             `json:"index"`
 		Delta        map[string]any  `json:"delta"`

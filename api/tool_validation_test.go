@@ -22,7 +22,7 @@ func TestToolParametersMustCompile(t *testing.T) {
 // reasons from the start, and counts what the chat converter reports.
 func TestToolRejectionsExposed(t *testing.T) {
 	s := newTestServer(t, newFakeEngine(), nil)
-	s.Metrics().rejectToolCalls(openai.RejectUnknownTool)
+	s.metrics.rejectToolCalls(openai.RejectUnknownTool)
 	body := do(t, s.Handler(), "GET", "/metrics", "").Body.String()
 	for _, want := range []string{
 		`conveyor_tool_calls_rejected_total{reason="unknown_tool"} 1`,

@@ -40,7 +40,7 @@ func benchModel(b *testing.B) *models.DenseRunner {
 			return
 		}
 		benchDir = filepath.Join(filepath.Dir(dir), "bench-model")
-		_, benchErr = convert.BuildRandom(cfgPath, benchDir, 7)
+		_, benchErr = convert.BuildRandom(cfgPath, benchDir, 7, convert.Options{})
 	})
 	if benchErr != nil {
 		b.Fatal(benchErr)
@@ -247,6 +247,7 @@ type nullModel struct {
 }
 
 func (m *nullModel) Spec() models.Spec { return m.spec }
+func (m *nullModel) Close() error      { return nil }
 
 func (m *nullModel) Forward(b *models.Batch) (*models.Output, error) {
 	for len(m.logits) < len(b.Seqs) {

@@ -68,7 +68,7 @@ type Config struct {
 	// ReopenModel, when set, opens a fresh runner for the same model; the engine calls it
 	// on its own goroutine after MaxStepFailures failed passes in a row and serves on with
 	// what it returns (its Spec must match the first model's: the KV cache is kept). The
-	// engine closes (io.Closer) the model it replaces, so Close must be safe to call twice
+	// engine closes the model it replaces, so Close must be safe to call twice
 	// (models.DenseRunner's is), and closes a model it reopened when its loop stops. Nil: the
 	// engine reports itself unhealthy and keeps the model it has.
 	ReopenModel func() (Model, error)

@@ -12,7 +12,7 @@
 //
 // # One owner
 //
-// A single goroutine (Run, or Start) owns everything mutable: the scheduler, the block
+// A single goroutine (the loop Start runs) owns everything mutable: the scheduler, the block
 // pool, the K/V storage and every sequence's sampler, detokenizer and stop checker. Submit
 // and Abort only append to a mutex-guarded inbox and poke a one-slot wake channel, so they
 // never wait for a step; Submit checks the request against the request rules (rules.go:

@@ -23,13 +23,16 @@ type Model interface {
 	// Forward computes the batch, reading each row's past keys and values from the
 	// batch's cache (b.Cache, the rows' Blocks) and writing the new ones into it.
 	Forward(b *models.Batch) (*models.Output, error)
+	// Close releases the model. The engine calls it only when it restarts the runner
+	// (Config.ReopenModel): on the runner it replaces and on those it opened.
+	Close() error
 }
 
 // recentSteps bounds the per-step history kept in Stats.
 const recentSteps = 64
 
 // Engine runs generation requests through one model with continuous batching. One
-// goroutine (Run) owns the scheduler, the KV cache and every sequence's state; Submit,
+// goroutine (Start's) owns the scheduler, the KV cache and every sequence's state; Submit,
 // Abort, Stats and Shutdown are safe for concurrent use and never wait for a step.
 type Engine struct {
 	cfg         Config
@@ -114,7 +117,7 @@ type counters struct {
 
 // New builds an engine for model: a KV cache of cfg.KVCacheBytes, a scheduler, and the
 // tokenizer tok for text (tok may be nil: events then carry token ids only). The engine
-// does not run until Run or Start.
+// does not run until Start.
 func New(cfg Config, model Model, tok *tokenizer.Tokenizer) (*Engine, error) {
 	var text textSource
 	if tok != nil {
@@ -184,7 +187,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		}
 	}
 	scfg := cfg.schedulerConfig(maxLen)
-	sched, err := scheduler.New(scfg, pool, nil)
+	sched, err := scheduler.New(scfg, pool)
 	if err != nil {
 		storage.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -375,37 +378,20 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// Start runs the engine loop in a new goroutine (see Run). It does nothing if the
-// engine already ran or was shut down.
+// Start runs the engine loop in a new goroutine until ctx is done (every live request is
+// then aborted) or Shutdown completes. It does nothing if the engine already ran or was
+// shut down.
 func (e *Engine) Start(ctx context.Context) {
-	if e.claimRun() != nil {
-		return
-	}
-	go func() { _ = e.run(ctx) }()
-}
-
-// claimRun marks the loop as started; only the first caller may run it.
-func (e *Engine) claimRun() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.started {
-		return fmt.Errorf("%w: the engine already ran or was shut down", ErrClosed)
-	}
+	first := !e.started
 	e.started = true
-	return nil
-}
-
-// Run runs the engine loop on the calling goroutine until ctx is done (every live
-// request is then aborted) or Shutdown completes. It returns ctx.Err() or nil after a
-// shutdown. Run (or Start) may be called once; later calls return ErrClosed.
-func (e *Engine) Run(ctx context.Context) error {
-	if err := e.claimRun(); err != nil {
-		return err
+	e.mu.Unlock()
+	if first {
+		go e.run(ctx)
 	}
-	return e.run(ctx)
 }
 
-func (e *Engine) run(ctx context.Context) error {
+func (e *Engine) run(ctx context.Context) {
 	defer close(e.done)
 	defer e.closeCaches() // the caches' memory goes back as the engine stops
 	defer e.closeReopened()
@@ -426,14 +412,11 @@ func (e *Engine) run(ctx context.Context) error {
 		if ctx.Err() != nil || stopNow {
 			e.abortAll()
 			e.publishStats()
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return nil
+			return
 		}
 		if draining && len(e.live) == 0 {
 			e.publishStats()
-			return nil
+			return
 		}
 		if !e.sched.HasWork() {
 			if e.drafter != nil {

@@ -52,6 +52,7 @@ func newFakeModel(maxPositions int) *fakeModel {
 }
 
 func (m *fakeModel) Spec() models.Spec { return m.spec }
+func (m *fakeModel) Close() error      { return nil }
 
 func (m *fakeModel) stats() (calls, tokens int) {
 	m.mu.Lock()

@@ -27,11 +27,11 @@ func TestFamiliesSpeculationMatch(t *testing.T) {
 		src := filepath.Dir(cfgPath)
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			dir, dir4 := t.TempDir(), t.TempDir()
-			if _, err := convert.BuildFromHF(src, dir); err != nil {
+			if _, err := convert.BuildFromHF(src, dir, convert.Options{}); err != nil {
 				t.Fatal(err)
 			}
 			// The int4 build (blocks of 16: the fixtures' widths are multiples of 16).
-			if _, err := convert.BuildFromHFWith(src, dir4, convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 16}}); err != nil {
+			if _, err := convert.BuildFromHF(src, dir4, convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 16}}); err != nil {
 				t.Fatal(err)
 			}
 			open := func(dir string) Model {

@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"io"
 	"runtime/debug"
 	"time"
 
@@ -125,11 +124,7 @@ func (e *Engine) closeReopened() {
 	}
 }
 
-func closeModel(m Model) {
-	if c, ok := m.(io.Closer); ok {
-		_ = c.Close()
-	}
-}
+func closeModel(m Model) { _ = m.Close() }
 
 // recoverRequest, deferred around the handling of one sequence's logits, turns a panic
 // into the end of that sequence's request with ErrInternal: the step, the engine and the

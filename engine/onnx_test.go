@@ -65,7 +65,7 @@ func tinyModelDir(tb testing.TB) string {
 			return
 		}
 		onnxDir = filepath.Join(onnxTmpDir, "tiny-llama")
-		_, onnxErr = convert.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), onnxDir, 1)
+		_, onnxErr = convert.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), onnxDir, 1, convert.Options{})
 	})
 	if onnxErr != nil {
 		tb.Fatalf("building the tiny test model: %v", onnxErr)
@@ -356,7 +356,7 @@ func TestONNXAbortsReturnEveryBlock(t *testing.T) {
 func TestONNXFloat16KVCache(t *testing.T) {
 	// The step graph's cache type is built in: the tiny model's is float32.
 	half := t.TempDir()
-	if _, err := convert.BuildRandomWith(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), half, 1,
+	if _, err := convert.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), half, 1,
 		convert.Options{StepKVDType: convert.Float16}); err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestONNXPrefixCachingLargeBlocks(t *testing.T) {
 func TestONNXDraftModelMatches(t *testing.T) {
 	int4Dir := filepath.Join(t.TempDir(), "int4")
 	q := convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 32}}
-	if _, err := convert.BuildRandomWith(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), int4Dir, 1, q); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join("..", "models", "testdata", "tiny-llama", "config.json"), int4Dir, 1, q); err != nil {
 		t.Fatal(err)
 	}
 	openDraft := func(t *testing.T, dir, attention string) Model {

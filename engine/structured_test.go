@@ -29,7 +29,7 @@ func defaultModel(t *testing.T) (models.Model, *tokenizer.Tokenizer) {
 	t.Helper()
 	defaultOnce.Do(func() {
 		defaultDir = filepath.Join(onnxTmpDirOrTemp(t), "default")
-		_, defaultErr = convert.BuildFromHF(filepath.Join("..", "models", "default"), defaultDir)
+		_, defaultErr = convert.BuildFromHF(filepath.Join("..", "models", "default"), defaultDir, convert.Options{})
 	})
 	if defaultErr != nil {
 		t.Fatal(defaultErr)

@@ -52,7 +52,7 @@ func (m *windowWatch) Forward(b *models.Batch) (*models.Output, error) {
 // window; and every block comes back.
 func TestONNXSlidingWindowGroups(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := convert.BuildFromHF(filepath.Join("..", "models", "testdata", "families", "gemma2"), dir); err != nil {
+	if _, err := convert.BuildFromHF(filepath.Join("..", "models", "testdata", "families", "gemma2"), dir, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range attentionPaths {

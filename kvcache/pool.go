@@ -37,12 +37,6 @@ type PoolConfig struct {
 	Windows []int
 }
 
-// DefaultPoolConfig returns 16-token blocks with prefix caching on. NumBlocks is 0 and must
-// be set (usually from NumBlocksForBudget).
-func DefaultPoolConfig() PoolConfig {
-	return PoolConfig{BlockSizeTokens: 16, EnablePrefixCaching: true}
-}
-
 // Validate reports whether the configuration can build a pool.
 func (c PoolConfig) Validate() error {
 	if c.NumBlocks <= 0 || c.NumBlocks > maxBlocks {
@@ -164,12 +158,6 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	}
 	return p, nil
 }
-
-// BlockSizeTokens returns the number of tokens per block.
-func (p *Pool) BlockSizeTokens() int { return p.bs }
-
-// NumBlocks returns the number of blocks in the pool.
-func (p *Pool) NumBlocks() int { return len(p.meta) }
 
 // blocksFor returns the blocks needed to hold n tokens.
 func (p *Pool) blocksFor(n int) int { return (n + p.bs - 1) / p.bs }

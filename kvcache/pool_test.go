@@ -97,14 +97,13 @@ func TestNumBlocksForBudget(t *testing.T) {
 }
 
 func TestPoolConfigValidate(t *testing.T) {
-	ok := DefaultPoolConfig()
-	ok.NumBlocks = 10
+	ok := PoolConfig{NumBlocks: 10, BlockSizeTokens: 16, EnablePrefixCaching: true}
 	tests := []struct {
 		name    string
 		mutate  func(*PoolConfig)
 		wantErr bool
 	}{
-		{"default with blocks", func(*PoolConfig) {}, false},
+		{"valid", func(*PoolConfig) {}, false},
 		{"no blocks", func(c *PoolConfig) { c.NumBlocks = 0 }, true},
 		{"negative blocks", func(c *PoolConfig) { c.NumBlocks = -1 }, true},
 		{"zero block size", func(c *PoolConfig) { c.BlockSizeTokens = 0 }, true},
@@ -125,9 +124,6 @@ func TestPoolConfigValidate(t *testing.T) {
 				t.Errorf("NewPool error = %v, wantErr %v", err, tc.wantErr)
 			}
 		})
-	}
-	if DefaultPoolConfig().BlockSizeTokens != 16 {
-		t.Errorf("default block size %d, want 16", DefaultPoolConfig().BlockSizeTokens)
 	}
 }
 

@@ -99,7 +99,7 @@ func benchModelDir(b *testing.B, cfg *convert.Config, quantize string, stepKV co
 	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), raw, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := convert.BuildRandomWith(filepath.Join(cfgDir, "config.json"), tmp, 1, convert.Options{Quantize: q, StepKVDType: stepKV}); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join(cfgDir, "config.json"), tmp, 1, convert.Options{Quantize: q, StepKVDType: stepKV}); err != nil {
 		b.Skipf("cannot build the benchmark model: %v", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {

@@ -25,7 +25,7 @@ func TestConcurrentOpen(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	if _, err := convert.BuildFromHF(filepath.Join("testdata", "families", "llama3"), dir); err != nil {
+	if _, err := convert.BuildFromHF(filepath.Join("testdata", "families", "llama3"), dir, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	for range 8 {

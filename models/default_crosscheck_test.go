@@ -70,7 +70,7 @@ func loadReferenceLogits(t *testing.T, dir string) *referenceLogits {
 func buildDefaultModel(t *testing.T, dir string) map[string]Model {
 	t.Helper()
 	out := t.TempDir()
-	if _, err := convert.BuildFromHF(dir, out); err != nil {
+	if _, err := convert.BuildFromHF(dir, out, convert.Options{}); err != nil {
 		t.Fatalf("convert.BuildFromHF(%s): %v", dir, err)
 	}
 	return map[string]Model{AttentionGraph: openTestModel(t, out, AttentionGraph), AttentionDense: openTestModel(t, out, AttentionDense)}

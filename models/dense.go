@@ -14,6 +14,12 @@ import (
 	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
+// AttentionDense runs model.onnx through the Hugging Face Optimum interface
+// (RunnerOptions.Attention): the past is gathered into dense tensors every step
+// (DenseRunner). Every decoder has it, Optimum exports included; AttentionGraph (step.go)
+// is the other path.
+const AttentionDense = "dense"
+
 // DenseRunner runs forward passes of one decoder model through ONNX Runtime. Forward calls
 // are serialised; the runner reuses its buffers from call to call.
 type DenseRunner struct {
@@ -120,6 +126,15 @@ func (r *DenseRunner) Spec() Spec {
 	s.EOSTokenIDs = append([]int32(nil), s.EOSTokenIDs...)
 	return s
 }
+
+// Device returns "cpu".
+func (r *DenseRunner) Device() string { return DeviceCPU }
+
+// Attention returns "dense".
+func (r *DenseRunner) Attention() string { return AttentionDense }
+
+// DeviceMemory returns the host's error: the dense runner runs on the CPU.
+func (r *DenseRunner) DeviceMemory() (free, total int64, err error) { return ort.CPU().Memory() }
 
 // Close releases the ONNX Runtime session. It is idempotent; Forward after Close fails.
 func (r *DenseRunner) Close() error {

@@ -93,7 +93,7 @@
 //
 // Example:
 //
-//	if _, err := convert.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1); err != nil {
+//	if _, err := convert.BuildRandom("models/testdata/tiny-llama/config.json", dir, 1, convert.Options{}); err != nil {
 //		return err
 //	}
 //	r, err := models.Open(dir, models.RunnerOptions{}) // the step graph BuildRandom writes

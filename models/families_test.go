@@ -76,7 +76,7 @@ func TestFamiliesMatchPyTorch(t *testing.T) {
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			ref := loadFamilyReference(t, refPath)
 			dir := t.TempDir()
-			if _, err := convert.BuildFromHF(src, dir); err != nil {
+			if _, err := convert.BuildFromHF(src, dir, convert.Options{}); err != nil {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			vocab := len(ref.Logits[0][0])
@@ -285,8 +285,8 @@ func TestFamiliesQuantized(t *testing.T) {
 					t.Fatal(err)
 				}
 				dir := t.TempDir()
-				if _, err := convert.BuildFromHFWith(src, dir, convert.Options{Quantize: quant}); err != nil {
-					t.Fatalf("BuildFromHFWith: %v", err)
+				if _, err := convert.BuildFromHF(src, dir, convert.Options{Quantize: quant}); err != nil {
+					t.Fatalf("BuildFromHF: %v", err)
 				}
 				vocab := len(ref.Logits[0][0])
 				seqs := make([]int, len(ref.Sequences))

@@ -477,7 +477,7 @@ func TestGGUFFamiliesMatchCheckpoint(t *testing.T) {
 			if _, err := convert.BuildFromGGUF(file, fromGGUF, convert.Options{}); err != nil {
 				t.Fatalf("BuildFromGGUF: %v", err)
 			}
-			if _, err := convert.BuildFromHF(ckpt, fromCkpt); err != nil {
+			if _, err := convert.BuildFromHF(ckpt, fromCkpt, convert.Options{}); err != nil {
 				t.Fatalf("BuildFromHF: %v", err)
 			}
 			ref := loadFamilyReference(t, refPath)

@@ -37,6 +37,23 @@ const (
 	Float16 = kvcache.Float16
 )
 
+// Model is a loaded model, on any attention path.
+type Model interface {
+	// Spec describes the model's shape, context and eos ids.
+	Spec() Spec
+	// Forward runs one forward pass over the batch, reading each row's past from the
+	// batch's cache and writing the new keys and values into it.
+	Forward(b *Batch) (*Output, error)
+	// Attention returns AttentionGraph or AttentionDense.
+	Attention() string
+	// Device names the device the model runs on: "cpu", or the GPU's name.
+	Device() string
+	// DeviceMemory returns the free and total memory of the model's GPU in bytes; a
+	// model on the CPU has none and returns an error.
+	DeviceMemory() (free, total int64, err error)
+	Close() error
+}
+
 // Spec is what the engine needs to know about a loaded model. It comes from the ONNX
 // graph's inputs and outputs, config.json and generation_config.json.
 type Spec struct {

@@ -8,26 +8,6 @@ import (
 	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
-// AttentionDense runs model.onnx through the Hugging Face Optimum interface
-// (RunnerOptions.Attention): the past is gathered into dense tensors every step
-// (DenseRunner). Every decoder has it, Optimum exports included; AttentionGraph (step.go)
-// is the other path.
-const AttentionDense = "dense"
-
-// Model is a loaded model, on any attention path.
-type Model interface {
-	// Spec describes the model's shape, context and eos ids.
-	Spec() Spec
-	// Forward runs one forward pass over the batch, reading each row's past from the
-	// batch's cache and writing the new keys and values into it.
-	Forward(b *Batch) (*Output, error)
-	// Attention returns AttentionGraph or AttentionDense.
-	Attention() string
-	// Device names the device the model runs on: "cpu", or the GPU's name.
-	Device() string
-	Close() error
-}
-
 // Open loads the model in dir where Resolve places it: on the device and the attention
 // path opts ask for, or, for auto and "", the ones the directory and the hardware allow.
 // A device or path the directory cannot run is an error that says so.
@@ -136,9 +116,3 @@ func CUDAUsable(opts RunnerOptions) bool {
 	_, err := ort.OpenCUDA(opts.CUDAProvider, 0)
 	return err == nil
 }
-
-// Device returns "cpu".
-func (r *DenseRunner) Device() string { return DeviceCPU }
-
-// Attention returns "dense".
-func (r *DenseRunner) Attention() string { return AttentionDense }

@@ -24,7 +24,7 @@ func TestQuantizedMatchesFloat(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		if _, err := convert.BuildFromHFWith(defaultModelDir, dir, convert.Options{Quantize: quant}); err != nil {
+		if _, err := convert.BuildFromHF(defaultModelDir, dir, convert.Options{Quantize: quant}); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 		if got := convert.BuiltQuantization(dir); got != q {
@@ -118,7 +118,7 @@ func TestInt8RowsIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := convert.BuildFromHFWith(defaultModelDir, dir, convert.Options{Quantize: quant}); err != nil {
+	if _, err := convert.BuildFromHF(defaultModelDir, dir, convert.Options{Quantize: quant}); err != nil {
 		t.Fatal(err)
 	}
 	ref := loadReferenceLogits(t, defaultModelDir)

@@ -23,8 +23,8 @@ func buildRunnerTestModel(tb testing.TB, cfg *convert.Config, seed int64, dir st
 	if err := os.WriteFile(src, raw, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := convert.BuildRandomWith(src, dir, seed, convert.Options{StepKVDType: kvType}); err != nil {
-		tb.Fatalf("BuildRandomWith: %v", err)
+	if _, err := convert.BuildRandom(src, dir, seed, convert.Options{StepKVDType: kvType}); err != nil {
+		tb.Fatalf("BuildRandom: %v", err)
 	}
 	return convert.RandomWeights(cfg, seed)
 }

@@ -43,7 +43,7 @@ func stepGraphFamilyOnGPU(t *testing.T, refPath string, dtype convert.DType) {
 	t.Run(dtype.String()+"/"+filepath.Base(src), func(t *testing.T) {
 		ref := loadFamilyReference(t, refPath)
 		dir := t.TempDir()
-		if _, err := convert.BuildFromHFWith(src, dir, convert.Options{StepDType: dtype}); err != nil {
+		if _, err := convert.BuildFromHF(src, dir, convert.Options{StepDType: dtype}); err != nil {
 			t.Fatalf("BuildFromHF: %v", err)
 		}
 		m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(t), Device: DeviceCUDA})
@@ -120,7 +120,7 @@ func BenchmarkVerifyStepGPU(b *testing.B) {
 	if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := convert.BuildRandomWith(cfgPath, dir, 1, convert.Options{StepDType: convert.Float16}); err != nil {
+	if _, err := convert.BuildRandom(cfgPath, dir, 1, convert.Options{StepDType: convert.Float16}); err != nil {
 		b.Fatal(err)
 	}
 	m, err := Open(dir, RunnerOptions{ORTLib: testORTLib(b), Device: DeviceCUDA})

@@ -19,7 +19,7 @@ func buildStepTestModel(t *testing.T, dtype convert.DType) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join("testdata", "tiny-llama", "config.json")
-	if _, err := convert.BuildRandomWith(cfg, dir, 3, convert.Options{StepDType: dtype}); err != nil {
+	if _, err := convert.BuildRandom(cfg, dir, 3, convert.Options{StepDType: dtype}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -170,7 +170,7 @@ func TestStepFloat16KV(t *testing.T) {
 			ref := loadFamilyReference(t, filepath.Join(src, "reference.json"))
 			open := func(kv convert.DType) Model {
 				dir := t.TempDir()
-				if _, err := convert.BuildFromHFWith(src, dir, convert.Options{StepKVDType: kv}); err != nil {
+				if _, err := convert.BuildFromHF(src, dir, convert.Options{StepKVDType: kv}); err != nil {
 					t.Fatal(err)
 				}
 				return openTestModel(t, dir, AttentionGraph)

@@ -26,7 +26,7 @@ func BenchmarkScheduleUpdate256(b *testing.B) {
 	cfg.MaxNumSeqs = numSeqs
 	cfg.MaxNumBatchedTokens = 4096
 	cfg.MaxModelLen = 2048
-	s, err := New(cfg, pool, NewManualClock(benchEpoch))
+	s, err := newWithClock(cfg, pool, newManualClock(benchEpoch))
 	if err != nil {
 		b.Fatal(err)
 	}

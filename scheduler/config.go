@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -176,44 +175,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Clock tells the time. The scheduler reads it to time arrivals, admissions and static
-// batch delays; tests inject a ManualClock.
-type Clock interface {
+// clock tells the time. The scheduler reads it to time arrivals, admissions and static
+// batch delays.
+type clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the wall clock.
-type SystemClock struct{}
+// systemClock is the wall clock.
+type systemClock struct{}
 
 // Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// ManualClock is a Clock that moves only when told to. It is safe for concurrent use.
-type ManualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewManualClock returns a clock reading t.
-func NewManualClock(t time.Time) *ManualClock { return &ManualClock{t: t} }
-
-// Now returns the clock's current reading.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// Set moves the clock to t.
-func (c *ManualClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
+func (systemClock) Now() time.Time { return time.Now() }

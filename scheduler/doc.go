@@ -1,7 +1,7 @@
 // Package scheduler decides, one forward pass at a time, which sequences run and how many
-// tokens each computes. It is a pure state machine: no goroutines, no I/O, time from an
-// injected Clock. One goroutine (the engine's step loop) owns a Scheduler and the
-// kvcache.Pool it manages.
+// tokens each computes. It is a pure state machine: no goroutines, no I/O, time read from a
+// clock. One goroutine (the engine's step loop) owns a Scheduler and the kvcache.Pool it
+// manages.
 //
 // # Model
 //
@@ -99,7 +99,7 @@
 // # Example
 //
 //	pool, _ := kvcache.NewPool(kvcache.PoolConfig{NumBlocks: 1024, BlockSizeTokens: 16, EnablePrefixCaching: true})
-//	s, _ := scheduler.New(scheduler.DefaultConfig(), pool, nil)
+//	s, _ := scheduler.New(scheduler.DefaultConfig(), pool)
 //	_ = s.Add(&scheduler.Sequence{ID: 1, Tokens: prompt})
 //	for s.HasWork() {
 //		plan := s.Schedule()

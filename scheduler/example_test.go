@@ -14,7 +14,7 @@ func Example() {
 	cfg := scheduler.DefaultConfig()
 	cfg.MaxNumSeqs = 4
 	cfg.MaxNumBatchedTokens = 8 // a 10-token prompt takes two steps
-	s, _ := scheduler.New(cfg, pool, nil)
+	s, _ := scheduler.New(cfg, pool)
 	_ = s.Add(&scheduler.Sequence{ID: 1, Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}})
 	_ = s.Add(&scheduler.Sequence{ID: 2, Tokens: []int32{100, 101}})
 

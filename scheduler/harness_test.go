@@ -54,7 +54,7 @@ type harness struct {
 	t     testing.TB
 	s     *Scheduler
 	pool  *kvcache.Pool
-	clock *ManualClock
+	clock *manualClock
 	bs    int
 	kv    []int32 // slot block*bs+off holds token+1; 0 = never written
 
@@ -74,8 +74,8 @@ func newHarness(t testing.TB, cfg Config, numBlocks, blockSize int, prefixCachin
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s, err := New(cfg, pool, clock)
+	clock := newManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := newWithClock(cfg, pool, clock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ type Stats struct {
 type Scheduler struct {
 	cfg         Config
 	pool        *kvcache.Pool
-	clock       Clock
+	clock       clock
 	totalBlocks int
 
 	seqs           map[kvcache.SeqID]*Sequence // every live sequence
@@ -128,28 +128,27 @@ type Scheduler struct {
 	stats Stats
 }
 
-// New returns a scheduler over pool. clock may be nil for the system clock.
-func New(cfg Config, pool *kvcache.Pool, clock Clock) (*Scheduler, error) {
+// New returns a scheduler over pool, timed by the wall clock.
+func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
+	return newWithClock(cfg, pool, systemClock{})
+}
+
+// newWithClock is New timed by c.
+func newWithClock(cfg Config, pool *kvcache.Pool, c clock) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalid)
 	}
-	if clock == nil {
-		clock = SystemClock{}
-	}
 	return &Scheduler{
 		cfg:         cfg,
 		pool:        pool,
-		clock:       clock,
+		clock:       c,
 		totalBlocks: pool.Stats().TotalBlocks,
 		seqs:        make(map[kvcache.SeqID]*Sequence),
 	}, nil
 }
-
-// Config returns the scheduler's configuration.
-func (s *Scheduler) Config() Config { return s.cfg }
 
 // Add queues one sequence (a request with n = 1). See AddGroup.
 func (s *Scheduler) Add(seq *Sequence) error {

@@ -32,12 +32,12 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	pool, _ := kvcache.NewPool(kvcache.PoolConfig{NumBlocks: 4, BlockSizeTokens: 4})
-	if _, err := New(DefaultConfig(), nil, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := New(DefaultConfig(), nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("New with nil pool: %v", err)
 	}
 	cfg := DefaultConfig()
 	cfg.MaxQueue = -1
-	if _, err := New(cfg, pool, nil); !errors.Is(err, ErrInvalid) {
+	if _, err := New(cfg, pool); !errors.Is(err, ErrInvalid) {
 		t.Errorf("New with bad config: %v", err)
 	}
 }

@@ -64,7 +64,7 @@ func TestExternalProposals(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxModelLen = 64
 	cfg.Speculation = Speculation{NumTokens: 3, External: true}
-	s, err := New(cfg, pool, nil)
+	s, err := New(cfg, pool)
 	if err != nil {
 		t.Fatal(err)
 	}

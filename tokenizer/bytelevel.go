@@ -5,13 +5,9 @@ import "unicode/utf8"
 // The byte-level alphabet of GPT-2: every byte maps to one printable rune, so that a byte
 // string can be written as a Unicode string whose characters are all "visible". Printable
 // ASCII and most of Latin-1 map to themselves; the other 68 bytes map to U+0100 and up.
-var (
-	byteToRune [256]rune
-	runeToByte map[rune]byte
-)
+var byteToRune [256]rune
 
 func init() {
-	runeToByte = make(map[rune]byte, 256)
 	n := rune(0)
 	for b := 0; b < 256; b++ {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
@@ -20,7 +16,6 @@ func init() {
 			byteToRune[b] = 256 + n
 			n++
 		}
-		runeToByte[byteToRune[b]] = byte(b)
 	}
 }
 
@@ -31,20 +26,6 @@ func byteLevelEncode(s string) string {
 		buf = utf8.AppendRune(buf, byteToRune[s[i]])
 	}
 	return string(buf)
-}
-
-// byteLevelDecode maps byte-level runes back to bytes. Runes outside the alphabet (which a
-// well-formed byte-level vocabulary does not contain) are kept as their UTF-8 encoding.
-func byteLevelDecode(tok string) []byte {
-	out := make([]byte, 0, len(tok))
-	for _, r := range tok {
-		if b, ok := runeToByte[r]; ok {
-			out = append(out, b)
-		} else {
-			out = utf8.AppendRune(out, r)
-		}
-	}
-	return out
 }
 
 // appendLossy appends b to dst as text, replacing every byte that does not start a valid

@@ -136,16 +136,6 @@ var ggufPreTokenizers = func() map[string]ggufPreTokenizer {
 	return m
 }()
 
-// FromGGUF builds a tokenizer from the tokenizer metadata of a GGUF file: FromBytes over the
-// files TokenizerFilesFromGGUF writes. Errors wrap ErrInvalid.
-func FromGGUF(v *GGUFVocab) (*Tokenizer, error) {
-	tokenizerJSON, configJSON, err := TokenizerFilesFromGGUF(v)
-	if err != nil {
-		return nil, err
-	}
-	return FromBytes(tokenizerJSON, configJSON)
-}
-
 // ggufConversion is a GGUFVocab checked and read for writing out.
 type ggufConversion struct {
 	v      *GGUFVocab

@@ -12,6 +12,16 @@ import (
 	"testing"
 )
 
+// fromGGUF builds a tokenizer from the tokenizer metadata of a GGUF file: FromBytes over
+// the files TokenizerFilesFromGGUF writes.
+func fromGGUF(v *GGUFVocab) (*Tokenizer, error) {
+	tokenizerJSON, configJSON, err := TokenizerFilesFromGGUF(v)
+	if err != nil {
+		return nil, err
+	}
+	return FromBytes(tokenizerJSON, configJSON)
+}
+
 // The real-file tests build, from each family's Hugging Face files, the GGUF metadata that
 // llama.cpp's convert_hf_to_gguf.py writes from them (ggufFromHF), convert it back with
 // TokenizerFilesFromGGUF, and compare the result with the original files as this package
@@ -487,7 +497,7 @@ func TestGGUFSentencePiece(t *testing.T) {
 
 	// Without the space prefix (Gemma): no "▁" in front, no space stripped.
 	v.AddSpacePrefix, v.AddBOS = new(false), new(false)
-	tk, err = FromGGUF(v)
+	tk, err = fromGGUF(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +542,7 @@ func ggufByteLevelVocab(pre string) *GGUFVocab {
 func TestGGUFPreTokenizers(t *testing.T) {
 	text := "Hello, World! I'm 12345 años\tof 💡 代码 مرحبا\n\n  x   y\r\n<s>"
 	for name := range ggufPreTokenizers {
-		tk, err := FromGGUF(ggufByteLevelVocab(name))
+		tk, err := fromGGUF(ggufByteLevelVocab(name))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -550,7 +560,7 @@ func TestGGUFPreTokenizers(t *testing.T) {
 		pre            string
 		want34, want45 bool
 	}{{"gpt-2", true, false}, {"llama-bpe", false, true}, {"default", false, true}, {"qwen2", false, false}, {"smollm", false, false}} {
-		tk, err := FromGGUF(ggufByteLevelVocab(c.pre))
+		tk, err := fromGGUF(ggufByteLevelVocab(c.pre))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -561,7 +571,7 @@ func TestGGUFPreTokenizers(t *testing.T) {
 	}
 	// llama.cpp's add_bos_token when the file does not say: Llama 3 adds BOS, GPT-2 does not.
 	for pre, want := range map[string]int{"llama-bpe": 1, "gpt-2": 0, "qwen2": 0} {
-		tk, err := FromGGUF(ggufByteLevelVocab(pre))
+		tk, err := fromGGUF(ggufByteLevelVocab(pre))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -575,7 +585,7 @@ func TestGGUFPreTokenizers(t *testing.T) {
 // TestGGUFRefusals checks that bad metadata is refused with one line wrapping ErrInvalid.
 func TestGGUFRefusals(t *testing.T) {
 	for _, base := range []func() *GGUFVocab{ggufTestVocab, func() *GGUFVocab { return ggufByteLevelVocab("gpt-2") }} {
-		if _, err := FromGGUF(base()); err != nil {
+		if _, err := fromGGUF(base()); err != nil {
 			t.Fatalf("base vocabulary refused: %v", err)
 		}
 	}
@@ -619,8 +629,8 @@ func TestGGUFRefusals(t *testing.T) {
 				!strings.HasPrefix(err.Error(), "tokenizer: GGUF ") || strings.Contains(err.Error(), "\n") {
 				t.Errorf("error %q, want one line wrapping ErrInvalid with %q", err, c.want)
 			}
-			if _, err2 := FromGGUF(c.v); err2 == nil || err2.Error() != err.Error() {
-				t.Errorf("FromGGUF error %v, want %v", err2, err)
+			if _, err2 := fromGGUF(c.v); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("fromGGUF error %v, want %v", err2, err)
 			}
 		})
 	}

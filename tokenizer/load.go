@@ -552,7 +552,9 @@ var byteOfRune = sync.OnceValue(func() *[0x144]int16 {
 	return &t
 })
 
-// appendByteLevelDecode appends byteLevelDecode(tok) to dst.
+// appendByteLevelDecode appends tok, mapped from byte-level runes back to bytes, to dst.
+// Runes outside the alphabet (which a well-formed byte-level vocabulary does not contain)
+// are kept as their UTF-8 encoding.
 func appendByteLevelDecode(dst []byte, tok string) []byte {
 	table := byteOfRune()
 	for _, r := range tok {

@@ -121,12 +121,12 @@ func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 }
 
 // renderChat renders messages through the chat template into token ids, with the
-// request's tools when the template can take them.
+// request's tools when it has some.
 func renderChat(m *Model, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
 	var ids []int32
 	var err error
-	if tt, ok := m.Tokenizer.(ToolTemplater); ok && plan != nil {
-		ids, err = tt.EncodeChatTools(msgs, addGen, plan.raw)
+	if plan != nil {
+		ids, err = m.Tokenizer.EncodeChatTools(msgs, addGen, plan.raw)
 	} else {
 		ids, err = m.Tokenizer.EncodeChat(msgs, addGen)
 	}

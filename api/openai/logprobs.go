@@ -54,22 +54,16 @@ func (l *CompletionLogprobs) add(tls []engine.TokenLogprob, offset *int) {
 	}
 }
 
-// addGenerated appends generated tokens' logprobs, advancing acc's text offset. When tok
-// can tell a token's bytes, a token's offset is the index (in characters) of the
-// character its first byte belongs to, so the tokens holding the bytes of one multi-byte
-// character share that character's offset, the text after it is counted in characters,
-// and special tokens (left out of the text) take the offset without advancing it;
-// otherwise each token counts the characters of its display text.
+// addGenerated appends generated tokens' logprobs, advancing acc's text offset. A
+// token's offset is the index (in characters) of the character its first byte belongs
+// to, so the tokens holding the bytes of one multi-byte character share that
+// character's offset, the text after it is counted in characters, and special tokens
+// (left out of the text) take the offset without advancing it.
 func (l *CompletionLogprobs) addGenerated(tls []engine.TokenLogprob, acc *seqAcc, tok Tokenizer) {
-	tb, ok := tok.(TokenByter)
-	if !ok {
-		l.add(tls, &acc.offset)
-		return
-	}
 	for _, t := range tls {
 		off := -1
-		if !tb.IsSpecial(t.ID) {
-			buf := append(acc.partial, tb.TokenBytes(t.ID)...)
+		if !tok.IsSpecial(t.ID) {
+			buf := append(acc.partial, tok.TokenBytes(t.ID)...)
 			first := len(acc.partial) // where this token's bytes start in buf
 			i := 0
 			for i < len(buf) {
@@ -184,13 +178,11 @@ func textBytes(s string) []int {
 	return out
 }
 
-// tokenBytes is the "bytes" of a logprobs entry: the token's own bytes when tok can
-// tell them, else the bytes of its display text.
+// tokenBytes is the "bytes" of a logprobs entry: the token's own bytes, or the bytes of
+// its display text when tok has none for it.
 func tokenBytes(tok Tokenizer, id int32, text string) []int {
-	if tb, ok := tok.(TokenByter); ok {
-		if b := tb.TokenBytes(id); b != nil {
-			return textBytes(string(b))
-		}
+	if b := tok.TokenBytes(id); b != nil {
+		return textBytes(string(b))
 	}
 	return textBytes(text)
 }

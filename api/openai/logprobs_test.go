@@ -41,7 +41,7 @@ func TestEchoOffsetsMultibyte(t *testing.T) {
 
 // byteTokenizer is the tokenizer the logprobs converters see: ids are bytes + 1 and id
 // 0 is BOS ("<s>"); a byte that is not a character by itself shows as U+FFFD, as the
-// real tokenizer's TokenText does, and TokenByter tells the bytes. The converters read
+// real tokenizer's TokenText does, and TokenBytes tells the bytes. The converters read
 // nothing else (the embedded Tokenizer is nil).
 type byteTokenizer struct{ Tokenizer }
 

@@ -60,29 +60,24 @@ type Tokenizer interface {
 	Decode(ids []int32, skipSpecial bool) string
 	// TokenText is the display text of one token (for logprobs).
 	TokenText(id int32) string
+	// TokenBytes is the raw bytes of one token, and IsSpecial whether it is a special
+	// token (left out of generated text). The chat logprobs' "bytes" field carries a
+	// token's own bytes even when it holds only part of a multi-byte character (whose
+	// TokenText is U+FFFD), and completion logprobs' text_offset counts characters of
+	// the text.
+	TokenBytes(id int32) []byte
+	IsSpecial(id int32) bool
 	// VocabSize is the number of token ids; valid ids are 0 .. VocabSize-1.
 	VocabSize() int
 	// EncodeChat renders messages through the model's chat template (ending with the
 	// assistant turn's opening when addGenerationPrompt is true) and tokenizes the result.
 	EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error)
-}
-
-// ToolTemplater is an optional Tokenizer capability: rendering a chat with the request's
-// tools passed to the template (as vLLM passes request.tools), and the template's text,
-// from which the tool-call format is chosen.
-type ToolTemplater interface {
+	// EncodeChatTools is EncodeChat with the request's tools passed to the template (as
+	// vLLM passes request.tools).
 	EncodeChatTools(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error)
+	// ChatTemplateSource is the chat template's text, from which the tool-call format is
+	// chosen.
 	ChatTemplateSource() string
-}
-
-// TokenByter is an optional Tokenizer capability: the raw bytes of one token and whether
-// it is a special token (left out of generated text). The chat logprobs' "bytes" field
-// then carries a token's own bytes even when it holds only part of a multi-byte character
-// (whose TokenText is U+FFFD), and completion logprobs' text_offset counts characters of
-// the text; without it both follow TokenText.
-type TokenByter interface {
-	TokenBytes(id int32) []byte
-	IsSpecial(id int32) bool
 }
 
 // NewFormats returns the response_format cache of a served model (Model.Formats):
@@ -149,13 +144,12 @@ func (a tokAdapter) encodeChat(msgs []Message, addGenerationPrompt bool, tools [
 	return a.t.Encode(text, !a.t.HasChatTemplate())
 }
 
-// EncodeChatTools implements ToolTemplater: EncodeChat with the request's tools passed
-// to the template.
+// EncodeChatTools is EncodeChat with the request's tools passed to the template.
 func (a tokAdapter) EncodeChatTools(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error) {
 	return a.encodeChat(msgs, addGenerationPrompt, tools)
 }
 
-// ChatTemplateSource implements ToolTemplater.
+// ChatTemplateSource returns the chat template's text.
 func (a tokAdapter) ChatTemplateSource() string { return a.t.ChatTemplateSource() }
 
 // SamplingDefaults are a model's own defaults for sampling fields a request leaves out,

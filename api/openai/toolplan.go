@@ -159,11 +159,7 @@ func parseTools(c *check, f *chatFeatures, m *Model) (*toolPlan, bool) {
 			return nil, parallel
 		}
 	}
-	template := ""
-	if tt, ok := m.Tokenizer.(ToolTemplater); ok {
-		template = tt.ChatTemplateSource()
-	}
-	p.format = toolcall.Detect(template)
+	p.format = toolcall.Detect(m.Tokenizer.ChatTemplateSource())
 	if m.ToolCallParser != "" {
 		if f, err := toolcall.ByName(m.ToolCallParser); err == nil {
 			p.format = f

@@ -35,8 +35,8 @@ type Config struct {
 	MaxRecordBytes int
 	// LockTimeout is how long Open waits for another process's lock on the file.
 	LockTimeout time.Duration
-	// Now is the clock; nil means time.Now (tests inject a fake one).
-	Now func() time.Time
+	// now is the clock; nil means time.Now.
+	now func() time.Time
 }
 
 // DefaultConfig returns a configuration for dir: 30 days, 10,000 records, 8 MiB a record.
@@ -87,8 +87,8 @@ func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.now == nil {
+		cfg.now = time.Now
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("respstore: %w", err)
@@ -148,7 +148,7 @@ func (s *Store) Put(r Record) error {
 			}
 		} else {
 			if r.Created.IsZero() {
-				r.Created = s.cfg.Now()
+				r.Created = s.cfg.now()
 			}
 			if err := idx.Put(timeKey(r.Created, r.ID), nil); err != nil {
 				return err
@@ -175,7 +175,7 @@ func (s *Store) retainLocked(tx *bolt.Tx, count uint64, keep string) error {
 	resp, idx, meta := tx.Bucket(bucketResponses), tx.Bucket(bucketByTime), tx.Bucket(bucketMeta)
 	cutoff := int64(-1 << 63)
 	if s.cfg.MaxAge > 0 {
-		cutoff = s.cfg.Now().Add(-s.cfg.MaxAge).UnixNano()
+		cutoff = s.cfg.now().Add(-s.cfg.MaxAge).UnixNano()
 	}
 	// Keys are collected first: deleting under a cursor while it walks skips keys.
 	var doomed [][]byte
@@ -228,7 +228,7 @@ func (s *Store) Get(id string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	if s.cfg.MaxAge > 0 && s.cfg.Now().Sub(r.Created) > s.cfg.MaxAge {
+	if s.cfg.MaxAge > 0 && s.cfg.now().Sub(r.Created) > s.cfg.MaxAge {
 		return Record{}, ErrNotFound
 	}
 	return r, nil

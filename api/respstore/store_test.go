@@ -62,7 +62,7 @@ func TestPutGetDelete(t *testing.T) {
 
 func TestRetentionByCountAndAge(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
-	s := open(t, t.TempDir(), func(c *Config) { c.MaxRecords = 3; c.MaxAge = time.Hour; c.Now = clk.now })
+	s := open(t, t.TempDir(), func(c *Config) { c.MaxRecords = 3; c.MaxAge = time.Hour; c.now = clk.now })
 	for i := range 5 {
 		clk.t = clk.t.Add(time.Minute)
 		if err := s.Put(Record{ID: fmt.Sprint("r", i), Status: "completed"}); err != nil {

@@ -349,7 +349,7 @@ func newFixture(t *testing.T, dir string) *fixture {
 	if dir == "" {
 		name, dir = "tiny", t.TempDir()
 		cfg := filepath.Join(repoRoot(t), "models", "testdata", "tiny-llama", "config.json")
-		if _, err := convert.BuildRandom(cfg, dir, 1); err != nil {
+		if _, err := convert.BuildRandom(cfg, dir, 1, convert.Options{}); err != nil {
 			t.Fatalf("building the tiny model: %v", err)
 		}
 	}
@@ -502,6 +502,9 @@ func (p *pacedModel) forceTokens(promptLen int, ids []int32) {
 }
 
 func (p *pacedModel) Spec() models.Spec { return p.inner.Spec() }
+
+// Close does nothing: the test closes the runner it wraps.
+func (p *pacedModel) Close() error { return nil }
 
 func (p *pacedModel) Forward(b *models.Batch) (*models.Output, error) {
 	start := time.Now()

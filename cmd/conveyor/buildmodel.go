@@ -90,7 +90,7 @@ func runBuildModel(args []string) error {
 	}
 	var res *convert.BuildResult
 	if *random {
-		res, err = convert.BuildRandomWith(*configPath, *out, *seed, opts)
+		res, err = convert.BuildRandom(*configPath, *out, *seed, opts)
 	} else if convert.IsGGUF(*from) {
 		if *quantize == "" {
 			var holds string
@@ -102,7 +102,7 @@ func runBuildModel(args []string) error {
 		opts.Quantize = quant
 		res, err = convert.BuildFromGGUF(*from, *out, opts)
 	} else {
-		res, err = convert.BuildFromHFWith(*from, *out, opts)
+		res, err = convert.BuildFromHF(*from, *out, opts)
 	}
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func tinyModelDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json")
-	if _, err := convert.BuildRandom(cfg, dir, 5); err != nil {
+	if _, err := convert.BuildRandom(cfg, dir, 5, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -143,7 +143,7 @@ func TestGenerateWithDraftModel(t *testing.T) {
 	dir := tinyModelDir(t)
 	draft := filepath.Join(t.TempDir(), "int4")
 	cfg := filepath.Join("..", "..", "models", "testdata", "tiny-llama", "config.json")
-	if _, err := convert.BuildRandomWith(cfg, draft, 5, convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 32}}); err != nil {
+	if _, err := convert.BuildRandom(cfg, draft, 5, convert.Options{Quantize: convert.Quantization{Bits: 4, BlockSize: 32}}); err != nil {
 		t.Fatal(err)
 	}
 	o := generateOptions{modelDir: dir, prompt: "the quick brown fox", maxTokens: 40, ortLib: testORTLib(t), threads: 1}

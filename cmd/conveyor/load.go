@@ -46,7 +46,7 @@ type loaded struct {
 // closes it), as plan.Resolve decides from the flags, the model and the hardware. A
 // model directory is opened as it is. A Hugging Face checkpoint (config.json and
 // *.safetensors without model.onnx) or a GGUF file is the one thing load builds: its
-// ONNX graph is built once into the cache ($CONVEYOR_CACHE_DIR; convert.PrepareWith)
+// ONNX graph is built once into the cache ($CONVEYOR_CACHE_DIR; convert.Prepare)
 // and reused after, and o.built is told; `conveyor build-model` builds explicitly. This
 // file is the only one of the commands but build-model that knows the builder.
 func load(dir string, o loadOptions) (*loaded, error) {
@@ -57,7 +57,7 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	}
 	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
 	// default, the user's cache directory).
-	dir, built, err := convert.PrepareWith(dir, os.Getenv(convert.CacheDirEnv), p.Build)
+	dir, built, err := convert.Prepare(dir, os.Getenv(convert.CacheDirEnv), p.Build)
 	if err != nil {
 		return nil, err
 	}
@@ -125,13 +125,10 @@ func activationReserveBytes(total int64) int64 { return max(1<<30, total/20) }
 // process's) − the activations' reserve. A model not on a GPU, or a fraction too small to
 // hold anything, is an error that says so.
 func gpuKVBudget(m models.Model, util float64) (int64, error) {
-	dm, ok := m.(interface {
-		DeviceMemory() (free, total int64, err error)
-	})
-	if !ok || !m.Spec().KVOnDevice {
+	if !m.Spec().KVOnDevice {
 		return 0, fmt.Errorf("--gpu-memory-utilization sizes a cache in GPU memory, and the model runs on %s (--device cuda)", m.Device())
 	}
-	free, total, err := dm.DeviceMemory()
+	free, total, err := m.DeviceMemory()
 	if err != nil {
 		return 0, err
 	}
@@ -148,13 +145,10 @@ func gpuKVBudget(m models.Model, util float64) (int64, error) {
 // allocated on the first step, and a server that cannot hold it should not start. A model
 // whose cache is not on a GPU passes.
 func checkGPUKV(m models.Model, kvBytes int64) error {
-	dm, ok := m.(interface {
-		DeviceMemory() (free, total int64, err error)
-	})
-	if !ok || !m.Spec().KVOnDevice {
+	if !m.Spec().KVOnDevice {
 		return nil
 	}
-	free, total, err := dm.DeviceMemory()
+	free, total, err := m.DeviceMemory()
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,8 @@ func get(t *testing.T, base, path string) int {
 // testServer is the real API server on a free local port.
 type testServer struct {
 	*api.Server
-	base    string // http://127.0.0.1:port
+	metrics *api.Metrics // the server's Config.Metrics
+	base    string       // http://127.0.0.1:port
 	served  chan error
 	drained bool
 }
@@ -97,7 +98,7 @@ func startServer(t *testing.T) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testServer{Server: srv, base: "http://" + ln.Addr().String(), served: make(chan error, 1)}
+	s := &testServer{Server: srv, metrics: acfg.Metrics, base: "http://" + ln.Addr().String(), served: make(chan error, 1)}
 	go func() { s.served <- srv.Serve(ln) }()
 	t.Cleanup(func() { _ = s.drain() })
 	return s
@@ -126,7 +127,7 @@ func (s *testServer) loadTiny(t *testing.T, ecfg engine.Config) *engine.Engine {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := convert.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join(repoRoot, "models", "testdata", "tiny-llama", "config.json"), dir, 7, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	runner, err := models.Open(dir, models.RunnerOptions{ORTLib: lib, IntraOpThreads: 1})
@@ -138,7 +139,7 @@ func (s *testServer) loadTiny(t *testing.T, ecfg engine.Config) *engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ecfg.OnStep = s.Metrics().OnStep
+	ecfg.OnStep = s.metrics.OnStep
 	eng, err := engine.New(ecfg, runner, tok)
 	if err != nil {
 		t.Fatal(err)

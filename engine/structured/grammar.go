@@ -36,9 +36,8 @@ type edge struct {
 
 // builder assembles a Grammar from fragments (Thompson's construction).
 type builder struct {
-	g     *Grammar
-	err   error
-	nodes int // budget check
+	g   *Grammar
+	err error
 }
 
 // maxNodes bounds a compiled grammar (unrolled counts can grow it quickly).

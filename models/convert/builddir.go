@@ -29,9 +29,17 @@ type BuildResult struct {
 // into a Conveyor model directory: outDir/model.onnx (+ model.onnx.data for models
 // over ~2 GB) for the dense Optimum interface, outDir/step/ for the step graph,
 // config.json, and generation_config.json, tokenizer.json and tokenizer_config.json when
-// hfDir has them.
-func BuildFromHF(hfDir, outDir string) (*BuildResult, error) {
-	return BuildFromHFWith(hfDir, outDir, Options{})
+// hfDir has them. o says how (the zero Options: float32 weights and step graph).
+func BuildFromHF(hfDir, outDir string, o Options) (*BuildResult, error) {
+	cfg, err := LoadConfig(hfDir)
+	if err != nil {
+		return nil, err
+	}
+	w, err := LoadSafetensorsDir(hfDir)
+	if err != nil {
+		return nil, err
+	}
+	return buildDir(cfg, textWeights(cfg, w), filepath.Join(hfDir, "config.json"), hfDir, outDir, o, writeOptions{})
 }
 
 // Options are a build's choices beyond the checkpoint.
@@ -48,28 +56,11 @@ type Options struct {
 	StepKVDType DType
 }
 
-// BuildFromHFWith is BuildFromHF with options.
-func BuildFromHFWith(hfDir, outDir string, o Options) (*BuildResult, error) {
-	cfg, err := LoadConfig(hfDir)
-	if err != nil {
-		return nil, err
-	}
-	w, err := LoadSafetensorsDir(hfDir)
-	if err != nil {
-		return nil, err
-	}
-	return buildDir(cfg, textWeights(cfg, w), filepath.Join(hfDir, "config.json"), hfDir, outDir, o, writeOptions{})
-}
-
 // BuildRandom writes a model directory for the config.json at configPath with seeded
 // random weights (see RandomWeights). Tokenizer and generation files found next to
-// configPath are copied too, so a test model can be served with a real tokenizer.
-func BuildRandom(configPath, outDir string, seed int64) (*BuildResult, error) {
-	return BuildRandomWith(configPath, outDir, seed, Options{})
-}
-
-// BuildRandomWith is BuildRandom with options.
-func BuildRandomWith(configPath, outDir string, seed int64, o Options) (*BuildResult, error) {
+// configPath are copied too, so a test model can be served with a real tokenizer. o is as
+// BuildFromHF's.
+func BuildRandom(configPath, outDir string, seed int64, o Options) (*BuildResult, error) {
 	cfg, err := LoadConfigFile(configPath)
 	if err != nil {
 		return nil, err
@@ -131,7 +122,7 @@ func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Opti
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("models: %w", err)
 	}
-	m, err := llamaGraph(cfg, w, o.Quantize)
+	m, err := denseGraph(cfg, w, o.Quantize)
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func BuildLlamaONNX(cfg *Config, w Weights, outDir string) error {
 }
 
 func buildLlamaONNX(cfg *Config, w Weights, outDir string, opts writeOptions) error {
-	m, err := llamaGraph(cfg, w, Quantization{})
+	m, err := denseGraph(cfg, w, Quantization{})
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,8 @@ func dimsOf(cfg *Config) llamaDims {
 	}
 }
 
-// llamaGraph builds the ONNX model for cfg and w.
+// denseGraph builds the dense graph for cfg and w: model.onnx, the Hugging Face Optimum
+// interface (stepGraph builds the step graph).
 //
 // Per layer the graph does, on hidden states x [B,S,H]:
 //
@@ -82,7 +83,7 @@ func dimsOf(cfg *Config) llamaDims {
 // The mask bias [B,1,group*S,T] (one per sliding window in use) and the rotary cos/sin
 // [B,S,1,rotary dims] (one pair per rotary plan in use) are computed once; the logits
 // are soft-capped when the family says so.
-func llamaGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
+func denseGraph(cfg *Config, w Weights, q Quantization) (*onnxModel, error) {
 	m, err := planModel(cfg, w, q)
 	if err != nil {
 		return nil, err

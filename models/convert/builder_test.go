@@ -403,7 +403,7 @@ func TestBuildFromHFAndRandomDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	res, err := BuildFromHF(hf, out)
+	res, err := BuildFromHF(hf, out, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestBuildFromHFAndRandomDirs(t *testing.T) {
 
 	// BuildRandom with the fixture copies the tokenizer files next to the config.
 	rnd := t.TempDir()
-	res, err = BuildRandom(filepath.Join("..", "testdata", "tiny-llama", "config.json"), rnd, 1)
+	res, err = BuildRandom(filepath.Join("..", "testdata", "tiny-llama", "config.json"), rnd, 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func TestBuildFromHFAndRandomDirs(t *testing.T) {
 			t.Errorf("BuildRandom: %s not written: %v", name, err)
 		}
 	}
-	if _, err := BuildRandom(filepath.Join(hf, "nope.json"), rnd, 1); err == nil {
+	if _, err := BuildRandom(filepath.Join(hf, "nope.json"), rnd, 1, Options{}); err == nil {
 		t.Error("missing config: no error")
 	}
 }

@@ -156,14 +156,6 @@ func (c *Config) Eps() float64 {
 	return DefaultRMSNormEps
 }
 
-// BOS returns the beginning-of-sequence token id and whether the model has one.
-func (c *Config) BOS() (int32, bool) {
-	if c.BOSTokenID == nil {
-		return 0, false
-	}
-	return *c.BOSTokenID, true
-}
-
 // NumParams returns the number of weights a checkpoint with this config holds.
 func (c *Config) NumParams() int64 {
 	shapes, err := WeightShapes(c)

@@ -164,3 +164,11 @@ func FuzzConfigJSON(f *testing.F) {
 		_, _ = modeldir.LoadGenerationConfig(dir)
 	})
 }
+
+// BOS returns the beginning-of-sequence token id and whether the model has one.
+func (c *Config) BOS() (int32, bool) {
+	if c.BOSTokenID == nil {
+		return 0, false
+	}
+	return *c.BOSTokenID, true
+}

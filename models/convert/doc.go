@@ -83,7 +83,7 @@
 //
 // Example:
 //
-//	res, err := convert.BuildFromHF("checkpoints/llama", "build/llama")
+//	res, err := convert.BuildFromHF("checkpoints/llama", "build/llama", convert.Options{})
 //	if err != nil {
 //		return err
 //	}

@@ -207,7 +207,7 @@ func TestWriteRandomCheckpoint(t *testing.T) {
 			}
 		}
 	}
-	if _, err := BuildFromHF(hf, t.TempDir()); err != nil {
+	if _, err := BuildFromHF(hf, t.TempDir(), Options{}); err != nil {
 		t.Fatalf("BuildFromHF: %v", err)
 	}
 	writeTestFile(t, src, "config.json", strings.Replace(cfg, "bfloat16", "int8", 1))

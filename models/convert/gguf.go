@@ -17,12 +17,13 @@ import (
 
 // A GGUF file (llama.cpp's format) is built as a Hugging Face checkpoint would be: its
 // metadata become the config.json transformers would read for the same model, its
-// tokenizer metadata a tokenizer.json and tokenizer_config.json (tokenizer.FromGGUF's
-// files, with the file's chat template), and its tensors the checkpoint's weights under
-// Hugging Face's names, undoing what llama.cpp's converter did to them: the rotary
-// permutation of the llama architecture's query and key rows, and the 1 it adds to every
-// Gemma norm weight. Every tensor type the reader decodes is dequantized to float32;
-// --quantize then stores the linear layers as it does for a checkpoint.
+// tokenizer metadata a tokenizer.json and tokenizer_config.json (the files of
+// tokenizer.TokenizerFilesFromGGUF, with the file's chat template), and its tensors the
+// checkpoint's weights under Hugging Face's names, undoing what llama.cpp's converter did
+// to them: the rotary permutation of the llama architecture's query and key rows, and the
+// 1 it adds to every Gemma norm weight. Every tensor type the reader decodes is
+// dequantized to float32; --quantize then stores the linear layers as it does for a
+// checkpoint.
 
 // ggufArchs are the GGUF architectures built, with the model_type and architectures
 // entry of the config.json they become.
@@ -432,7 +433,7 @@ func unpermuteRotary(data []float32, shape []int, heads int) {
 }
 
 // BuildFromGGUF writes a Conveyor model directory for the GGUF file at path, as
-// BuildFromHFWith does for a checkpoint: config.json, tokenizer.json and
+// BuildFromHF does for a checkpoint: config.json, tokenizer.json and
 // tokenizer_config.json read from its metadata, next to the graphs.
 func BuildFromGGUF(path, outDir string, o Options) (*BuildResult, error) {
 	m, err := readGGUF(path)

@@ -28,14 +28,10 @@ var ErrNotCheckpoint = errors.New("convert: neither a model nor a checkpoint dir
 // cacheDir ("" = the user's cache directory + conveyor/models) keyed by the
 // checkpoint's files (names, sizes, modification times and config.json's content), and
 // later calls reuse it; built reports whether this call built it. Any other directory
-// is an error wrapping ErrNotCheckpoint.
-func Prepare(dir, cacheDir string) (out string, built bool, err error) {
-	return PrepareWith(dir, cacheDir, Options{})
-}
-
-// PrepareWith is Prepare with build options. A directory that is already built is
-// served as it is, so quantizing it is an error unless it was built that way.
-func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err error) {
+// is an error wrapping ErrNotCheckpoint. o are the build's options: a directory that is
+// already built is served as it is, so quantizing it is an error unless it was built
+// that way.
+func Prepare(dir, cacheDir string, o Options) (out string, built bool, err error) {
 	if IsGGUF(dir) {
 		key, err := ggufKey(dir, o)
 		if err != nil {
@@ -60,7 +56,7 @@ func PrepareWith(dir, cacheDir string, o Options) (out string, built bool, err e
 		return "", false, err
 	}
 	return buildCached(dir, cacheDir, key, func(tmp string) error {
-		_, err := BuildFromHFWith(dir, tmp, o)
+		_, err := BuildFromHF(dir, tmp, o)
 		return err
 	})
 }

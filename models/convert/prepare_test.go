@@ -19,7 +19,7 @@ func TestPrepare(t *testing.T) {
 	cache := t.TempDir()
 
 	// A directory with model.onnx is used as it is.
-	if out, built, err := Prepare(gpt2Dir, cache); err != nil || out != gpt2Dir || built {
+	if out, built, err := Prepare(gpt2Dir, cache, Options{}); err != nil || out != gpt2Dir || built {
 		t.Fatalf("Prepare(ONNX dir) = %q, %v, %v", out, built, err)
 	}
 
@@ -30,7 +30,7 @@ func TestPrepare(t *testing.T) {
 	if err := WriteSafetensors(filepath.Join(hf, "model.safetensors"), RandomWeights(cfg, 1), Float32); err != nil {
 		t.Fatal(err)
 	}
-	out, built, err := Prepare(hf, cache)
+	out, built, err := Prepare(hf, cache, Options{})
 	if err != nil || !built {
 		t.Fatalf("Prepare(checkpoint) = %q, %v, %v; want a build", out, built, err)
 	}
@@ -45,15 +45,15 @@ func TestPrepare(t *testing.T) {
 		t.Fatalf("OpenDense(built): %v", err)
 	}
 	_ = r.Close()
-	again, built, err := Prepare(hf, cache)
+	again, built, err := Prepare(hf, cache, Options{})
 	if err != nil || again != out || built {
 		t.Fatalf("second Prepare = %q, %v, %v; want %q reused", again, built, err, out)
 	}
 
 	// A build for the GPU (a float16 step graph) is cached apart.
-	half, built, err := PrepareWith(hf, cache, Options{StepDType: Float16})
+	half, built, err := Prepare(hf, cache, Options{StepDType: Float16})
 	if err != nil || half == out || !built {
-		t.Fatalf("PrepareWith(float16 step graph) = %q, %v, %v", half, built, err)
+		t.Fatalf("Prepare(float16 step graph) = %q, %v, %v", half, built, err)
 	}
 	if man, err := modeldir.LoadStep(half); err != nil || man.DType != "float16" {
 		t.Fatalf("the GPU build's step graph: %+v, %v", man, err)
@@ -62,32 +62,32 @@ func TestPrepare(t *testing.T) {
 	// A quantized build is cached apart, and records its quantization; asking a built
 	// directory for another quantization is an error that says so.
 	q4, _ := ParseQuantization("int4")
-	quantized, built, err := PrepareWith(hf, cache, Options{Quantize: q4})
+	quantized, built, err := Prepare(hf, cache, Options{Quantize: q4})
 	if err != nil || quantized == out || !built || BuiltQuantization(quantized) != "int4" || BuiltQuantization(out) != "none" {
-		t.Fatalf("PrepareWith(int4) = %q, %v, %v (quantization %s)", quantized, built, err, BuiltQuantization(quantized))
+		t.Fatalf("Prepare(int4) = %q, %v, %v (quantization %s)", quantized, built, err, BuiltQuantization(quantized))
 	}
-	if again, built, err := PrepareWith(quantized, cache, Options{Quantize: q4}); err != nil || again != quantized || built {
-		t.Fatalf("PrepareWith(built int4 dir, int4) = %q, %v, %v", again, built, err)
+	if again, built, err := Prepare(quantized, cache, Options{Quantize: q4}); err != nil || again != quantized || built {
+		t.Fatalf("Prepare(built int4 dir, int4) = %q, %v, %v", again, built, err)
 	}
 	q8, _ := ParseQuantization("int8")
-	if _, _, err := PrepareWith(out, cache, Options{Quantize: q8}); !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), "quantization none") {
-		t.Fatalf("PrepareWith(float dir, int8): %v", err)
+	if _, _, err := Prepare(out, cache, Options{Quantize: q8}); !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), "quantization none") {
+		t.Fatalf("Prepare(float dir, int8): %v", err)
 	}
 
 	// A changed checkpoint is a new build.
 	cfg.RMSNormEps = 1e-6
 	writeConfig(t, cfg, hf)
-	if other, built, err := Prepare(hf, cache); err != nil || other == out || !built {
+	if other, built, err := Prepare(hf, cache, Options{}); err != nil || other == out || !built {
 		t.Fatalf("Prepare after a config change = %q, %v, %v; want a new build", other, built, err)
 	}
 
 	// Neither ONNX nor a checkpoint.
-	if _, _, err := Prepare(t.TempDir(), cache); !errors.Is(err, ErrNotCheckpoint) {
+	if _, _, err := Prepare(t.TempDir(), cache, Options{}); !errors.Is(err, ErrNotCheckpoint) {
 		t.Fatalf("Prepare(empty dir): %v, want ErrNotCheckpoint", err)
 	}
 	noWeights := t.TempDir()
 	writeConfig(t, cfg, noWeights)
-	if _, _, err := Prepare(noWeights, cache); !errors.Is(err, ErrNotCheckpoint) {
+	if _, _, err := Prepare(noWeights, cache, Options{}); !errors.Is(err, ErrNotCheckpoint) {
 		t.Fatalf("Prepare(config without weights): %v, want ErrNotCheckpoint", err)
 	}
 }

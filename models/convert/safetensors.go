@@ -79,12 +79,11 @@ func (d stDType) size() int {
 
 // stEntry is one tensor of a safetensors header.
 type stEntry struct {
-	Name   string
-	DType  stDType
-	Shape  []int
-	Begin  int64 // byte offset into the data section
-	End    int64
-	Layout string
+	Name  string
+	DType stDType
+	Shape []int
+	Begin int64 // byte offset into the data section
+	End   int64
 }
 
 // stHeaderEntry is the JSON form of one tensor's header entry.

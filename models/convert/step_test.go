@@ -23,7 +23,7 @@ func TestStepGraphManifestPerDType(t *testing.T) {
 		{BFloat16, modeldir.StepDomainMicrosoft},
 	} {
 		dir := t.TempDir()
-		if _, err := BuildRandomWith(cfgPath, dir, 1, Options{StepDType: tc.dtype}); err != nil {
+		if _, err := BuildRandom(cfgPath, dir, 1, Options{StepDType: tc.dtype}); err != nil {
 			t.Fatalf("%v: %v", tc.dtype, err)
 		}
 		man, err := modeldir.LoadStep(dir)
@@ -49,7 +49,7 @@ func TestStepGraphQuantizationOnTheGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = BuildRandomWith(cfgPath, t.TempDir(), 1, Options{Quantize: q, StepDType: Float16})
+	_, err = BuildRandom(cfgPath, t.TempDir(), 1, Options{Quantize: q, StepDType: Float16})
 	if !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("int8 with a float16 step graph: %v, want ErrBadConfig", err)
 	}
@@ -58,7 +58,7 @@ func TestStepGraphQuantizationOnTheGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := BuildRandomWith(cfgPath, dir, 1, Options{Quantize: q4, StepDType: Float16}); err != nil {
+	if _, err := BuildRandom(cfgPath, dir, 1, Options{Quantize: q4, StepDType: Float16}); err != nil {
 		t.Fatalf("int4 with a float16 step graph: %v", err)
 	}
 	if man, err := modeldir.LoadStep(dir); err != nil || man.Quantization != "int4" || man.DType != "float16" {

@@ -15,7 +15,7 @@ type Variant struct {
 
 // BuildLlamaVariant is BuildLlamaONNX with the interface changes of v.
 func BuildLlamaVariant(cfg *Config, w Weights, dir string, v Variant) error {
-	m, err := llamaGraph(cfg, w, Quantization{})
+	m, err := denseGraph(cfg, w, Quantization{})
 	if err != nil {
 		return err
 	}

@@ -68,9 +68,6 @@ func WrapInt8(packed []byte, scale []float32, K, N int) (*Int8Weights, error) {
 	return wt, nil
 }
 
-// K is the number of rows of the weights (the length of an input row).
-func (w *Int8Weights) K() int { return w.k }
-
 // N is the number of columns of the weights (the length of an output row).
 func (w *Int8Weights) N() int { return w.n }
 
@@ -110,7 +107,7 @@ func (w *Int8Weights) matMulAMXModel(y, x []float32, M int, plainEpilogue bool) 
 	if w.p == nil {
 		return ErrInt8Closed
 	}
-	switch rc := syscall.Errno(C.cv_i8_linear_amx_model(w.p, (*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.int(M), (*C.float)(unsafe.Pointer(unsafe.SliceData(y))), C.int(boolInt(plainEpilogue)))); rc {
+	switch rc := syscall.Errno(C.cv_i8_linear_amx_model(w.p, (*C.float)(unsafe.Pointer(unsafe.SliceData(x))), C.int(M), (*C.float)(unsafe.Pointer(unsafe.SliceData(y))), C.int(b2i(plainEpilogue)))); rc {
 	case 0:
 	case syscall.EFAULT:
 		return fmt.Errorf("kernels: int8: AMX model of %d rows: the kernel broke a tile shape rule (the CPU would fault): %w", M, rc)
@@ -141,9 +138,6 @@ func Int8ISA() string { return C.GoString(C.cv_i8_isa()) }
 // the calling thread alone.
 func SetInt8Threads(n int) { C.cv_i8_set_threads(C.int(max(min(n, math.MaxInt32), math.MinInt32))) }
 
-// int8ISANames lists the instruction sets, slowest first.
-var int8ISANames = []string{"portable", "avx2", "avx512vnni", "amx"}
-
 // forceInt8ISA makes MatMul use the named instruction set ("" restores the automatic
 // choice) and reports whether this CPU runs it. It is for tests and benchmarks; it
 // affects every Int8Weights in the process.
@@ -154,11 +148,4 @@ func forceInt8ISA(name string) bool {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	return C.cv_i8_force_isa(cs) != 0
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

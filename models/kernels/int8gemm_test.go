@@ -10,6 +10,9 @@ import (
 	"testing"
 )
 
+// int8ISANames lists the instruction sets, slowest first.
+var int8ISANames = []string{"portable", "avx2", "avx512vnni", "amx"}
+
 // qscale is QuantizeLinear's y_scale in the graph models/convert emits.
 const qscale = float32(1.0 / 127)
 

@@ -6,8 +6,6 @@ package kernels
 
 // Limits of the contract.
 const (
-	// PagedMaxHeads is the most query heads (CUDA: threads per block).
-	PagedMaxHeads = 1024
 	// PagedMaxHeadDim is the largest head size (CUDA: memory-efficient attention's limit, the
 	// backend with the largest).
 	PagedMaxHeadDim = 1024
@@ -28,10 +26,6 @@ func PagedRotaryFits(d, rotaryDims int) bool {
 	half := rotaryDims / 2
 	return PagedHeadFits(d) && d%16 == 0 && rotaryDims%2 == 0 && half >= 8 && half%8 == 0 && half <= d/16*8
 }
-
-// PagedBlockSizeFits reports whether PagedAttention takes blocks of n tokens: a power of two
-// of at least PagedMinBlockSize.
-func PagedBlockSizeFits(n int) bool { return n >= PagedMinBlockSize && n&(n-1) == 0 }
 
 // PagedFlashBlockSize returns the smallest block size with which ONNX Runtime's CUDA
 // PagedAttention runs FlashAttention for heads of d values (its rule: block sizes a

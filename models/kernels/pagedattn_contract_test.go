@@ -4,9 +4,10 @@ import (
 	"testing"
 )
 
-// TestPagedContractMatchesKernel: PagedHeadFits, PagedRotaryFits and PagedBlockSizeFits, which the model
-// builder and the runners read, say exactly what the kernel's checks accept, over every
-// head size to 1040, every even rotary size to the head's, and block sizes to 1100.
+// TestPagedContractMatchesKernel: PagedHeadFits and PagedRotaryFits, which the model
+// builder reads, and the block sizes of PagedMinBlockSize (powers of two of at least it,
+// as models.Spec.BlockSize takes them) say exactly what the kernel's checks accept, over
+// every head size to 1040, every even rotary size to the head's, and block sizes to 1100.
 func TestPagedContractMatchesKernel(t *testing.T) {
 	runs := func(d, rotary, bs int) bool {
 		dims := PagedDims{HeadDim: d, BlockSize: bs}
@@ -28,12 +29,12 @@ func TestPagedContractMatchesKernel(t *testing.T) {
 		}
 	}
 	for bs := 1; bs <= 1100; bs++ {
-		if got, want := runs(64, 0, bs), PagedBlockSizeFits(bs); got != want {
-			t.Fatalf("block size %d: the kernel takes it: %v, PagedBlockSizeFits: %v", bs, got, want)
+		if got, want := runs(64, 0, bs), blockSizeFits(bs); got != want {
+			t.Fatalf("block size %d: the kernel takes it: %v, the contract: %v", bs, got, want)
 		}
 	}
 	for d, want := range map[int]int{16: 256, 64: 256, 80: 128, 128: 128, 256: 64} {
-		if got := PagedFlashBlockSize(d); got != want || !PagedBlockSizeFits(got) {
+		if got := PagedFlashBlockSize(d); got != want || !blockSizeFits(got) {
 			t.Errorf("PagedFlashBlockSize(%d) = %d, want %d", d, got, want)
 		}
 	}
@@ -41,3 +42,7 @@ func TestPagedContractMatchesKernel(t *testing.T) {
 		t.Error("PagedRotaryFits: Phi-3.5's 12 of 16 must not fit; 16 of 16, 32 of 96 and 64 of 64 must")
 	}
 }
+
+// blockSizeFits reports whether blocks of n tokens are in the contract: a power of two of
+// at least PagedMinBlockSize.
+func blockSizeFits(n int) bool { return n >= PagedMinBlockSize && n&(n-1) == 0 }

@@ -54,7 +54,8 @@
 // ort-gpu`), which differs from later sources in taking attention_metadata of shape (2)
 // only.
 // pagedattn_contract.go gives the same rules to the model builder and the runners (PagedHeadFits,
-// PagedRotaryFits, PagedBlockSizeFits), and TestContractMatchesKernel holds them to the kernel's:
+// PagedRotaryFits, PagedMinBlockSize), and TestPagedContractMatchesKernel holds them to the
+// kernel's:
 //
 //   - num_heads and kv_num_heads positive (PagedAttention's constructor); num_heads at
 //     most 1024, "num_heads should be no larger than" (CheckInputs: CUDA's threads per

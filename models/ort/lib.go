@@ -18,7 +18,7 @@ import (
 	"sync"
 	"unsafe"
 
-	onnx "github.com/yalue/onnxruntime_go"
+	onnxruntime "github.com/yalue/onnxruntime_go"
 
 	"github.com/conveyor-llm/conveyor/models/kernels"
 )
@@ -104,8 +104,8 @@ func InitWithPool(libPath string, pool PoolOptions) error {
 		return fmt.Errorf("%w: cannot load %s: %s (run `make ort` to fetch ONNX Runtime %s)", ErrUnavailable, path, oneLine(err.Error()), VersionWanted)
 	}
 	// onnxruntime_go (ModelIO) uses the same library, and its environment is this one.
-	onnx.SetSharedLibraryPath(path)
-	if err := onnx.InitializeEnvironment(onnx.WithLogLevelError()); err != nil {
+	onnxruntime.SetSharedLibraryPath(path)
+	if err := onnxruntime.InitializeEnvironment(onnxruntime.WithLogLevelError()); err != nil {
 		return fmt.Errorf("%w: cannot load %s: %s (run `make ort` to fetch ONNX Runtime %s)", ErrUnavailable, path, oneLine(err.Error()), VersionWanted)
 	}
 	// Conveyor's int8 kernel (the Int8Linear operator) runs on its own threads, as many

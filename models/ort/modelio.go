@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	onnx "github.com/yalue/onnxruntime_go"
+	onnxruntime "github.com/yalue/onnxruntime_go"
 )
 
 // TensorInfo describes one input or output of a graph.
@@ -26,18 +26,18 @@ func ModelIO(modelPath string) (inputs, outputs []TensorInfo, err error) {
 	if err := needInit("ModelIO"); err != nil {
 		return nil, nil, err
 	}
-	so, err := onnx.NewSessionOptions()
+	so, err := onnxruntime.NewSessionOptions()
 	if err != nil {
 		return nil, nil, fmt.Errorf("ort: session options: %s", oneLine(err.Error()))
 	}
 	defer so.Destroy()
-	if err := so.SetGraphOptimizationLevel(onnx.GraphOptimizationLevelDisableAll); err != nil {
+	if err := so.SetGraphOptimizationLevel(onnxruntime.GraphOptimizationLevelDisableAll); err != nil {
 		return nil, nil, fmt.Errorf("ort: session options: %s", oneLine(err.Error()))
 	}
 	if err := so.SetIntraOpNumThreads(1); err != nil {
 		return nil, nil, fmt.Errorf("ort: session options: %s", oneLine(err.Error()))
 	}
-	ins, outs, err := onnx.GetInputOutputInfoWithOptions(modelPath, so)
+	ins, outs, err := onnxruntime.GetInputOutputInfoWithOptions(modelPath, so)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ort: cannot load %s: %s", modelPath, oneLine(err.Error()))
 	}
@@ -46,11 +46,11 @@ func ModelIO(modelPath string) (inputs, outputs []TensorInfo, err error) {
 
 // tensorInfos converts onnxruntime_go's descriptions, whose element types carry ONNX's
 // numbers as ElemType does.
-func tensorInfos(values []onnx.InputOutputInfo) []TensorInfo {
+func tensorInfos(values []onnxruntime.InputOutputInfo) []TensorInfo {
 	infos := make([]TensorInfo, len(values))
 	for i, v := range values {
 		infos[i].Name = v.Name
-		if v.OrtValueType == onnx.ONNXTypeTensor {
+		if v.OrtValueType == onnxruntime.ONNXTypeTensor {
 			infos[i].Type, infos[i].Shape = ElemType(v.DataType), slices.Clone([]int64(v.Dimensions))
 		}
 	}

@@ -2,7 +2,7 @@
 // (a built model directory, a Hugging Face checkpoint or a GGUF file) and the hardware,
 // Resolve picks the device, the attention path, the weights' float type and
 // quantization, and the KV cache's type; the commands read the Plan, build what it says
-// (convert.PrepareWith with Plan.Build) and open what it says (models.Open with
+// (convert.Prepare with Plan.Build) and open what it says (models.Open with
 // Plan.Runner), and decide none of these themselves.
 //
 // A flag the model or the device cannot honour is refused with one line, never dropped:
@@ -74,7 +74,7 @@ type Plan struct {
 	// KVCacheDType is the KV cache's element type on the step graph (float32, float16 or
 	// bfloat16); "" on the dense path, where it is the ONNX graph's own.
 	KVCacheDType string
-	// Build is how convert.PrepareWith builds a checkpoint or GGUF file (and checks a
+	// Build is how convert.Prepare builds a checkpoint or GGUF file (and checks a
 	// built directory against --quantize).
 	Build convert.Options
 	// Runner is what models.Open takes: the flags' runner options with Device, Attention
@@ -112,7 +112,7 @@ func Resolve(dir string, f Flags) (Plan, error) {
 		if f.Runner.Attention == models.AttentionDense {
 			return Plan{}, fmt.Errorf("--attention %s runs on the CPU; the GPU runs the step graph (--attention graph)", models.AttentionDense)
 		}
-		cfg, _ := convert.LoadConfig(dir) // nil for a GGUF file (and a broken checkpoint, which PrepareWith reports)
+		cfg, _ := convert.LoadConfig(dir) // nil for a GGUF file (and a broken checkpoint, which Prepare reports)
 		if p.Build.StepDType, err = convert.GPUStepDType(cfg, f.DType); err != nil {
 			return Plan{}, err
 		}
@@ -181,7 +181,7 @@ func (p Plan) resolveBuilt(dir string, f Flags) (Plan, error) {
 }
 
 // sourceOf tells what dir holds: a GGUF file, a built model directory (with a
-// model.onnx), or else a checkpoint (convert.PrepareWith says what is missing).
+// model.onnx), or else a checkpoint (convert.Prepare says what is missing).
 func sourceOf(dir string) Source {
 	if convert.IsGGUF(dir) {
 		return GGUF

@@ -11,7 +11,7 @@ import (
 )
 
 // checkpoint writes a config.json for model type typ with torch_dtype dtype into a new
-// directory: all Resolve reads of a checkpoint (PrepareWith reads the rest).
+// directory: all Resolve reads of a checkpoint (Prepare reads the rest).
 func checkpoint(t *testing.T, typ, dtype string) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "testdata", "tiny-llama", "config.json"))
@@ -31,7 +31,7 @@ func checkpoint(t *testing.T, typ, dtype string) string {
 func built(t *testing.T, o convert.Options) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := convert.BuildRandomWith(filepath.Join("..", "testdata", "tiny-llama", "config.json"), dir, 1, o); err != nil {
+	if _, err := convert.BuildRandom(filepath.Join("..", "testdata", "tiny-llama", "config.json"), dir, 1, o); err != nil {
 		t.Fatal(err)
 	}
 	return dir
