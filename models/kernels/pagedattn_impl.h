@@ -47,6 +47,70 @@ KFN static inline float N(dot)(const float *restrict a, const float *restrict b,
 	return s;
 }
 
+// The lane masks that pick a pair of vectors' even and odd lanes, concatenated.
+#if VW == 4
+#define CV_PA_EVEN {0, 2, 4, 6}
+#define CV_PA_ODD {1, 3, 5, 7}
+#elif VW == 8
+#define CV_PA_EVEN {0, 2, 4, 6, 8, 10, 12, 14}
+#define CV_PA_ODD {1, 3, 5, 7, 9, 11, 13, 15}
+#elif VW == 16
+#define CV_PA_EVEN {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}
+#define CV_PA_ODD {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}
+#endif
+
+// pairsum adds a's and b's lanes in adjacent pairs: the first half of the result holds
+// a's pair sums, the second half b's.
+KFN static inline N(vf) N(pairsum)(N(vf) a, N(vf) b) {
+	return __builtin_shuffle(a, b, (N(vi))CV_PA_EVEN) + __builtin_shuffle(a, b, (N(vi))CV_PA_ODD);
+}
+
+// scores sets s[i] = q·k_i for n keys k_i = k + i·ks of D floats. VW keys at a time
+// share each load of q, one accumulator per key, and the VW accumulators are summed
+// into one vector of the VW scores by log2(VW) rounds of pairsum (lane i of the result
+// is key i's sum): no horizontal sum per key. The keys past the last VW, and a head's
+// floats past the last VW, go through dot and scalar sums.
+KFN static inline void N(scores)(const float *restrict q, const float *restrict k, int64_t ks, int n, int D,
+	float *restrict s) {
+	const int Dv = D - D % VW;
+	int i = 0;
+	for (; i + VW <= n; i += VW) {
+		N(vf) a[VW];
+#pragma GCC unroll 16
+		for (int j = 0; j < VW; j++) {
+			a[j] = (N(vf)){0};
+		}
+		for (int d = 0; d < Dv; d += VW) {
+			const N(vf) qv = N(load)(q + d);
+#pragma GCC unroll 16
+			for (int j = 0; j < VW; j++) {
+				a[j] += qv * N(load)(k + (i + j) * ks + d);
+			}
+		}
+#pragma GCC unroll 8
+		for (int w = VW; w > 1; w /= 2) {
+#pragma GCC unroll 8
+			for (int j = 0; j < w / 2; j++) {
+				a[j] = N(pairsum)(a[2 * j], a[2 * j + 1]);
+			}
+		}
+		N(store)(s + i, a[0]);
+		for (int j = 0; j < VW && Dv < D; j++) {
+			float t = 0;
+			for (int d = Dv; d < D; d++) {
+				t += q[d] * k[(i + j) * ks + d];
+			}
+			s[i + j] += t;
+		}
+	}
+	for (; i < n; i++) {
+		s[i] = N(dot)(q, k + i * ks, D);
+	}
+}
+
+#undef CV_PA_EVEN
+#undef CV_PA_ODD
+
 // weigh adds w[0]·v_0 + ... + w[n-1]·v_(n-1) to acc over D floats, v_i = v + i·stride:
 // a run of acc stays in registers while the n rows of v stream past it.
 KFN static inline void N(weigh)(float *restrict acc, const float *restrict w, const float *restrict v, int64_t stride,
@@ -140,6 +204,24 @@ KFN static inline float N(exp_sum)(float *s, int n, float m) {
 	return sum;
 }
 
+// run finds the run of rows from position a (below hi) of the tile that starts at pos
+// that lie one stride apart: the key (value = 0) or value (value = 1) rows of KV head
+// kvh. A half cache's tile is one run in tile (converted, stride D); a float32 cache's
+// runs end with their block. It sets *p to the run's first row and *stride, and returns
+// the position past the run.
+KFN static inline int64_t N(run)(const cv_pa_args *x, const int32_t *bt, int kvh, int64_t pos, int64_t a, int64_t hi,
+	const float *tile, int value, const float **p, int64_t *stride) {
+	const int64_t D = x->g.head_dim, kvw = x->a.kv_num_heads * D, bs = x->g.block_size;
+	if (x->cache_half) {
+		*p = tile + (a - pos) * D, *stride = D;
+		return hi;
+	}
+	const float *cache = (const float *)(value ? x->value_cache : x->key_cache);
+	*p = cache + ((int64_t)bt[a / bs] * bs + a % bs) * kvw + (int64_t)kvh * D, *stride = kvw;
+	const int64_t e = (a / bs + 1) * bs;
+	return e < hi ? e : hi;
+}
+
 // cv_pa_attend_SFX computes item it: every query row (token × the KV head's query
 // heads) against the keys it sees, walked once in tiles along the row's blocks, with an
 // online softmax (a running maximum, denominator and weighted sum per query row).
@@ -182,31 +264,25 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 	const int32_t *bt = x->block_table + (int64_t)b * g->max_blocks;
 	const int64_t last = p0 + nt - 1;
 	for (int64_t pos = cv_pa_first_key(x, p0); pos <= last;) {
-		// A tile: consecutive positions within one block, at most CV_PA_TILE of them.
-		int64_t end = (pos / bs + 1) * bs;
-		end = end < pos + CV_PA_TILE ? end : pos + CV_PA_TILE;
+		// A tile: at most CV_PA_TILE consecutive positions, over as many blocks as they
+		// fill. A half cache's tile is converted into ktile and vtile, one run of rows; a
+		// float32 cache's is read where it lies, a run of rows per block.
+		int64_t end = pos + CV_PA_TILE;
 		end = end < last + 1 ? end : last + 1;
-		const int64_t slot = (int64_t)bt[pos / bs] * bs + pos % bs, head = slot * kvw + (int64_t)kvh * D;
-		const float *kt, *vt;
-		int64_t ks; // floats from one key (and value) row of the tile to the next
 		if (x->cache_half) {
-			const uint16_t *kh = (const uint16_t *)x->key_cache + head, *vh = (const uint16_t *)x->value_cache + head;
-			for (int64_t i = 0; i < end - pos; i++) {
-				N(halves)(ktile + i * D, kh + i * kvw, D);
-				N(halves)(vtile + i * D, vh + i * kvw, D);
+			for (int64_t p = pos; p < end; p++) {
+				const int64_t h = ((int64_t)bt[p / bs] * bs + p % bs) * kvw + (int64_t)kvh * D;
+				N(halves)(ktile + (p - pos) * D, (const uint16_t *)x->key_cache + h, D);
+				N(halves)(vtile + (p - pos) * D, (const uint16_t *)x->value_cache + h, D);
 			}
-			kt = ktile, vt = vtile, ks = D;
-		} else {
-			kt = (const float *)x->key_cache + head, vt = (const float *)x->value_cache + head, ks = kvw;
 		}
-		if (end <= last) {
-			// The next tile starts a block somewhere else: fetch it while this one is scored.
-			const int64_t next = ((int64_t)bt[end / bs] * bs + end % bs) * kvw + (int64_t)kvh * D;
-			int64_t n = bs - end % bs;
-			n = n < CV_PA_TILE ? n : CV_PA_TILE;
-			n = n < last + 1 - end ? n : last + 1 - end;
-			N(prefetch)((const char *)x->key_cache + next * esize, kvw * esize, (int)n, D * esize);
-			N(prefetch)((const char *)x->value_cache + next * esize, kvw * esize, (int)n, D * esize);
+		// Fetch the next tile's blocks while this one is scored.
+		for (int64_t p = end, stop = end + CV_PA_TILE < last + 1 ? end + CV_PA_TILE : last + 1; p < stop;) {
+			const int64_t next = ((int64_t)bt[p / bs] * bs + p % bs) * kvw + (int64_t)kvh * D;
+			const int64_t e = (p / bs + 1) * bs < stop ? (p / bs + 1) * bs : stop;
+			N(prefetch)((const char *)x->key_cache + next * esize, kvw * esize, (int)(e - p), D * esize);
+			N(prefetch)((const char *)x->value_cache + next * esize, kvw * esize, (int)(e - p), D * esize);
+			p = e;
 		}
 		for (int j = 0; j < nt; j++) {
 			const int64_t p = p0 + j, first = cv_pa_first_key(x, p);
@@ -215,13 +291,15 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 				continue;
 			}
 			const int n = (int)(hi - lo);
-			const float *k = kt + (lo - pos) * ks, *v = vt + (lo - pos) * ks;
 			for (int r = j * G; r < (j + 1) * G; r++) {
 				const float *qr = q + (size_t)r * D;
 				float *ar = acc + (size_t)r * D;
 				float mx = -INFINITY;
-				for (int i = 0; i < n; i++) {
-					s[i] = N(dot)(qr, k + i * ks, D);
+				for (int64_t a = lo, e; a < hi; a = e) {
+					const float *k;
+					int64_t ks; // floats from one key row of the run to the next
+					e = N(run)(x, bt, kvh, pos, a, hi, ktile, 0, &k, &ks);
+					N(scores)(qr, k, ks, (int)(e - a), D, s + (a - lo));
 				}
 				if (cap > 0) {
 					N(softcap)(s, n, cap);
@@ -238,7 +316,12 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 					m[r] = mx;
 				}
 				l[r] += N(exp_sum)(s, n, m[r]);
-				N(weigh)(ar, s, v, ks, n, D);
+				for (int64_t a = lo, e; a < hi; a = e) {
+					const float *v;
+					int64_t vs;
+					e = N(run)(x, bt, kvh, pos, a, hi, vtile, 1, &v, &vs);
+					N(weigh)(ar, s + (a - lo), v, vs, (int)(e - a), D);
+				}
 			}
 		}
 		pos = end;
