@@ -3,8 +3,8 @@
 #
 # Needs: a built llama.cpp tree in LLAMA_CPP (build/bin/llama-server, llama-quantize,
 # llama-perplexity; gguf-py/ for the writer), /usr/bin/python3 (or PYTHON) with numpy, curl,
-# and bin/conveyor (or CONVEYOR; built with Go when missing). It is not part of `make test`: CI has no
-# llama.cpp.
+# and Go (bin/conveyor is built from this tree at each run; CONVEYOR names another
+# binary). It is not part of `make test`: CI has no llama.cpp.
 #
 # What it does, writing every file under OUT_DIR (default $TMPDIR/gguf-check or /tmp/gguf-check)
 # and the figures to OUT_DIR/report.md:
@@ -54,10 +54,6 @@ lport=${GGUF_CHECK_LLAMA_PORT:-8401}
 cport=${GGUF_CHECK_CONVEYOR_PORT:-8402}
 export CONVEYOR_CACHE_DIR=$out/cache
 export PYTHONPATH=$LLAMA_CPP/gguf-py${PYTHONPATH:+:$PYTHONPATH}
-conveyor=${CONVEYOR:-$root/bin/conveyor}
-if [ ! -x "$conveyor" ]; then
-	go build -o "$conveyor" ./cmd/conveyor
-fi
 for b in llama-server llama-quantize llama-perplexity; do
 	[ -x "$lbin/$b" ] || { echo "gguf-check: $lbin/$b missing: build llama.cpp first"; exit 1; }
 done

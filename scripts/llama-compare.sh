@@ -4,8 +4,8 @@
 #
 # Needs: a built llama.cpp tree in LLAMA_CPP (build/bin/llama-server, llama-quantize;
 # gguf-py/ for the writer), /usr/bin/python3 (or PYTHON) with numpy, curl, the tokenizer
-# files (`make tokenizer-files`) and bin/conveyor (or CONVEYOR; built with Go when
-# missing). It is not part of `make test`: CI has no llama.cpp.
+# files (`make tokenizer-files`) and Go (bin/conveyor is built from this tree at each run;
+# CONVEYOR names another binary). It is not part of `make test`: CI has no llama.cpp.
 #
 # The shapes (random weights, the same for both engines):
 #   - 0.5B: Qwen2.5-0.5B's (models/testdata/qwen2-0.5b, Qwen3's tokenizer). Conveyor
@@ -39,8 +39,6 @@ lport=${LLAMA_COMPARE_LLAMA_PORT:-8411}
 cport=${LLAMA_COMPARE_CONVEYOR_PORT:-8412}
 export CONVEYOR_CACHE_DIR=$out/cache
 export PYTHONPATH=$LLAMA_CPP/gguf-py${PYTHONPATH:+:$PYTHONPATH}
-conveyor=${CONVEYOR:-$root/bin/conveyor}
-[ -x "$conveyor" ] || go build -o "$conveyor" ./cmd/conveyor
 for b in llama-server llama-quantize; do
 	[ -x "$lbin/$b" ] || { echo "llama-compare: $lbin/$b missing: build llama.cpp first"; exit 1; }
 done

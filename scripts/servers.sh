@@ -1,6 +1,16 @@
 # Shared by the scripts that start servers and bench them (sourced, not run): the
-# servers' process ids, their cleanup on exit, and waiting for one to be ready.
+# Conveyor binary, the servers' process ids, their cleanup on exit, and waiting for one
+# to be ready.
 # The sourcing script sets $script_name (its name, for messages).
+
+# $conveyor is $CONVEYOR, or bin/conveyor built from this tree now (go build is
+# incremental), so that a stale binary is never the one measured.
+if [ -n "${CONVEYOR:-}" ]; then
+	conveyor=$CONVEYOR
+else
+	conveyor=$PWD/bin/conveyor
+	go build -o "$conveyor" ./cmd/conveyor
+fi
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
