@@ -158,10 +158,17 @@
 // (above) took it, on a 2-core first-generation Zen (AMD EPYC family 23 model 1, AVX2),
 // from 2,569 to 2,493 µs per call with float32 caches and from 2,421 to 2,202 µs with
 // float16 caches (medians of three runs of 500 calls each, alternating). Scoring the
-// group's query heads against each key load is the next lever. With float16 caches (half the bytes, so twice the tokens in
-// the same memory), on the same machine on another day (one run, 3 s per case): decode
-// 2.31 ms against 2.44 ms with float32 caches (0.95x the time), the 128-token prompt
-// 1.65 ms against 1.35 ms (1.22x: each 16-token item converts the past it reads again). A single decode row has
+// group's query heads against each key load is the next lever. Those float16 figures
+// were taken on zero-filled caches (one page of zeros that the whole cache maps to, read
+// from L1); the benchmark's half caches now hold its float32 past, rounded. On a 2-core Zen 4 (AMD EPYC family 25 model
+// 17, AVX-512; medians of three, 1 s per case): decode 16 rows at past 512 1,070 µs with
+// float32 caches and 923 µs with float16; the 128-token prompt 1,047 and 1,101 µs. On the
+// 50M benchmark model's shape (8 query heads over 4 KV heads of 64), 64 decode rows at
+// past 128 and 512, float16 caches: 1,474 and 4,724 µs (3.2x the time for 4x the past:
+// 16.7 MB at 3.5 GB/s, where this VM streams 20-45 GB/s); float32 1,617 and 5,082 µs.
+// Reading each whole cache row in one item, and converting the halves in registers
+// rather than into a float32 tile, were tried there and changed neither figure beyond
+// the run-to-run noise (±15 %). A single decode row has
 // only kv_num_heads items, so it uses that many threads.
 //
 // # PagedAttention: usage
