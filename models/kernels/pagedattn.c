@@ -2,6 +2,7 @@
 // dispatch. The attention arithmetic is pagedattn_impl.h, compiled once per instruction set.
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,8 +20,20 @@
 // and value row while it is in L1.
 #define CV_PA_CHUNK 16
 
-// CV_PA_TILE is the most keys one step of an item scores at once.
+// CV_PA_TILE is the most keys one step of a prompt chunk's item scores at once, and
+// CV_PA_TILE_FLOATS the most floats of keys (and as many of values) a step takes over
+// all the item's KV heads: a tile of an item with several heads has fewer positions, at
+// least CV_PA_MIN_BLOCK, so that it stays in L1 and L2.
 #define CV_PA_TILE 64
+#define CV_PA_TILE_FLOATS (CV_PA_TILE * 64)
+
+// CV_PA_WHOLE_ROWS is the number of token chunks from which each item takes every KV head
+// of its chunk: then an item reads each key and value row of its positions whole, as
+// it lies in the cache, and there are enough items for the threads. With fewer chunks
+// an item takes one KV head.
+#ifndef CV_PA_WHOLE_ROWS
+#define CV_PA_WHOLE_ROWS 16
+#endif
 
 // fail writes "PagedAttention: " and the formatted message to err and returns -1.
 static int fail(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -250,13 +263,18 @@ int cv_pa_store(const cv_pa_args *x) {
 }
 
 int64_t cv_pa_plan(const cv_pa_args *x, cv_pa_item *items) {
+	int64_t chunks = 0;
+	for (int64_t b = 0; b < x->g.batch; b++) {
+		chunks += (x->cu_seqlens[b + 1] - x->cu_seqlens[b] + CV_PA_CHUNK - 1) / CV_PA_CHUNK;
+	}
+	const int32_t KV = (int32_t)x->a.kv_num_heads, step = chunks >= CV_PA_WHOLE_ROWS ? KV : 1;
 	int64_t n = 0;
 	for (int32_t b = 0; b < (int32_t)x->g.batch; b++) {
 		const int32_t tokens = x->cu_seqlens[b + 1] - x->cu_seqlens[b];
-		for (int32_t h = 0; h < (int32_t)x->a.kv_num_heads; h++) {
+		for (int32_t h = 0; h < KV; h += step) {
 			for (int32_t j = 0; j < tokens; j += CV_PA_CHUNK) {
 				if (items != NULL) {
-					items[n] = (cv_pa_item){b, h, j, j + CV_PA_CHUNK < tokens ? j + CV_PA_CHUNK : tokens};
+					items[n] = (cv_pa_item){b, h, h + step, j, j + CV_PA_CHUNK < tokens ? j + CV_PA_CHUNK : tokens};
 				}
 				n++;
 			}
@@ -270,12 +288,30 @@ static inline int64_t cv_pa_first_key(const cv_pa_args *x, int64_t p) {
 	return x->a.window > 0 && p - x->a.window + 1 > 0 ? p - x->a.window + 1 : 0;
 }
 
-// cv_pa_alloc returns n floats aligned to 64 bytes, or NULL.
-static float *cv_pa_alloc(size_t n) {
+// Per-thread scratch for an item's query rows, accumulators and scores, kept between
+// calls and freed when the thread exits.
+static pthread_key_t cv_pa_scratch_key;
+static pthread_once_t cv_pa_scratch_once = PTHREAD_ONCE_INIT;
+static __thread float *cv_pa_scratch;
+static __thread size_t cv_pa_scratch_cap;
+
+static void cv_pa_scratch_init(void) { pthread_key_create(&cv_pa_scratch_key, free); }
+
+// cv_pa_scratch_get returns the calling thread's scratch of at least n floats, aligned to
+// 64 bytes, or NULL. It is valid until the thread's next call.
+static float *cv_pa_scratch_get(size_t n) {
+	if (n <= cv_pa_scratch_cap) {
+		return cv_pa_scratch;
+	}
+	pthread_once(&cv_pa_scratch_once, cv_pa_scratch_init);
 	void *p = NULL;
 	if (posix_memalign(&p, 64, (n * sizeof(float) + 63) & ~(size_t)63) != 0) {
 		return NULL;
 	}
+	free(cv_pa_scratch);
+	cv_pa_scratch = p;
+	cv_pa_scratch_cap = n;
+	pthread_setspecific(cv_pa_scratch_key, p);
 	return p;
 }
 

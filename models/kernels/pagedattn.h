@@ -47,9 +47,9 @@ typedef struct {
 } cv_pa_args;
 
 // cv_pa_item is one unit of attention work: query tokens [j0, j1) of batch row `row`,
-// every query head of KV head `kv_head`.
+// every query head of KV heads [h0, h1).
 typedef struct {
-	int32_t row, kv_head, j0, j1;
+	int32_t row, h0, h1, j0, j1;
 } cv_pa_item;
 
 // CV_PA_ERR_LEN is the size of the buffer cv_pa_check writes its message into.
