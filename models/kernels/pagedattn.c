@@ -27,6 +27,12 @@
 #define CV_PA_TILE 64
 #define CV_PA_TILE_FLOATS (CV_PA_TILE * 64)
 
+// CV_PA_PREFETCH_BYTES is how far ahead of its reads a decode item prefetches its keys
+// and values: memory latency times the rate the item reads them, with room to spare.
+#ifndef CV_PA_PREFETCH_BYTES
+#define CV_PA_PREFETCH_BYTES 8192
+#endif
+
 // CV_PA_WHOLE_ROWS is the number of token chunks from which each item takes every KV head
 // of its chunk: then an item reads each key and value row of its positions whole, as
 // it lies in the cache, and there are enough items for the threads. With fewer chunks

@@ -370,7 +370,9 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 	const int64_t t0 = (int64_t)x->cu_seqlens[b] + it->j0, p = (int64_t)x->past_seqlens[b] + it->j0;
 	const float scale = x->a.scale != 0 ? x->a.scale : 1.0f / sqrtf((float)D), cap = x->a.softcap;
 	const int half = (int)g->rotary_half, hf = x->cache_half;
-	const int64_t first = cv_pa_first_key(x, p), npos = p + 1 - first;
+	const int64_t first = cv_pa_first_key(x, p), npos = p + 1 - first, bs = g->block_size, es = hf ? 2 : 4;
+	// Blocks prefetched ahead: about CV_PA_PREFETCH_BYTES of one head's rows, at least one block.
+	const int64_t pfb = CV_PA_PREFETCH_BYTES / (bs * D * es) > 1 ? CV_PA_PREFETCH_BYTES / (bs * D * es) : 1;
 	const int64_t sw = (npos + VW - 1) / VW * VW; // a row of scores, padded
 	float *buf = cv_pa_scratch_get((size_t)G * D * 2 + (size_t)G * sw);
 	if (buf == NULL) {
@@ -396,10 +398,11 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 			const void *k;
 			e = N(run)(x, bt, kvh, a, p + 1, 0, &k);
 			const int n = (int)(e - a);
-			if (e <= p) { // fetch the next block's rows while this one is read
+			// Fetch the blocks pfb ahead (the first time, all up to there) while this one is read.
+			for (int64_t f = (a == first ? a / bs + 1 : a / bs + pfb) * bs; f <= (a / bs + pfb) * bs && f <= p; f += bs) {
 				const void *nx;
-				const int64_t ne = N(run)(x, bt, kvh, e, p + 1, 0, &nx);
-				N(prefetch)(nx, kvw * (hf ? 2 : 4), (int)(ne - e), D * (hf ? 2 : 4));
+				const int64_t ne = N(run)(x, bt, kvh, f, p + 1, 0, &nx);
+				N(prefetch)(nx, kvw * es, (int)(ne - f), D * es);
 			}
 			const int64_t o = a - first;
 			int gh = 0;
@@ -433,10 +436,11 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 			const void *v;
 			e = N(run)(x, bt, kvh, a, p + 1, 1, &v);
 			const int n = (int)(e - a);
-			if (e <= p) { // fetch the next block's rows while this one is read
+			// Fetch the blocks pfb ahead (the first time, all up to there) while this one is read.
+			for (int64_t f = (a == first ? a / bs + 1 : a / bs + pfb) * bs; f <= (a / bs + pfb) * bs && f <= p; f += bs) {
 				const void *nx;
-				const int64_t ne = N(run)(x, bt, kvh, e, p + 1, 1, &nx);
-				N(prefetch)(nx, kvw * (hf ? 2 : 4), (int)(ne - e), D * (hf ? 2 : 4));
+				const int64_t ne = N(run)(x, bt, kvh, f, p + 1, 1, &nx);
+				N(prefetch)(nx, kvw * es, (int)(ne - f), D * es);
 			}
 			const int64_t o = a - first;
 			int gh = 0;
