@@ -173,14 +173,15 @@
 // group's query heads against each key load is the next lever. Those float16 figures
 // were taken on zero-filled caches (one page of zeros that the whole cache maps to, read
 // from L1); the benchmark's half caches now hold its float32 past, rounded. On a 2-core Zen 4 (AMD EPYC family 25 model
-// 17, AVX-512; medians of three, 1 s per case): decode 16 rows at past 512 1,070 µs with
-// float32 caches and 923 µs with float16; the 128-token prompt 1,047 and 1,101 µs. On the
-// 50M benchmark model's shape (8 query heads over 4 KV heads of 64), 64 decode rows at
-// past 128 and 512, float16 caches: 1,474 and 4,724 µs (3.2x the time for 4x the past:
-// 16.7 MB at 3.5 GB/s, where this VM streams 20-45 GB/s); float32 1,617 and 5,082 µs.
-// Reading each whole cache row in one item, and converting the halves in registers
-// rather than into a float32 tile, were tried there and changed neither figure beyond
-// the run-to-run noise (±15 %). A single decode row has
+// 17, AVX-512; medians of three, 1 s per case), before and after the decode path of
+// three passes with query rows in pairs (above): decode 16 rows at past 512, 880 → 668 µs
+// with float32 caches and 751 → 486 µs with float16; on the 50M benchmark model's shape
+// (8 query heads over 4 KV heads of 64), 64 decode rows at past 128 and 512 with float16
+// caches, 1,637 → 799 and 4,031 → 2,778 µs (float32: 1,306 → 1,078 and 4,861 → 4,721);
+// the 128-token prompt, which keeps the tiles, unchanged within the noise (about 800-950
+// µs). The 64 × 512 float16 call reads 16.7 MB, at 6 GB/s, where this VM streams 20-45
+// GB/s: with the caches in L2 it takes two thirds of the time, so the arithmetic (the
+// scores' pairwise sums, the conversions) bounds it as much as memory. A single decode row has
 // only kv_num_heads items, so it uses that many threads.
 //
 // # PagedAttention: usage
