@@ -410,31 +410,6 @@ int cv_i8_force_isa(const char *name) {
 // Calls with fewer rows quantize on the calling thread before the workers start.
 enum { CV_QUANT_SPLIT_ROWS = 8 };
 
-// Per-thread scratch for the quantized rows, kept between calls and freed when the
-// thread exits.
-static pthread_key_t cv_scratch_key;
-static pthread_once_t cv_scratch_once = PTHREAD_ONCE_INIT;
-static __thread void *cv_scratch;
-static __thread size_t cv_scratch_cap;
-
-static void cv_scratch_init(void) { pthread_key_create(&cv_scratch_key, free); }
-
-static void *cv_scratch_get(size_t n) {
-	if (n <= cv_scratch_cap) {
-		return cv_scratch;
-	}
-	pthread_once(&cv_scratch_once, cv_scratch_init);
-	void *p = cv_alloc(n);
-	if (p == NULL) {
-		return NULL;
-	}
-	free(cv_scratch);
-	cv_scratch = p;
-	cv_scratch_cap = n;
-	pthread_setspecific(cv_scratch_key, p);
-	return p;
-}
-
 // cv_task_quant quantizes thread tid's share of the rows.
 static void cv_task_quant(void *arg, int tid, int nthr) {
 	const cv_call *c = arg;
@@ -498,7 +473,7 @@ int cv_i8_linear(const cv_i8w *p, const float *x, int M, float *y) {
 	cv_call c = {.w = p, .x = x, .y = y, .m = M, .isa = cv_current_isa()};
 	c.off = c.isa == CV_VNNI || c.isa == CV_AMX ? 0x80 : 0;
 	size_t qbytes = ((size_t)M * p->kp + 63) & ~(size_t)63;
-	char *scratch = cv_scratch_get(qbytes + sizeof(float) * (size_t)M);
+	char *scratch = cv_scratch(CV_SCRATCH_INT8, qbytes + sizeof(float) * (size_t)M); // the quantized rows
 	if (scratch == NULL) {
 		return ENOMEM;
 	}

@@ -2,7 +2,6 @@
 // dispatch. The attention arithmetic is pagedattn_impl.h, compiled once per instruction set.
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -294,32 +293,9 @@ static inline int64_t cv_pa_first_key(const cv_pa_args *x, int64_t p) {
 	return x->a.window > 0 && p - x->a.window + 1 > 0 ? p - x->a.window + 1 : 0;
 }
 
-// Per-thread scratch for an item's query rows, accumulators and scores, kept between
-// calls and freed when the thread exits.
-static pthread_key_t cv_pa_scratch_key;
-static pthread_once_t cv_pa_scratch_once = PTHREAD_ONCE_INIT;
-static __thread float *cv_pa_scratch;
-static __thread size_t cv_pa_scratch_cap;
-
-static void cv_pa_scratch_init(void) { pthread_key_create(&cv_pa_scratch_key, free); }
-
-// cv_pa_scratch_get returns the calling thread's scratch of at least n floats, aligned to
-// 64 bytes, or NULL. It is valid until the thread's next call.
-static float *cv_pa_scratch_get(size_t n) {
-	if (n <= cv_pa_scratch_cap) {
-		return cv_pa_scratch;
-	}
-	pthread_once(&cv_pa_scratch_once, cv_pa_scratch_init);
-	void *p = NULL;
-	if (posix_memalign(&p, 64, (n * sizeof(float) + 63) & ~(size_t)63) != 0) {
-		return NULL;
-	}
-	free(cv_pa_scratch);
-	cv_pa_scratch = p;
-	cv_pa_scratch_cap = n;
-	pthread_setspecific(cv_pa_scratch_key, p);
-	return p;
-}
+// cv_pa_scratch returns the calling thread's scratch of n floats for an item's query
+// rows, accumulators and scores (simd.h's cv_scratch), or NULL.
+static float *cv_pa_scratch(size_t n) { return cv_scratch(CV_SCRATCH_PAGED, n * sizeof(float)); }
 
 #define VW 4
 #define SFX _generic

@@ -358,6 +358,19 @@ KFN static inline float N(vmax)(const float *s, int n) {
 	return r;
 }
 
+// ahead prefetches, while the block of position a is read, the key (value = 0) or value
+// rows of KV head kvh in the block pfb blocks further (the first time, at a == first,
+// every block up to there), up to position p.
+KFN static inline void N(ahead)(const cv_pa_args *x, const int32_t *bt, int kvh, int64_t a, int64_t first, int64_t p,
+	int64_t pfb, int value) {
+	const int64_t bs = x->g.block_size, D = x->g.head_dim, es = x->cache_half ? 2 : 4, kvw = x->a.kv_num_heads * D;
+	for (int64_t f = (a == first ? a / bs + 1 : a / bs + pfb) * bs; f <= (a / bs + pfb) * bs && f <= p; f += bs) {
+		const void *row;
+		const int64_t e = N(run)(x, bt, kvh, f, p + 1, value, &row);
+		N(prefetch)(row, kvw * es, (int)(e - f), D * es);
+	}
+}
+
 // attend1_SFX computes a decode item (one new token): every query row of each of the
 // item's KV heads against all its keys in three passes over the row's blocks — scores
 // for every key, one softmax, the weighted sum — with the group's query rows taken two
@@ -374,7 +387,7 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 	// Blocks prefetched ahead: about CV_PA_PREFETCH_BYTES of one head's rows, at least one block.
 	const int64_t pfb = CV_PA_PREFETCH_BYTES / (bs * D * es) > 1 ? CV_PA_PREFETCH_BYTES / (bs * D * es) : 1;
 	const int64_t sw = (npos + VW - 1) / VW * VW; // a row of scores, padded
-	float *buf = cv_pa_scratch_get((size_t)G * D * 2 + (size_t)G * sw);
+	float *buf = cv_pa_scratch((size_t)G * D * 2 + (size_t)G * sw);
 	if (buf == NULL) {
 		return -1;
 	}
@@ -398,12 +411,7 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 			const void *k;
 			e = N(run)(x, bt, kvh, a, p + 1, 0, &k);
 			const int n = (int)(e - a);
-			// Fetch the blocks pfb ahead (the first time, all up to there) while this one is read.
-			for (int64_t f = (a == first ? a / bs + 1 : a / bs + pfb) * bs; f <= (a / bs + pfb) * bs && f <= p; f += bs) {
-				const void *nx;
-				const int64_t ne = N(run)(x, bt, kvh, f, p + 1, 0, &nx);
-				N(prefetch)(nx, kvw * es, (int)(ne - f), D * es);
-			}
+			N(ahead)(x, bt, kvh, a, first, p, pfb, 0);
 			const int64_t o = a - first;
 			int gh = 0;
 			for (; gh + 2 <= G; gh += 2) {
@@ -436,12 +444,7 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 			const void *v;
 			e = N(run)(x, bt, kvh, a, p + 1, 1, &v);
 			const int n = (int)(e - a);
-			// Fetch the blocks pfb ahead (the first time, all up to there) while this one is read.
-			for (int64_t f = (a == first ? a / bs + 1 : a / bs + pfb) * bs; f <= (a / bs + pfb) * bs && f <= p; f += bs) {
-				const void *nx;
-				const int64_t ne = N(run)(x, bt, kvh, f, p + 1, 1, &nx);
-				N(prefetch)(nx, kvw * es, (int)(ne - f), D * es);
-			}
+			N(ahead)(x, bt, kvh, a, first, p, pfb, 1);
 			const int64_t o = a - first;
 			int gh = 0;
 			for (; gh + 2 <= G; gh += 2) {
@@ -491,7 +494,7 @@ KFN static int N(cv_pa_attend)(const cv_pa_args *x, const cv_pa_item *it) {
 
 	// A half cache's tile is converted to float32 rows (ktile, vtile) before it is scored.
 	const size_t tile = x->cache_half ? (size_t)tp * nh * D : 0;
-	float *buf = cv_pa_scratch_get((size_t)rows * D * 2 + 2 * (size_t)rows + CV_PA_TILE + 2 * tile);
+	float *buf = cv_pa_scratch((size_t)rows * D * 2 + 2 * (size_t)rows + CV_PA_TILE + 2 * tile);
 	if (buf == NULL) {
 		return -1;
 	}

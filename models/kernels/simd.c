@@ -1,5 +1,7 @@
 // CPU feature detection for every kernel of the package (simd.h), done once.
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "simd.h"
 
@@ -51,4 +53,31 @@ unsigned cv_cpu_features(void) {
 		atomic_store_explicit(&cv_cpu, f, memory_order_relaxed);
 	}
 	return f & ~CV_CPU_KNOWN;
+}
+
+static pthread_key_t cv_scratch_key[CV_SCRATCH_SLOTS];
+static pthread_once_t cv_scratch_once = PTHREAD_ONCE_INIT;
+static __thread void *cv_scratch_buf[CV_SCRATCH_SLOTS];
+static __thread size_t cv_scratch_cap[CV_SCRATCH_SLOTS];
+
+static void cv_scratch_init(void) {
+	for (int i = 0; i < CV_SCRATCH_SLOTS; i++) {
+		pthread_key_create(&cv_scratch_key[i], free);
+	}
+}
+
+void *cv_scratch(int slot, size_t bytes) {
+	if (bytes <= cv_scratch_cap[slot]) {
+		return cv_scratch_buf[slot];
+	}
+	pthread_once(&cv_scratch_once, cv_scratch_init);
+	void *p = NULL;
+	if (posix_memalign(&p, 64, (bytes + 63) & ~(size_t)63) != 0) {
+		return NULL;
+	}
+	free(cv_scratch_buf[slot]);
+	cv_scratch_buf[slot] = p;
+	cv_scratch_cap[slot] = bytes;
+	pthread_setspecific(cv_scratch_key[slot], p);
+	return p;
 }

@@ -1,5 +1,6 @@
 // The SIMD helpers every kernel of this package shares: the CPU's features, detected
-// once; IEEE half <-> float32 conversion; and the one vector exp, for any lane width.
+// once; per-thread scratch; IEEE half <-> float32 conversion; and the one vector exp, for
+// any lane width.
 // The kernels include it; a change here rebuilds the package as a change to any of its
 // .h files does.
 #ifndef CV_SIMD_H
@@ -28,6 +29,17 @@ enum {
 // cv_cpu_features returns the CPU's features (CV_CPU_* bits), detected at the first call
 // of the process and cached (simd.c); 0 off x86-64.
 unsigned cv_cpu_features(void);
+
+// ---------------------------------------------------------------- scratch
+
+// Scratch slots: one per kernel, so that no kernel's buffer is another's.
+enum { CV_SCRATCH_INT8 = 0, CV_SCRATCH_PAGED = 1, CV_SCRATCH_SLOTS = 2 };
+
+// cv_scratch returns the calling thread's scratch of slot, at least bytes long and
+// aligned to 64 bytes, or NULL when out of memory. It is kept between calls (so a kernel
+// called often allocates once per thread) and freed when the thread exits; its contents
+// are valid until the thread's next call for the same slot.
+void *cv_scratch(int slot, size_t bytes);
 
 // cv_cpu_has reports whether the CPU has every feature of want.
 static inline int cv_cpu_has(unsigned want) { return (cv_cpu_features() & want) == want; }
