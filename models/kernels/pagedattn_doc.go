@@ -131,21 +131,22 @@
 // first use (PagedAttentionISA). The new keys and values are stored first, in one pass.
 // The attention is split into work items: one row, up to 16 of its new tokens and one KV
 // head, or every KV head when the call has at least 16 such chunks (a decode batch), so
-// that there are items for every thread either way. A float16 cache's values are
-// converted to float32 in registers as they are loaded (F16C), never into a buffer.
+// that there are items for every thread either way.
 //
 // A decode item (one new token) makes three passes over its row's blocks per KV head:
 // the scores of every key it sees, one softmax per query row, then the weighted sum of
 // the values. The group's query rows (num_heads/kv_num_heads of them) go two at a time, so
-// that two rows share each load of a key or value, and the next block's rows are
-// prefetched while one block is read. Its scores take 4 bytes per key and query row of
-// per-thread scratch.
+// that two rows share each load of a key or value; a float16 cache's values are
+// converted to float32 in registers as they are loaded (F16C); and the rows about
+// CV_PA_PREFETCH_BYTES (8 KB) ahead are prefetched while one block is read. Its scores
+// take 4 bytes of per-thread scratch per key and query row.
 //
 // An item of several tokens (a prompt chunk) walks the keys its tokens see in tiles of at
 // most 64 positions with an online softmax (a running maximum, denominator and weighted
 // sum per query row), so it needs no memory proportional to the past: each tile's keys
-// and values are read from memory once and then from L1 by every query row of the group,
-// and the next tile's blocks are prefetched into L2 while this one is scored.
+// and values are read from memory once (a float16 cache's converted once into a float32
+// tile) and then from L1 by every query row of the group, and the next tile's blocks are
+// prefetched into L2 while this one is scored.
 //
 // Either way a query row scores VW keys at a time (VW the vector's lanes), one
 // accumulator per key sharing each load of the query, and sums the VW accumulators into
