@@ -339,6 +339,32 @@ KFN static inline __attribute__((always_inline)) void N(weigh2)(float *restrict 
 	}
 }
 
+// score_rows scores the G query rows q (D floats each) against n keys k_i = k + i·ks:
+// row g's scores go to s + g·sw. Rows go two at a time (scores2), the odd one alone.
+KFN static inline __attribute__((always_inline)) void N(score_rows)(const float *q, int G, const void *k, int64_t ks,
+	int n, int D, float *s, int64_t sw, int half) {
+	int g = 0;
+	for (; g + 2 <= G; g += 2) {
+		N(scores2)(q + (size_t)g * D, q + (size_t)(g + 1) * D, k, ks, n, D, s + g * sw, s + (g + 1) * sw, half);
+	}
+	if (g < G) {
+		N(scores)(q + (size_t)g * D, k, ks, n, D, s + g * sw, half);
+	}
+}
+
+// weigh_rows adds to each of the G rows of acc (D floats each) its weights w + g·sw
+// times n values v_i = v + i·stride, two rows at a time (weigh2), the odd one alone.
+KFN static inline __attribute__((always_inline)) void N(weigh_rows)(float *acc, int G, const float *w, int64_t sw,
+	const void *v, int64_t stride, int n, int D, int half) {
+	int g = 0;
+	for (; g + 2 <= G; g += 2) {
+		N(weigh2)(acc + (size_t)g * D, acc + (size_t)(g + 1) * D, w + g * sw, w + (g + 1) * sw, v, stride, n, D, half);
+	}
+	if (g < G) {
+		N(weigh)(acc + (size_t)g * D, w + g * sw, v, stride, n, D, half);
+	}
+}
+
 // vmax returns the largest of s[0..n).
 KFN static inline float N(vmax)(const float *s, int n) {
 	N(vf) m = N(splat)(-INFINITY);
@@ -412,22 +438,10 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 			e = N(run)(x, bt, kvh, a, p + 1, 0, &k);
 			const int n = (int)(e - a);
 			N(ahead)(x, bt, kvh, a, first, p, pfb, 0);
-			const int64_t o = a - first;
-			int gh = 0;
-			for (; gh + 2 <= G; gh += 2) {
-				const float *q0 = q + (size_t)gh * D, *q1 = q0 + D;
-				if (hf) {
-					N(scores2)(q0, q1, k, kvw, n, D, S + gh * sw + o, S + (gh + 1) * sw + o, 1);
-				} else {
-					N(scores2)(q0, q1, k, kvw, n, D, S + gh * sw + o, S + (gh + 1) * sw + o, 0);
-				}
-			}
-			if (gh < G) {
-				if (hf) {
-					N(scores)(q + (size_t)gh * D, k, kvw, n, D, S + gh * sw + o, 1);
-				} else {
-					N(scores)(q + (size_t)gh * D, k, kvw, n, D, S + gh * sw + o, 0);
-				}
+			if (hf) {
+				N(score_rows)(q, G, k, kvw, n, D, S + (a - first), sw, 1);
+			} else {
+				N(score_rows)(q, G, k, kvw, n, D, S + (a - first), sw, 0);
 			}
 		}
 		// One softmax per row; its 1/sum scales the output.
@@ -445,22 +459,10 @@ KFN static int N(attend1)(const cv_pa_args *x, const cv_pa_item *it) {
 			e = N(run)(x, bt, kvh, a, p + 1, 1, &v);
 			const int n = (int)(e - a);
 			N(ahead)(x, bt, kvh, a, first, p, pfb, 1);
-			const int64_t o = a - first;
-			int gh = 0;
-			for (; gh + 2 <= G; gh += 2) {
-				float *a0 = acc + (size_t)gh * D;
-				if (hf) {
-					N(weigh2)(a0, a0 + D, S + gh * sw + o, S + (gh + 1) * sw + o, v, kvw, n, D, 1);
-				} else {
-					N(weigh2)(a0, a0 + D, S + gh * sw + o, S + (gh + 1) * sw + o, v, kvw, n, D, 0);
-				}
-			}
-			if (gh < G) {
-				if (hf) {
-					N(weigh)(acc + (size_t)gh * D, S + gh * sw + o, v, kvw, n, D, 1);
-				} else {
-					N(weigh)(acc + (size_t)gh * D, S + gh * sw + o, v, kvw, n, D, 0);
-				}
+			if (hf) {
+				N(weigh_rows)(acc, G, S + (a - first), sw, v, kvw, n, D, 1);
+			} else {
+				N(weigh_rows)(acc, G, S + (a - first), sw, v, kvw, n, D, 0);
 			}
 		}
 		for (int gh = 0; gh < G; gh++) {
