@@ -119,27 +119,27 @@ CV_AVX2_FN static void cv_avx2_row(int k4n, const int8_t *a, const int8_t *panel
 	}
 }
 
-// cv_avx2_cols computes R rows (R <= CV_AVX2_COLS_ROWS) × 16 columns (a quarter of a
-// panel: 2 ymm of 8 columns × 4 k, one 64-byte line per k-step) over all of K. Each
-// weight vector is loaded and made absolute once and used for every row from
-// registers: 2R accumulators, the two vectors, their absolute values and the row's
-// broadcast fit AVX2's 16 ymm registers at R = 5. wp points at the quarter's first
-// k-step (stride 256 bytes), cols is how many of its 16 columns are real. The quarter
-// reads one line in four, which the hardware prefetcher follows badly, so each k-step
-// prefetches the line CV_AVX2_PF k-steps ahead (past the end of K that is the same
-// quarter of the next panel).
+// cv_avx2_quarter runs k-steps [k0, k1) of R rows (R <= CV_AVX2_COLS_ROWS) × 16
+// columns (a quarter of a panel: 2 ymm of 8 columns × 4 k, one 64-byte line per k-step),
+// its accumulators coming from and going back to acc (2R vectors). Each weight vector is
+// loaded and made absolute once and used for every row from registers: 2R accumulators,
+// the two vectors, their absolute values and the row's broadcast fit AVX2's 16 ymm
+// registers at R = 5. wp points at the quarter's k-step 0 (stride 256 bytes). Each k-step
+// prefetches the quarter's line CV_AVX2_PF k-steps ahead: in the chunk that follows
+// (past the end of K, the same quarter of the next panel).
 #define CV_AVX2_COLS_ROWS 5
-#define CV_AVX2_PF 16
-CV_AVX2_FN __attribute__((always_inline)) static inline void cv_avx2_cols(const int R, int k4n, const int8_t *a, int lda,
-	const int8_t *wp, const float *mult, const float *s, float *y, int ldy, int cols) {
-	__m256i acc[CV_AVX2_COLS_ROWS][2];
+#define CV_AVX2_KC 8
+#define CV_AVX2_PF CV_AVX2_KC
+CV_AVX2_FN __attribute__((always_inline)) static inline void cv_avx2_quarter(const int R, int k0, int k1, const int8_t *a,
+	int lda, const int8_t *wp, __m256i *acc) {
+	__m256i sum[CV_AVX2_COLS_ROWS][2];
 	const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 5
 	for (int r = 0; r < R; r++) {
-		acc[r][0] = _mm256_setzero_si256();
-		acc[r][1] = _mm256_setzero_si256();
+		sum[r][0] = _mm256_load_si256(acc + 2 * r);
+		sum[r][1] = _mm256_load_si256(acc + 2 * r + 1);
 	}
-	for (int k4 = 0; k4 < k4n; k4++) {
+	for (int k4 = k0; k4 < k1; k4++) {
 		const int8_t *wk = wp + (size_t)k4 * 4 * CV_PANEL;
 		_mm_prefetch((const char *)(wk + CV_AVX2_PF * 4 * CV_PANEL), _MM_HINT_T0);
 		const __m256i w0 = _mm256_load_si256((const __m256i *)wk), w1 = _mm256_load_si256((const __m256i *)(wk + 32));
@@ -151,27 +151,56 @@ CV_AVX2_FN __attribute__((always_inline)) static inline void cv_avx2_cols(const 
 			const __m256i b = _mm256_set1_epi32(av);
 			const __m256i p0 = _mm256_maddubs_epi16(aw0, _mm256_sign_epi8(b, w0));
 			const __m256i p1 = _mm256_maddubs_epi16(aw1, _mm256_sign_epi8(b, w1));
-			acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
-			acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+			sum[r][0] = _mm256_add_epi32(sum[r][0], _mm256_madd_epi16(p0, ones));
+			sum[r][1] = _mm256_add_epi32(sum[r][1], _mm256_madd_epi16(p1, ones));
 		}
 	}
-#pragma GCC unroll 2
-	for (int c = 0; c < 2; c++) {
-		const int left = cols - 8 * c;
-		if (left <= 0) {
-			break;
-		}
-		const __m256 mu = _mm256_loadu_ps(mult + 8 * c);
 #pragma GCC unroll 5
-		for (int r = 0; r < R; r++) {
-			const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][c]), mu), _mm256_set1_ps(s[r]));
-			float *dst = y + (size_t)r * ldy + 8 * c;
-			if (left >= 8) {
-				_mm256_storeu_ps(dst, f);
-			} else {
-				float t[8];
-				_mm256_storeu_ps(t, f);
-				memcpy(dst, t, sizeof(float) * (size_t)left);
+	for (int r = 0; r < R; r++) {
+		_mm256_store_si256(acc + 2 * r, sum[r][0]);
+		_mm256_store_si256(acc + 2 * r + 1, sum[r][1]);
+	}
+}
+
+// cv_avx2_cols computes R rows (R <= CV_AVX2_COLS_ROWS) × a panel (64 columns, cols of
+// them real) over all of K, a chunk of CV_AVX2_KC k-steps (2 KB of the panel) at a time:
+// each quarter runs over the chunk in turn, its accumulators kept in memory between
+// chunks, so a chunk's lines come from memory once (the first quarter's, prefetched a
+// chunk ahead) and from L1 for the other three.
+CV_AVX2_FN __attribute__((always_inline)) static inline void cv_avx2_cols(const int R, int k4n, const int8_t *a, int lda,
+	const int8_t *panel, const float *mult, const float *s, float *y, int ldy, int cols) {
+	__m256i acc[4][2 * CV_AVX2_COLS_ROWS] __attribute__((aligned(32)));
+	const int nq = cols >= CV_PANEL ? 4 : (cols + 15) / 16;
+	for (int g = 0; g < nq; g++) {
+		for (int i = 0; i < 2 * R; i++) {
+			acc[g][i] = _mm256_setzero_si256();
+		}
+	}
+	for (int k0 = 0; k0 < k4n; k0 += CV_AVX2_KC) {
+		const int k1 = k4n - k0 < CV_AVX2_KC ? k4n : k0 + CV_AVX2_KC;
+		for (int g = 0; g < nq; g++) {
+			cv_avx2_quarter(R, k0, k1, a, lda, panel + 64 * g, acc[g]);
+		}
+	}
+	for (int g = 0; g < nq; g++) {
+#pragma GCC unroll 2
+		for (int c = 0; c < 2; c++) {
+			const int left = cols - 16 * g - 8 * c;
+			if (left <= 0) {
+				break;
+			}
+			const __m256 mu = _mm256_loadu_ps(mult + 16 * g + 8 * c);
+#pragma GCC unroll 5
+			for (int r = 0; r < R; r++) {
+				const __m256 f = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[g][2 * r + c]), mu), _mm256_set1_ps(s[r]));
+				float *dst = y + (size_t)r * ldy + 16 * g + 8 * c;
+				if (left >= 8) {
+					_mm256_storeu_ps(dst, f);
+				} else {
+					float t[8];
+					_mm256_storeu_ps(t, f);
+					memcpy(dst, t, sizeof(float) * (size_t)left);
+				}
 			}
 		}
 	}
@@ -193,10 +222,11 @@ static const cv_avx2_fn cv_avx2_cols_by_rows[CV_AVX2_COLS_ROWS + 1] = {
 	NULL, cv_avx2_cols_1, cv_avx2_cols_2, cv_avx2_cols_3, cv_avx2_cols_4, cv_avx2_cols_5};
 
 // One row streams each panel on its own (cv_avx2_row). 2 to CV_AVX2_ROWS rows take each
-// panel a quarter at a time, the rows in blocks of up to five of as even a size as
-// they can be (cv_avx2_cols). The weights are read once per call, and the quarters'
-// lines, 64 bytes apart, come from memory within a panel's pass over K. More rows
-// share each weight load in the four-row blocks (cv_avx2_block).
+// panel a chunk of CV_AVX2_KC k-steps at a time, each quarter of the chunk in turn, the
+// rows in blocks of up to five of as even a size as they can be (cv_avx2_cols). The
+// weights are read from memory once per call, and each chunk's four lines per k-step
+// once from memory and three times from L1. More rows share each weight load in the
+// four-row blocks (cv_avx2_block).
 //
 // CV_AVX2_ROWS = 0 leaves every row count to the four-row blocks.
 //
@@ -219,6 +249,19 @@ static const cv_avx2_fn cv_avx2_cols_by_rows[CV_AVX2_COLS_ROWS + 1] = {
 // quarters took M = 5 from 25.2-29.6 to 27.5-36.0 GMAC/s and M = 16 from 31.0-34.2 to
 // 32.4-39.1 over the five shapes (the head included), and a 0.5B int8 verifying step of
 // 5 tokens from 85.6 to 72.4 ms (26.3 ms at 1 token).
+//
+// The quarters first ran each over all of K (a panel is 57 KB at K = 896, past L1), one
+// line in four, prefetched 16 k-steps ahead. On a 2-core AMD EPYC (family 25 model 1,
+// Zen 3: AVX2 with full-width 256-bit units), where five rows are not bound by arithmetic
+// as they are on Zen, that read the weights at 12-15 GB/s against 20-25 GB/s for one
+// row's linear stream. In chunks of 8 k-steps (2 KB), each quarter prefetching its line
+// one chunk ahead, BenchmarkInt8Linear (2 threads, medians of three, alternating the two
+// builds) went at M = 2 from 16.0-29.9 to 19.5-42.8 GMAC/s, at M = 5 from 33.7-66.2 to
+// 36.3-76.2 and at M = 8 from 39.5-80.3 to 42.7-85.3 over the five shapes (M = 16 within
+// the noise); chunks of 16 k-steps were as fast at 5 rows and slower at 2, 32 slower at
+// both, and prefetching every line of the chunk from the first quarter alone was slower.
+// At M = 5 the kernel then runs at about 44 GMAC/s per core in a 0.5B int8 step, near the
+// 50 it reaches with its weights in L2: bound by arithmetic again.
 #ifndef CV_AVX2_ROWS
 #define CV_AVX2_ROWS 16
 #endif
@@ -236,17 +279,12 @@ static void cv_gemm_avx2(const cv_call *c, int m0, int m1, int p0, int p1) {
 		}
 		if (m1 - m0 <= CV_AVX2_ROWS) {
 			const int rows = m1 - m0, nb = (rows + CV_AVX2_COLS_ROWS - 1) / CV_AVX2_COLS_ROWS;
-			for (int g = 0; g < 4; g++) {
-				const int n0 = p * CV_PANEL + 16 * g, cols = w->n - n0;
-				if (cols <= 0) {
-					break;
-				}
-				for (int b = 0, mb = m0; b < nb; b++) {
-					const int r = rows * (b + 1) / nb - rows * b / nb;
-					cv_avx2_cols_by_rows[r](k4n, c->q + (size_t)mb * kp, kp, panel + 64 * g, w->mult + n0, c->s + mb,
-						c->y + (size_t)mb * w->n + n0, w->n, cols < 16 ? cols : 16);
-					mb += r;
-				}
+			const int n0 = p * CV_PANEL, cols = w->n - n0;
+			for (int b = 0, mb = m0; b < nb; b++) {
+				const int r = rows * (b + 1) / nb - rows * b / nb;
+				cv_avx2_cols_by_rows[r](k4n, c->q + (size_t)mb * kp, kp, panel, w->mult + n0, c->s + mb,
+					c->y + (size_t)mb * w->n + n0, w->n, cols < CV_PANEL ? cols : CV_PANEL);
+				mb += r;
 			}
 			continue;
 		}

@@ -76,7 +76,10 @@
 //     kernel also prefetches the next panel into L2 while it works on this one.
 //   - avx2 (int8gemm_avx2.h): vpmaddubsw on |w| and the code carrying w's sign, then
 //     vpmaddwd by 1; codes within ±127 and |w| <= 128 keep every int16 pair sum below
-//     32767, so it is exact with no correction term. Blocks of 4 rows × 32 columns.
+//     32767, so it is exact with no correction term. One row streams each panel front
+//     to back; 2 to 16 rows take a panel 8 k-steps (2 KB) at a time, each 16-column
+//     quarter of the chunk in turn for a block of up to 5 rows, so the chunk comes from
+//     memory once and from L1 after; more rows go in blocks of 4 rows × 32 columns.
 //   - portable: plain C, any CPU.
 //
 // # Int8 GEMM: threads
