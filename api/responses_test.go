@@ -29,9 +29,25 @@ import (
 type respServer struct {
 	srv    *Server
 	eng    *fakeEngine
-	st     *respstore.Store
+	st     *faultStore
 	base   string
 	client openai.Client
+}
+
+// faultStore is a response store whose writes fail with the error fault returns, while
+// one is set.
+type faultStore struct {
+	*respstore.Store
+	fault atomic.Pointer[func(respstore.Record) error]
+}
+
+func (f *faultStore) Put(rec respstore.Record) error {
+	if fault := f.fault.Load(); fault != nil {
+		if err := (*fault)(rec); err != nil {
+			return err
+		}
+	}
+	return f.Store.Put(rec)
 }
 
 // newRespServer starts one; dir, when set, holds a response store.
@@ -43,10 +59,13 @@ func newRespServer(t *testing.T, dir string) *respServer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.st = st
+		r.st = &faultStore{Store: st}
 	}
 	r.srv = newTestServer(t, r.eng, func(c *Config) {
-		c.Responses = apiresponses.Config{Store: r.st, Unavailable: "no --data-dir was given"}
+		c.Responses = apiresponses.Config{Unavailable: "no --data-dir was given"}
+		if r.st != nil {
+			c.Responses.Store = r.st
+		}
 	})
 	hs := httptest.NewServer(r.srv.Handler())
 	r.base = hs.URL
@@ -541,7 +560,7 @@ func TestResponsesStoreDiskFull(t *testing.T) {
 		failed.Add(1)
 		return fmt.Errorf("write responses.db: %w", syscall.ENOSPC)
 	}
-	r.srv.resp.SetPutFault(full)
+	r.st.fault.Store(&full)
 	_, err = r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input, MaxOutputTokens: openai.Int(3)})
 	e := apiError(t, err)
 	if e.StatusCode != 500 || !strings.Contains(e.Message, "no space left on device") || strings.Contains(e.Message, "responses.db") {
@@ -577,7 +596,7 @@ func TestResponsesStoreDiskFull(t *testing.T) {
 		return len(r.eng.live) == 0
 	})
 
-	r.srv.resp.SetPutFault(nil)
+	r.st.fault.Store(nil)
 	after, err := r.client.Responses.New(ctx, responses.ResponseNewParams{Model: testModel, Input: input,
 		MaxOutputTokens: openai.Int(3), PreviousResponseID: openai.String(before.ID)})
 	if err != nil {

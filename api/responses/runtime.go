@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/conveyor-llm/conveyor/api/openai"
@@ -18,14 +17,25 @@ import (
 
 // Config configures the state of /v1/responses.
 type Config struct {
-	// Store keeps stored responses; nil refuses store:true (OpenAI's default),
-	// background and previous_response_id with a 400 that gives Unavailable as the reason.
-	Store *respstore.Store
+	// Store keeps stored responses (a *respstore.Store); nil refuses store:true (OpenAI's
+	// default), background and previous_response_id with a 400 that gives Unavailable as
+	// the reason.
+	Store Store
 	// Unavailable says why there is no store ("no --data-dir was given", an open error).
 	Unavailable string
 	// NoStoreByDefault makes an omitted store mean false (run-batch, whose results are its
 	// output file); OpenAI's default is true.
 	NoStoreByDefault bool
+}
+
+// Store is what a Runtime needs of the response store: respstore.Store's methods.
+type Store interface {
+	Put(respstore.Record) error
+	Get(id string) (respstore.Record, error)
+	Delete(id string) error
+	// Unfinished returns the records whose status is one of statuses.
+	Unfinished(statuses ...string) ([]respstore.Record, error)
+	MaxRecordBytes() int
 }
 
 // Stored is what the store keeps per response (respstore.Record.Data).
@@ -46,10 +56,6 @@ type Runtime struct {
 	mu      sync.Mutex
 	running map[string]*run // REQUIRES mu
 	closing bool            // Shutdown began: no background response starts; REQUIRES mu
-
-	// putFault, set only by tests (SetPutFault), fails a store write before it reaches
-	// the store.
-	putFault atomic.Pointer[func(respstore.Record) error]
 }
 
 // run is one background response running in this process.
@@ -135,12 +141,7 @@ func (rt *Runtime) Put(sr *Stored) error {
 		return err
 	}
 	rec := respstore.Record{ID: sr.Response.ID, Status: sr.Response.Status, Data: data}
-	if f := rt.putFault.Load(); f != nil {
-		err = (*f)(rec)
-	}
-	if err == nil {
-		err = rt.cfg.Store.Put(rec)
-	}
+	err = rt.cfg.Store.Put(rec)
 	if errors.Is(err, respstore.ErrTooLarge) {
 		return fmt.Errorf("the response is too large to store (%v): %w", err, engine.ErrInvalidRequest)
 	}
@@ -153,16 +154,6 @@ func (rt *Runtime) Put(sr *Stored) error {
 		return fmt.Errorf("the response could not be stored (%s): send \"store\": false, or retry later", cause)
 	}
 	return nil
-}
-
-// SetPutFault makes every store write fail with the error fault returns for it (nil
-// fault: writes reach the store again). Tests use it for a full disk.
-func (rt *Runtime) SetPutFault(fault func(respstore.Record) error) {
-	if fault == nil {
-		rt.putFault.Store(nil)
-		return
-	}
-	rt.putFault.Store(&fault)
 }
 
 // Get reads a stored response; an unknown id is openai.ErrNotFound.

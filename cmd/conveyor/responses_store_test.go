@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/conveyor-llm/conveyor/api/respstore"
 )
 
 func TestParseRetention(t *testing.T) {
@@ -48,7 +50,8 @@ func TestOpenResponseStore(t *testing.T) {
 	dir := t.TempDir()
 	o := &serveOptions{cmd: "serve", dataDir: dir, responsesRetention: "1h,5"}
 	rc, closeStore, err := o.openResponseStore(log, env(nil))
-	if err != nil || rc.Store == nil || rc.Store.Path() != filepath.Join(dir, "responses.db") {
+	st, ok := rc.Store.(*respstore.Store)
+	if err != nil || !ok || st.Path() != filepath.Join(dir, "responses.db") {
 		t.Fatalf("open: %+v, %v", rc, err)
 	}
 	// A second server on the same directory runs without a store and says why.
