@@ -109,6 +109,9 @@ type chatFeatures struct {
 	Functions         opt[[]json.RawMessage] `json:"functions"`
 	FunctionCall      opt[json.RawMessage]   `json:"function_call"`
 	ParallelToolCalls opt[bool]              `json:"parallel_tool_calls"` // no-op without tools
+	// flatTools: Tools came in the Responses shape ({"type", "name", "parameters"}), so
+	// errors name tools[i].name rather than tools[i].function.name.
+	flatTools bool
 
 	// Refused unless they ask for plain text only.
 	Modalities      opt[[]string]          `json:"modalities"`

@@ -260,7 +260,7 @@ func parseMetadata(c *check, o opt[map[string]string]) map[string]string {
 // parseTools, with the tools as the response echoes them. Built-in tools are refused by
 // name.
 func convertTools(c *check, w *ResponsesRequest) ([]json.RawMessage, *chatFeatures) {
-	f := &chatFeatures{ParallelToolCalls: w.ParallelToolCalls}
+	f := &chatFeatures{ParallelToolCalls: w.ParallelToolCalls, flatTools: true}
 	echo := []json.RawMessage{}
 	if shape(c, "tools", "an array", w.Tools) {
 		chat := make([]json.RawMessage, 0, len(w.Tools.V))

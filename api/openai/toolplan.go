@@ -78,32 +78,41 @@ func parseTools(c *check, f *chatFeatures, m *Model) (*toolPlan, bool) {
 				return nil, parallel
 			}
 			fn := w.Function.V
-			fname, ok := c.str(name+".function.name", fn.Name)
+			at := name + ".function" // where the function's fields are, for errors
+			if f.flatTools {
+				at = name
+			}
+			fname, ok := c.str(at+".name", fn.Name)
 			if !c.failed() && (!ok || !validSchemaName(fname)) {
-				c.fail(InvalidParam("tools", "%s.function.name must be 1 to 64 letters, digits, underscores and dashes", name))
+				c.fail(InvalidParam("tools", "%s.name must be 1 to 64 letters, digits, underscores and dashes", at))
 			}
 			if !c.failed() && seen[fname] {
-				c.fail(InvalidParam("tools", "%s.function.name %q is given twice", name, fname))
+				c.fail(InvalidParam("tools", "%s.name %q is given twice", at, fname))
 			}
-			desc, _ := c.str(name+".function.description", fn.Description)
-			strict := c.boolean(name+".function.strict", fn.Strict, false)
+			desc, _ := c.str(at+".description", fn.Description)
+			strict := c.boolean(at+".strict", fn.Strict, false)
 			if len(fn.Parameters) > 0 && string(fn.Parameters) != "null" && jsonKind(fn.Parameters) != "an object" {
-				c.fail(InvalidParam("tools", "%s.function.parameters must be a JSON Schema object", name))
+				c.fail(InvalidParam("tools", "%s.parameters must be a JSON Schema object", at))
 			}
 			if !c.failed() {
 				// Whether the constraint can enforce every keyword of the parameters: a strict
 				// tool's must be (as response_format's strict, a keyword it cannot honour is
 				// refused by name rather than ignored), and only then may arguments stream.
+				// A schema it finds bad (nested too deep, matching no value, ...) is refused
+				// before the validator below spends time on it.
 				_, strictErr := structured.CompileSchema(parametersOrObject(fn.Parameters), true)
-				if strict && strictErr != nil {
-					c.fail(UnsupportedValue("tools", "%s.function.parameters: %s", name, strings.TrimPrefix(strictErr.Error(), "structured: ")))
+				switch why := strings.TrimPrefix(fmt.Sprint(strictErr), "structured: "); {
+				case errors.Is(strictErr, structured.ErrBadSchema):
+					c.fail(InvalidParam("tools", "%s.parameters is not a valid JSON Schema: %s", at, strings.TrimPrefix(why, "bad schema: ")))
+				case strict && strictErr != nil:
+					c.fail(UnsupportedValue("tools", "%s.parameters: %s", at, why))
 				}
 				p.streamArgs = p.streamArgs && strictErr == nil
 			}
 			if !c.failed() {
 				v, err := compileParameters(fn.Parameters)
 				if err != nil {
-					c.fail(InvalidParam("tools", "%s.function.parameters is not a valid JSON Schema: %s", name, strings.Join(strings.Fields(err.Error()), " ")))
+					c.fail(InvalidParam("tools", "%s.parameters is not a valid JSON Schema: %s", at, strings.Join(strings.Fields(err.Error()), " ")))
 				}
 				p.params[fname] = v
 			}
@@ -183,11 +192,18 @@ func compileParameters(params json.RawMessage) (*jsonschema.Schema, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An absolute URL of its own: a relative one is resolved against the working
+	// directory, which errors would then show the client.
+	const url = "urn:parameters"
 	c := jsonschema.NewCompiler()
-	if err := c.AddResource("tool.json", doc); err != nil {
+	if err := c.AddResource(url, doc); err != nil {
 		return nil, err
 	}
-	return c.Compile("tool.json")
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, errors.New(strings.ReplaceAll(err.Error(), `"`+url+`#`, `"#`))
+	}
+	return s, nil
 }
 
 // Reasons a parsed call is not returned as a call (the label of

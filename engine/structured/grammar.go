@@ -201,3 +201,52 @@ func (b *builder) call(r int32) frag {
 	}
 	return frag{in, out}
 }
+
+// matchesSomething reports whether the grammar accepts at least one string: whether its
+// final node can be reached from its start, entering a rule only where the rule can
+// itself reach its exit. A rule whose every way through calls itself again (the schema
+// {"$ref": "#"}, or $refs that only lead to each other) cannot.
+func (g *Grammar) matchesSomething() bool {
+	productive := make([]bool, len(g.entries))
+	seen := make([]uint32, len(g.nodes))
+	var stamp uint32
+	var work []int32
+	reach := func(from, to int32) bool {
+		stamp++
+		work = append(work[:0], from)
+		seen[from] = stamp
+		for len(work) > 0 {
+			n := work[len(work)-1]
+			work = work[:len(work)-1]
+			if n == to {
+				return true
+			}
+			nd := &g.nodes[n]
+			next := func(m int32) {
+				if seen[m] != stamp {
+					seen[m] = stamp
+					work = append(work, m)
+				}
+			}
+			for _, e := range nd.edges {
+				next(e.to)
+			}
+			for _, m := range nd.eps {
+				next(m)
+			}
+			if nd.call >= 0 && productive[nd.call] {
+				next(nd.ret)
+			}
+		}
+		return false
+	}
+	for changed := true; changed; {
+		changed = false
+		for r := len(g.entries) - 1; r >= 0; r-- {
+			if !productive[r] && reach(g.entries[r], g.exits[r]) {
+				productive[r], changed = true, true
+			}
+		}
+	}
+	return reach(g.start, g.final)
+}

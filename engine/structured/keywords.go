@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // maxUnrolled bounds maxLength, maxItems and similar counts the grammar unrolls.
@@ -236,23 +239,18 @@ func (c *compiler) integer(s *jv, path string) frag {
 		if v.kind == 'b' { // draft-4 exclusiveMinimum: true
 			return true
 		}
-		f, ok := v.number()
-		if !ok {
-			c.bad("%s: %s must be a number", path, key)
+		n, beyond, ok := integerBound(v, exclusive, upper, limit)
+		switch {
+		case !ok:
+			c.bad("%s: %s must be a number (of at most 64 characters, its exponent within ±400)", path, key)
 			return false
-		}
-		var n int64
-		if upper {
-			n = int64(math.Floor(f))
-			if exclusive && float64(n) == f {
-				n--
-			}
+		case upper && beyond < 0, !upper && beyond > 0:
+			c.fail("%s: %s %s leaves no integer of at most %d digits, the most structured output writes", path, key, v.num, maxIntDigits)
+			return false
+		case beyond != 0: // beyond every integer written: no bound
+		case upper:
 			hi = min(hi, n)
-		} else {
-			n = int64(math.Ceil(f))
-			if exclusive && float64(n) == f {
-				n++
-			}
+		default:
 			lo = max(lo, n)
 		}
 		return true
@@ -269,6 +267,63 @@ func (c *compiler) integer(s *jv, path string) frag {
 		return c.b.seq(c.b.opt(c.b.lit("-")), digits)
 	}
 	return c.intRange(lo, hi)
+}
+
+// integerBound is the least (upper: the greatest) integer a minimum (maximum) of v
+// allows, computed exactly from v's decimal text; beyond is 1 (-1) when that integer is
+// above limit (below -limit), n then being 0. ok is false when v is not a number, or
+// not one to take exactly.
+func integerBound(v *jv, exclusive, upper bool, limit int64) (n int64, beyond int, ok bool) {
+	if v.kind != 'n' {
+		return 0, 0, false
+	}
+	f, err := strconv.ParseFloat(string(v.num), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, 0, false
+	}
+	// Far outside the range (or out of float64's: ±Inf), the float decides.
+	if f > 2*float64(limit) {
+		return 0, 1, true
+	}
+	if f < -2*float64(limit) {
+		return 0, -1, true
+	}
+	// Within it the text is taken exactly, unless it is too long or its exponent too
+	// large to be a bound anyone writes (and costly to expand).
+	if len(v.num) > 64 {
+		return 0, 0, false
+	}
+	if at := strings.IndexAny(string(v.num), "eE"); at >= 0 {
+		if e, err := strconv.Atoi(string(v.num[at+1:])); err != nil || e < -400 || e > 400 {
+			return 0, 0, false
+		}
+	}
+	r, ok := new(big.Rat).SetString(string(v.num))
+	if !ok {
+		return 0, 0, false
+	}
+	var i big.Int
+	if upper {
+		i.Div(r.Num(), r.Denom()) // floor: the denominator is positive
+	} else {
+		i.Neg(r.Num()) // ceil(x) = -floor(-x)
+		i.Div(&i, r.Denom())
+		i.Neg(&i)
+	}
+	if exclusive && r.IsInt() {
+		if upper {
+			i.Sub(&i, big.NewInt(1))
+		} else {
+			i.Add(&i, big.NewInt(1))
+		}
+	}
+	switch n = i.Int64(); {
+	case n > limit:
+		return 0, 1, true
+	case n < -limit:
+		return 0, -1, true
+	}
+	return n, 0, true
 }
 
 func isTrue(v *jv) bool { return v != nil && v.kind == 'b' && v.b }

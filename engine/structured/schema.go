@@ -73,6 +73,9 @@ func (c *compiler) finish(body frag) (*Grammar, error) {
 	if c.b.err != nil {
 		return nil, c.b.err
 	}
+	if !c.b.g.matchesSomething() {
+		return nil, errMatchesNothing
+	}
 	return c.b.g, nil
 }
 
@@ -96,6 +99,9 @@ func (c *compiler) fail(format string, args ...any) frag {
 	}
 	return c.b.empty()
 }
+
+// errMatchesNothing: a schema no value can satisfy, for want of a way out of its $refs.
+var errMatchesNothing = fmt.Errorf("%w: the schema matches no value (its $refs lead only to each other)", ErrBadSchema)
 
 func (c *compiler) bad(format string, args ...any) frag {
 	if c.err == nil {

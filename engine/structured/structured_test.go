@@ -227,6 +227,78 @@ func TestIntegerRanges(t *testing.T) {
 	}
 }
 
+// TestIntegerBoundsBeyondInt64 checks bounds the float64 conversion of a bound would
+// get wrong: past int64 (which overflowed to a dropped bound), past the 16 digits the
+// grammar writes (a range with no numeral in it: refused, not silently widened), and
+// between 2^53 and 10^16, where a float is not exact.
+func TestIntegerBoundsBeyondInt64(t *testing.T) {
+	for _, tc := range []struct {
+		schema   string
+		accepts  []string
+		refuses  []string
+		badRange bool // no integer the grammar writes: ErrUnsupported (ErrBadSchema for a bound not taken)
+	}{
+		{schema: `{"type":"integer","minimum":0,"maximum":9223372036854775807}`, accepts: []string{"0", "9999999999999999"}, refuses: []string{"-1"}},
+		{schema: `{"type":"integer","minimum":100,"maximum":1e30}`, accepts: []string{"100", "9999999999999999"}, refuses: []string{"99"}},
+		{schema: `{"type":"integer","exclusiveMaximum":1e400}`, accepts: []string{"-9999999999999999", "9999999999999999"}},
+		{schema: `{"type":"integer","minimum":-1e19,"maximum":-5}`, accepts: []string{"-9999999999999999", "-5"}, refuses: []string{"-4", "0"}},
+		{schema: `{"type":"integer","minimum":9007199254740993}`, accepts: []string{"9007199254740993"}, refuses: []string{"9007199254740992"}},
+		{schema: `{"type":"integer","maximum":1000000000000000.0000001}`, accepts: []string{"1000000000000000"}, refuses: []string{"1000000000000001"}},
+		{schema: `{"type":"integer","minimum":1000000000000000.0000001}`, accepts: []string{"1000000000000001"}, refuses: []string{"1000000000000000"}},
+		{schema: `{"type":"integer","exclusiveMinimum":9999999999999998}`, accepts: []string{"9999999999999999"}, refuses: []string{"9999999999999998"}},
+		{schema: `{"type":"integer","minimum":1e19}`, badRange: true},
+		{schema: `{"type":"integer","minimum":10000000000000000}`, badRange: true},
+		{schema: `{"type":"integer","exclusiveMinimum":9223372036854775807}`, badRange: true},
+		{schema: `{"type":"integer","exclusiveMaximum":-9223372036854775808}`, badRange: true},
+		{schema: `{"type":"integer","minimum":1e308}`, badRange: true},
+		{schema: `{"type":"integer","minimum":1e-999999999}`, badRange: true}, // not expanded
+	} {
+		g, err := CompileSchema([]byte(tc.schema), true)
+		if tc.badRange {
+			if !errors.Is(err, ErrUnsupported) && !errors.Is(err, ErrBadSchema) {
+				t.Errorf("%s: got %v, want ErrUnsupported or ErrBadSchema", tc.schema, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.schema, err)
+			continue
+		}
+		for _, n := range tc.accepts {
+			if !acceptsBytes(g, n) {
+				t.Errorf("%s: %s refused", tc.schema, n)
+			}
+		}
+		for _, n := range tc.refuses {
+			if acceptsBytes(g, n) {
+				t.Errorf("%s: %s accepted", tc.schema, n)
+			}
+		}
+	}
+}
+
+// TestSchemaMatchingNothing: $refs that lead only to each other match no value and are
+// refused, in a response format and in a tool call's wrapped schema; a recursive schema
+// with a way out is not.
+func TestSchemaMatchingNothing(t *testing.T) {
+	for _, schema := range []string{`{"$ref":"#"}`, `{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`,
+		`{"type":"object","properties":{"x":{"$ref":"#"}},"required":["x"]}`,
+		`{"type":"array","items":{"$ref":"#"},"minItems":1}`} {
+		if _, err := CompileSchema([]byte(schema), true); !errors.Is(err, ErrBadSchema) || !strings.Contains(err.Error(), "matches no value") {
+			t.Errorf("%s: got %v, want ErrBadSchema: matches no value", schema, err)
+		}
+		if _, err := CompileWrapped("<c>", []byte(schema), "</c>", "", 1, 1, true); !errors.Is(err, ErrBadSchema) {
+			t.Errorf("wrapped %s: got %v, want ErrBadSchema", schema, err)
+		}
+	}
+	for _, schema := range []string{`{"type":"object","properties":{"x":{"$ref":"#"}}}`, `{"anyOf":[{"$ref":"#"},{"type":"null"}]}`,
+		`{"type":"array","items":{"$ref":"#"}}`} {
+		if _, err := CompileSchema([]byte(schema), true); err != nil {
+			t.Errorf("%s: %v", schema, err)
+		}
+	}
+}
+
 // acceptsBytes runs s through g byte by byte.
 func acceptsBytes(g *Grammar, s string) bool {
 	c := NewConstraint(g, NewVocabulary(0, func(int32) []byte { return nil }, func(int32) bool { return false }, nil))

@@ -30,6 +30,9 @@ func CompileWrapped(prefix string, schema []byte, suffix, sep string, min, max i
 	}
 	// No free whitespace around the literals: the format fixes them.
 	b.g.start, b.g.final = body.in, body.out
+	if b.err == nil && !b.g.matchesSomething() {
+		return nil, errMatchesNothing
+	}
 	return b.g, b.err
 }
 
