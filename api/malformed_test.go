@@ -95,6 +95,7 @@ var badCases = []badCase{
 	{"seed fraction", "POST", cp, comp(`,"seed":1.5`), 400, "seed"},
 	{"user number", "POST", cp, comp(`,"user":5`), 400, "user"},
 	{"best_of below n", "POST", cp, comp(`,"n":2,"best_of":1`), 400, "best_of"},
+	{"best_of zero", "POST", cp, comp(`,"best_of":0`), 400, "best_of"},
 	{"best_of streamed", "POST", cp, comp(`,"best_of":3,"stream":true`), 400, "best_of"},
 	{"suffix", "POST", cp, comp(`,"suffix":"tail"`), 400, "suffix"},
 	{"top_k below -1", "POST", cp, comp(`,"top_k":-2`), 400, "top_k"},
@@ -245,8 +246,8 @@ func TestMalformedRequestsWhileStreaming(t *testing.T) {
 func TestIntegerParamMessages(t *testing.T) {
 	s := newTestServer(t, newFakeEngine(), nil)
 	for _, tc := range []struct{ extra, param, want string }{
-		{`,"max_tokens":99999999999999999999999`, "max_tokens", "max_tokens must be between -2147483648 and 2147483647"},
-		{`,"max_tokens":1e400`, "max_tokens", "max_tokens must be between -2147483648 and 2147483647"},
+		{`,"max_tokens":99999999999999999999999`, "max_tokens", "max_tokens is out of range, got "},
+		{`,"max_tokens":1e400`, "max_tokens", "max_tokens is out of range, got "},
 		{`,"seed":18446744073709551615`, "seed", "seed must be between"},
 		{`,"max_tokens":5.5`, "max_tokens", "max_tokens must be an integer, got 5.5"},
 		{`,"n":"2"`, "n", "n must be an integer, got a string"},

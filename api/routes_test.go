@@ -160,6 +160,11 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	if rec.Code != 405 || errorObject(t, rec.Body.Bytes())["code"] != "method_not_allowed" {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
+	// A trailing slash: an unknown route, not a redirect.
+	rec = do(t, s.Handler(), "POST", "/v1/completions/", `{"model":"test-model","prompt":"x"}`)
+	if rec.Code != 404 || errorObject(t, rec.Body.Bytes())["code"] != "not_found" {
+		t.Fatalf("trailing slash: %d %s", rec.Code, rec.Body)
+	}
 }
 
 func TestRequestIDEchoed(t *testing.T) {

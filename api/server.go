@@ -252,6 +252,9 @@ func (s *Server) routes() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	// A path with a trailing slash is an unknown route (a 404 error object), not a
+	// redirect that POST clients do not follow.
+	r.RedirectTrailingSlash = false
 	r.ContextWithFallback = true
 	r.Use(s.requestLog, s.recoverPanic, s.limitBody)
 

@@ -118,6 +118,9 @@ func ParseCompletion(w *CompletionRequest, m *Model) (*ParsedCompletion, error) 
 	}
 	r.N = r.Params.N
 	r.BestOf = int(c.integer("best_of", w.BestOf, int64(r.N), minInt32, maxInt32))
+	if w.BestOf.Set && r.BestOf == 0 && !c.failed() { // the engine's 0 means "n"; a request's is a count
+		c.fail(InvalidParam("best_of", "best_of must be at least n (%d), got 0", r.N))
+	}
 	if c.err != nil {
 		return nil, c.err
 	}

@@ -132,7 +132,7 @@ func (c *check) integer(name string, o opt[jsonInt], def, lo, hi int64) int64 {
 		return def
 	}
 	if n := o.V.N; n < lo || n > hi {
-		c.fail(InvalidParam(name, "%s must be between %d and %d, got %d", name, lo, hi, n))
+		c.fail(rangeError(name, lo, hi, strconv.FormatInt(n, 10)))
 		return def
 	}
 	return o.V.N
@@ -151,9 +151,19 @@ func intError(name string, v json.RawMessage, lo, hi int64) error {
 	fl, err := strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
 	if (err == nil || errors.Is(err, strconv.ErrRange)) && fl == math.Trunc(fl) {
 		// integral but beyond int64 (or beyond 2^53 written with an exponent)
-		return InvalidParam(name, "%s must be between %d and %d, got %s", name, lo, hi, lit)
+		return rangeError(name, lo, hi, lit)
 	}
 	return InvalidParam(name, "%s must be an integer, got %s", name, lit)
+}
+
+// rangeError says an integer parameter is out of [lo, hi]. The int32 range is only the
+// wire's: the engine's rules hold the real limits (max_tokens up to the context, ...),
+// which a value past int32 is beyond too, so that range is not given as if it were one.
+func rangeError(name string, lo, hi int64, got string) error {
+	if lo == minInt32 && hi == maxInt32 {
+		return InvalidParam(name, "%s is out of range, got %s", name, got)
+	}
+	return InvalidParam(name, "%s must be between %d and %d, got %s", name, lo, hi, got)
 }
 
 // number returns a number parameter; def when omitted.
