@@ -160,7 +160,7 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	layout := spec.CacheLayout(maxLen)
 	numBlocks := kvcache.NumBlocksForBudget(cfg.KVCacheBytes, cfg.BlockSizeTokens, layout.PerBlock, spec.NumKVHeads, spec.HeadDim, dt)
 	if numBlocks < len(layout.Windows) {
-		return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d %d-token blocks (%d bytes each); one token needs %d", ErrInvalidConfig,
+		return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d %d-token blocks (%d bytes each); the model needs at least %d (a block for each of its attention windows)", ErrInvalidConfig,
 			cfg.KVCacheBytes, numBlocks, cfg.BlockSizeTokens,
 			kvcache.BlockBytes(cfg.BlockSizeTokens, layout.PerBlock, spec.NumKVHeads, spec.HeadDim, dt), len(layout.Windows))
 	}

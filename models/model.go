@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"unsafe"
 
 	"github.com/conveyor-llm/conveyor/kvcache"
@@ -189,8 +190,8 @@ const KVCacheAuto = "auto"
 
 // Validate reports whether the options are usable.
 func (o RunnerOptions) Validate() error {
-	if o.IntraOpThreads < 0 {
-		return fmt.Errorf("%w: intra-op threads %d < 0", ErrModelDir, o.IntraOpThreads)
+	if o.IntraOpThreads < 0 || o.IntraOpThreads > MaxIntraOpThreads() {
+		return fmt.Errorf("%w: intra-op threads %d: want 0 (all cores) to %d", ErrModelDir, o.IntraOpThreads, MaxIntraOpThreads())
 	}
 	if o.KVCacheDType != "" && o.KVCacheDType != KVCacheAuto && o.KVCacheDType != Float32.String() && o.KVCacheDType != Float16.String() {
 		return fmt.Errorf("%w: KV cache dtype %q: want float32, float16 or auto", ErrModelDir, o.KVCacheDType)
@@ -207,6 +208,11 @@ func (o RunnerOptions) Validate() error {
 	}
 	return nil
 }
+
+// MaxIntraOpThreads is the most intra-op threads a runner takes: eight per core. More
+// only oversubscribe the cores, and a mistyped count (100000) would start that many
+// threads and exhaust the machine's memory.
+func MaxIntraOpThreads() int { return 8 * runtime.NumCPU() }
 
 // Batch is the input of one forward pass: one row per sequence, and the KV cache the
 // rows' block tables point into. It is plain data, like vLLM's attention metadata: each

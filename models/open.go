@@ -110,9 +110,16 @@ func CUDAUsable(opts RunnerOptions) bool {
 	if opts.Attention != "" && opts.Attention != AttentionGraph {
 		return false
 	}
+	return CUDAUnavailable(opts) == nil
+}
+
+// CUDAUnavailable says in one line why ONNX Runtime and its CUDA provider cannot open
+// GPU 0 with opts (the library, the provider, the driver or the device missing); nil
+// when they can.
+func CUDAUnavailable(opts RunnerOptions) error {
 	if err := ort.InitWithPool(opts.ORTLib, opts.pool()); err != nil {
-		return false
+		return err
 	}
 	_, err := ort.OpenCUDA(opts.CUDAProvider, 0)
-	return err == nil
+	return err
 }

@@ -71,8 +71,8 @@ func runGenerate(args []string) error {
 		return fmt.Errorf("generate: --max-tokens %d must be at least 1", o.maxTokens)
 	case o.temperature < 0 || math.IsNaN(o.temperature):
 		return fmt.Errorf("generate: --temperature %v must be >= 0", o.temperature)
-	case o.threads < 0:
-		return fmt.Errorf("generate: --threads %d must be >= 0", o.threads)
+	case checkThreads(o.threads) != nil:
+		return fmt.Errorf("generate: %w", checkThreads(o.threads))
 	case checkAttention(o.attention) != nil:
 		return fmt.Errorf("generate: %w", checkAttention(o.attention))
 	case checkDevice(o.device) != nil:
@@ -144,7 +144,7 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	ecfg.KVCacheBytes = int64(total) * int64(spec.KVBytesPerToken())
 	eng, err := engine.New(ecfg, r, tok)
 	if err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
+		return nil, fmt.Errorf("generate: %w", inFlagTerms(err))
 	}
 	eng.Start(ctx)
 	defer eng.Close()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/api"
@@ -51,6 +53,13 @@ type loaded struct {
 // file is the only one of the commands but build-model that knows the builder.
 func load(dir string, o loadOptions) (*loaded, error) {
 	start := time.Now()
+	if o.runner.Device == models.DeviceCUDA {
+		// Asked for the GPU: say first whether there is one, before what the model
+		// directory would need there.
+		if err := models.CUDAUnavailable(o.runner); err != nil {
+			return nil, err
+		}
+	}
 	p, err := plan.Resolve(dir, plan.Flags{Runner: o.runner, Quantize: o.quantize, DType: o.dtype})
 	if err != nil {
 		return nil, err
@@ -170,6 +179,40 @@ func checkAttention(attention string) error {
 	return fmt.Errorf("--attention %q: want %s or %s", attention, models.AttentionGraph, models.AttentionDense)
 }
 
+// flagTerms names the configuration fields that engine, scheduler and kvcache errors
+// name as the flags and --speculative-config keys that set them.
+var flagTerms = strings.NewReplacer(
+	"Speculation.NumTokens", "num_speculative_tokens", "Speculation.MaxBatch", "disable_by_batch_size",
+	"Speculation.LookupMin", "prompt_lookup_min", "LookupMax", "prompt_lookup_max",
+	"MaxNumBatchedTokens", "--max-num-batched-tokens", "MaxNumSeqs", "--max-num-seqs", "MaxModelLen", "--max-model-len",
+	"MaxBatchSize", "--max-batch-size", "MaxBatchDelay", "--max-batch-delay", "MaxQueue", "--max-queue",
+	"KVCacheBytes", "--kv-cache-memory", "BlockSizeTokens", "--block-size",
+)
+
+// inFlagTerms is err with its message in flagTerms (errors.Is and As still see err).
+func inFlagTerms(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &flagTermsError{msg: flagTerms.Replace(err.Error()), err: err}
+}
+
+type flagTermsError struct {
+	msg string
+	err error
+}
+
+func (e *flagTermsError) Error() string { return e.msg }
+func (e *flagTermsError) Unwrap() error { return e.err }
+
+// checkThreads checks a --threads value (the rule is RunnerOptions.Validate's).
+func checkThreads(threads int) error {
+	if (models.RunnerOptions{IntraOpThreads: threads}).Validate() != nil {
+		return fmt.Errorf("--threads %d: want 0 (all cores) to %d (eight per core of this machine's %d)", threads, models.MaxIntraOpThreads(), runtime.NumCPU())
+	}
+	return nil
+}
+
 // checkDevice checks a --device value (the rule is RunnerOptions.Validate's).
 func checkDevice(device string) error {
 	if (models.RunnerOptions{Device: device}).Validate() != nil {
@@ -268,7 +311,7 @@ func (o *serveOptions) startEngine(log *slog.Logger, ecfg engine.Config, l *load
 	}
 	eng, err := engine.New(ecfg, runner, tok)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", o.name(), err)
+		return nil, fmt.Errorf("%s: %w", o.name(), inFlagTerms(err))
 	}
 	defaults, err := o.samplingDefaults(log, dir, eng.Limits())
 	if err != nil {

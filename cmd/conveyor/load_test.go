@@ -86,3 +86,18 @@ func TestCheckDevice(t *testing.T) {
 		t.Errorf("checkDevice(gpu): %v", err)
 	}
 }
+
+// TestLoadOnAMissingGPUSaysSoFirst: with --device cuda and no usable GPU, loading says
+// what is missing (the provider, the driver, the device), not what the model directory
+// would need on a GPU.
+func TestLoadOnAMissingGPUSaysSoFirst(t *testing.T) {
+	opts := models.RunnerOptions{Device: models.DeviceCUDA}
+	want := models.CUDAUnavailable(opts)
+	if want == nil {
+		t.Skip("a GPU is usable here")
+	}
+	_, err := load(t.TempDir(), loadOptions{runner: opts})
+	if err == nil || err.Error() != want.Error() {
+		t.Fatalf("load: %v; want %v", err, want)
+	}
+}

@@ -54,8 +54,8 @@ func runMain(args []string, stdout, stderr io.Writer) (code int) {
 		}
 	}()
 	if len(args) == 0 {
-		usage(stdout)
-		return 0
+		usage(stderr) // as go and git do: a command is needed
+		return 2
 	}
 	name := args[0]
 	switch name {

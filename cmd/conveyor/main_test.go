@@ -20,7 +20,7 @@ import (
 )
 
 func TestRunMainListsCommands(t *testing.T) {
-	for _, args := range [][]string{nil, {"help"}, {"--help"}} {
+	for _, args := range [][]string{{"help"}, {"--help"}} {
 		var out, errOut bytes.Buffer
 		if code := runMain(args, &out, &errOut); code != 0 {
 			t.Fatalf("%v: exit %d, stderr %q", args, code, errOut.String())
@@ -28,6 +28,11 @@ func TestRunMainListsCommands(t *testing.T) {
 		if !strings.Contains(out.String(), "build-model") {
 			t.Errorf("%v: command list lacks build-model:\n%s", args, out.String())
 		}
+	}
+	// No command: the list on stderr, and exit 2.
+	var out, errOut bytes.Buffer
+	if code := runMain(nil, &out, &errOut); code != 2 || out.Len() != 0 || !strings.Contains(errOut.String(), "build-model") {
+		t.Errorf("no command: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 }
 
@@ -54,6 +59,10 @@ func TestRunMainErrorsAreOneLine(t *testing.T) {
 		{[]string{"build-model", "--from", "x", "--out", "y", "--quantize", "int3"}, `conveyor: build-model: --quantize: unknown quantization "int3"`},
 		{[]string{"perplexity", "--model", "x"}, "conveyor: perplexity: --model and --file are required"},
 		{[]string{"perplexity", "--model", "x", "--file", "y", "--quantize", "fp8"}, `conveyor: perplexity: --quantize: unknown quantization "fp8"`},
+		{[]string{"perplexity", "--model", "x", "--file", "y", "--chunk", "-1"}, "conveyor: perplexity: --chunk -1 must be >= 0"},
+		{[]string{"perplexity", "--model", "x", "--file", "y", "--max-windows", "-1"}, "conveyor: perplexity: --max-windows -1 must be >= 0"},
+		{[]string{"perplexity", "--model", "x", "--file", "y", "--threads", "1000000"}, "conveyor: perplexity: --threads 1000000: want 0 (all cores) to"},
+		{[]string{"generate", "--model", "x", "--prompt", "y", "--threads", "1000000"}, "conveyor: generate: --threads 1000000: want 0 (all cores) to"},
 		{[]string{"serve", "--model", "x", "--quantize", "int2"}, `conveyor: serve: --quantize: unknown quantization "int2"`},
 		{[]string{"serve", "--model", "x", "--tool-call-parser", "pythonic"}, `conveyor: serve: --tool-call-parser: unknown tool-call format "pythonic"`},
 		{[]string{"run-batch", "--output", "x"}, "conveyor: run-batch: --input is required"},

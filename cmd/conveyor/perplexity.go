@@ -48,8 +48,17 @@ func runPerplexity(args []string) error {
 	if *modelDir == "" || *file == "" {
 		return errors.New("perplexity: --model and --file are required")
 	}
-	if err := checkDevice(device); err != nil {
-		return fmt.Errorf("perplexity: %w", err)
+	switch {
+	case *context < 1:
+		return fmt.Errorf("perplexity: --context %d must be at least 1", *context)
+	case *chunk < 0:
+		return fmt.Errorf("perplexity: --chunk %d must be >= 0 (0 = whole windows)", *chunk)
+	case *maxWindows < 0:
+		return fmt.Errorf("perplexity: --max-windows %d must be >= 0 (0 = the whole file)", *maxWindows)
+	case checkThreads(*threads) != nil:
+		return fmt.Errorf("perplexity: %w", checkThreads(*threads))
+	case checkDevice(device) != nil:
+		return fmt.Errorf("perplexity: %w", checkDevice(device))
 	}
 	l, err := load(*modelDir, loadOptions{
 		quantize: *quantize,
@@ -64,6 +73,9 @@ func runPerplexity(args []string) error {
 	stream, docs, err := encodeDocuments(tok, *file)
 	if err != nil {
 		return fmt.Errorf("perplexity: %w", err)
+	}
+	if docs == 0 {
+		return fmt.Errorf("perplexity: %s holds no text (one document per line)", *file)
 	}
 	start := time.Now()
 	res, err := engine.Perplexity(m, stream, engine.PerplexityOptions{Context: *context, ChunkTokens: *chunk, MaxWindows: *maxWindows})

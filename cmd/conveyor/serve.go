@@ -225,6 +225,9 @@ func parseServeFlags(args []string, getenv func(string) string, output io.Writer
 	if o.dataDir == "auto" {
 		o.dataDir = defaultDataDir(getenv)
 	}
+	if o.host == "" { // run-batch listens nowhere: its options have none
+		return nil, errors.New("serve: --host is empty: give an address to listen on (0.0.0.0 for every interface)")
+	}
 	return o, o.validate()
 }
 
@@ -268,8 +271,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("%s: --model is required", o.name())
 	case o.port < 0 || o.port > 65535:
 		return fmt.Errorf("%s: --port %d is not a TCP port", o.name(), o.port)
-	case o.threads < 0:
-		return fmt.Errorf("%s: --threads %d must be >= 0", o.name(), o.threads)
+	case checkThreads(o.threads) != nil:
+		return fmt.Errorf("%s: %w", o.name(), checkThreads(o.threads))
 	case o.gpuMemUtil < 0 || o.gpuMemUtil > 1 || math.IsNaN(o.gpuMemUtil):
 		return fmt.Errorf("%s: --gpu-memory-utilization %v: want a fraction in (0, 1], or 0 for --kv-cache-memory", o.name(), o.gpuMemUtil)
 	case o.gpuMemUtil > 0 && o.device == models.DeviceCPU:
@@ -416,7 +419,7 @@ func (o *serveOptions) engineConfig(onStep func(engine.StepInfo)) (engine.Config
 	c.Speculation = sc.Speculation
 	c.OnStep = onStep
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%s: %v", o.name(), err)
+		return c, fmt.Errorf("%s: %v", o.name(), inFlagTerms(err))
 	}
 	return c, nil
 }

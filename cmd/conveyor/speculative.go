@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -47,8 +48,26 @@ func parseSpeculativeConfig(s string) (speculativeConfig, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader([]byte(s)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	err := dec.Decode(&c)
+	if err == nil && dec.More() {
+		err = errors.New("text after the JSON object")
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		if te.Field == "" {
+			err = fmt.Errorf("want a JSON object, got a JSON %s", te.Value)
+		} else {
+			err = fmt.Errorf("%s: got a JSON %s", te.Field, te.Value)
+		}
+	}
+	if err != nil {
 		return speculativeConfig{}, fmt.Errorf("--speculative-config: %v", err)
+	}
+	switch c.Method {
+	case "ngram", "draft_model":
+	case "eagle", "eagle3", "medusa", "mlp_speculator":
+		return speculativeConfig{}, fmt.Errorf("--speculative-config: method %q is not supported (supported: ngram, draft_model)", c.Method)
+	default:
+		return speculativeConfig{}, fmt.Errorf("--speculative-config: method %q: want ngram or draft_model", c.Method)
 	}
 	if c.NumTokens == nil {
 		return speculativeConfig{}, fmt.Errorf("--speculative-config: num_speculative_tokens is required")
@@ -82,10 +101,6 @@ func parseSpeculativeConfig(s string) (speculativeConfig, error) {
 			}
 			sc.draftQuantize = *c.Quantize
 		}
-	case "eagle", "eagle3", "medusa", "mlp_speculator":
-		return speculativeConfig{}, fmt.Errorf("--speculative-config: method %q is not supported (supported: ngram, draft_model)", c.Method)
-	default:
-		return speculativeConfig{}, fmt.Errorf("--speculative-config: method %q: want ngram or draft_model", c.Method)
 	}
 	if c.MaxBatch != nil {
 		sc.MaxBatch = *c.MaxBatch
@@ -96,7 +111,7 @@ func parseSpeculativeConfig(s string) (speculativeConfig, error) {
 	cfg := scheduler.DefaultConfig()
 	cfg.Speculation = sc.Speculation
 	if err := cfg.Validate(); err != nil {
-		return speculativeConfig{}, fmt.Errorf("--speculative-config: %v", err)
+		return speculativeConfig{}, fmt.Errorf("--speculative-config: %v", inFlagTerms(err))
 	}
 	return sc, nil
 }
