@@ -96,6 +96,7 @@ var badCases = []badCase{
 	{"user number", "POST", cp, comp(`,"user":5`), 400, "user"},
 	{"best_of below n", "POST", cp, comp(`,"n":2,"best_of":1`), 400, "best_of"},
 	{"best_of zero", "POST", cp, comp(`,"best_of":0`), 400, "best_of"},
+	{"stop null item", "POST", cp, comp(`,"stop":["a",null]`), 400, "stop"},
 	{"best_of streamed", "POST", cp, comp(`,"best_of":3,"stream":true`), 400, "best_of"},
 	{"suffix", "POST", cp, comp(`,"suffix":"tail"`), 400, "suffix"},
 	{"top_k below -1", "POST", cp, comp(`,"top_k":-2`), 400, "top_k"},

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -67,9 +68,16 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 		*s = stopList{one}
 		return nil
 	}
-	var many []string
-	if err := json.Unmarshal(b, &many); err != nil {
+	var items []json.RawMessage
+	if err := json.Unmarshal(b, &items); err != nil {
 		return err
+	}
+	many := make([]string, len(items))
+	for i, it := range items {
+		// json.Unmarshal would take a null as "": a stop string is a string.
+		if jsonKind(it) != "a string" || json.Unmarshal(it, &many[i]) != nil {
+			return errors.New("a stop string is not a string") // parseStop says which
+		}
 	}
 	*s = many
 	return nil
@@ -152,6 +160,15 @@ func parseStop(c *check, o opt[stopList]) []string {
 		return nil
 	}
 	if !o.OK {
+		var items []json.RawMessage
+		if json.Unmarshal(o.bad, &items) == nil {
+			for i, it := range items {
+				if jsonKind(it) != "a string" {
+					c.fail(InvalidParam("stop", "stop[%d] must be a string, got %s", i, jsonKind(it)))
+					return nil
+				}
+			}
+		}
 		c.fail(InvalidParam("stop", "stop must be a string or an array of strings, got %s", o.kind()))
 		return nil
 	}
