@@ -140,6 +140,7 @@ var badCases = []badCase{
 	{"detokenize without tokens", "POST", "/detokenize", `{}`, 400, "tokens"},
 	{"detokenize bad id", "POST", "/detokenize", `{"tokens":[-5]}`, 400, "tokens"},
 	{"tokenize prompt number", "POST", "/tokenize", `{"prompt":5}`, 400, "prompt"},
+	{"tokenize prompt and messages", "POST", "/tokenize", `{"prompt":"x","messages":[{"role":"user","content":"y"}]}`, 400, "prompt"},
 	{"body over limit", "POST", cp, comp(`,"user":"` + strings.Repeat("u", 70<<10) + `"`), 413, ""},
 }
 

@@ -43,6 +43,9 @@ func checkModel(c *check, o opt[string], served string) {
 func ParseTokenize(w *TokenizeRequest, m *Model, served string) ([]int32, error) {
 	c := &check{}
 	checkModel(c, w.Model, served)
+	if w.Messages.Set && w.Prompt.Set && !c.failed() {
+		c.fail(InvalidParam("prompt", "give prompt or messages, not both"))
+	}
 	if w.Messages.Set {
 		msgs := parseMessages(c, w.Messages)
 		addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
