@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -80,5 +81,68 @@ func TestCompareWritesAReport(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "static") {
 		t.Errorf("no progress log: %q", log.String())
+	}
+}
+
+// TestWriteReportCharts writes the report of sweeps the charts once could not draw: a
+// closed-loop rate (inf) alone or beside finite ones, and a sweep where no request
+// completed. Every file must be there and none empty.
+func TestWriteReportCharts(t *testing.T) {
+	ok := func(policy string, rate float64) Point {
+		return Point{Policy: policy, Rate: rate, Report: Report{Completed: 4, OutputThroughput: 100,
+			TTFT: Dist{P50: 20, P99: 40}, ITLSamples: []float64{1, 2, 3}}}
+	}
+	inf := math.Inf(1)
+	for name, pts := range map[string][]Point{
+		"inf only":       {ok("continuous", inf), ok("static", inf)},
+		"finite and inf": {ok("continuous", 1), ok("continuous", inf), ok("static", 1), ok("static", inf)},
+		"none completed": {{Policy: "continuous", Rate: 2, Report: Report{Failed: 4, Errors: map[string]int{"HTTP 404": 4}}}},
+	} {
+		dir := t.TempDir()
+		if err := WriteReport(dir, ReportMeta{Command: "conveyor bench compare"}, pts); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, f := range []string{"report.md", "throughput.png", "ttft.png", "itl.png"} {
+			if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+				t.Errorf("%s: %s missing or empty: %v", name, f, err)
+			}
+		}
+	}
+}
+
+func TestRateAxisPlacesInfLast(t *testing.T) {
+	inf := math.Inf(1)
+	a := newRateAxis([]Point{{Rate: 4}, {Rate: inf}, {Rate: 0.5}, {Rate: 4}})
+	if a.x(0.5) != 0 || a.x(4) != 1 || a.x(inf) != 2 {
+		t.Errorf("slots %v: x(0.5) %v, x(4) %v, x(inf) %v; want 0, 1, 2", a.slots, a.x(0.5), a.x(4), a.x(inf))
+	}
+	if a := newRateAxis([]Point{{Rate: 4}, {Rate: 0.5}}); a.x(4) != 4 || a.slots != nil {
+		t.Errorf("finite rates: slots %v, x(4) %v; want a linear axis", a.slots, a.x(4))
+	}
+}
+
+// TestWriteReportKeepsResultsWhenAChartFails: a chart that cannot be drawn (a NaN
+// throughput) is an ErrChart error, but report.md is written, the other charts too, and
+// no stale file is left under the failed chart's name.
+func TestWriteReportKeepsResultsWhenAChartFails(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "throughput.png")
+	if err := os.WriteFile(stale, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pts := []Point{{Policy: "continuous", Rate: 1, Report: Report{Completed: 1, OutputThroughput: math.NaN(), TTFT: Dist{P50: 5, P99: 9}}}}
+	err := WriteReport(dir, ReportMeta{Command: "c"}, pts)
+	if !errors.Is(err, ErrChart) || !strings.Contains(err.Error(), "throughput.png") {
+		t.Fatalf("err %v, want ErrChart naming throughput.png", err)
+	}
+	if md, err := os.ReadFile(filepath.Join(dir, "report.md")); err != nil || !strings.Contains(string(md), "| continuous | 1 |") {
+		t.Errorf("report.md: %v, %q", err, md)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale throughput.png left: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "ttft.png")); err != nil || fi.Size() == 0 {
+		t.Errorf("ttft.png: %v", err)
 	}
 }

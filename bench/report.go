@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -43,18 +45,16 @@ func colorFor(policy string) color.Color {
 	return color.Black
 }
 
-// WriteReport writes report.md and the charts throughput.png, ttft.png and itl.png to dir.
+// ErrChart wraps the error of a chart WriteReport could not draw; report.md was
+// written before it.
+var ErrChart = errors.New("bench: chart")
+
+// WriteReport writes report.md and then the charts throughput.png, ttft.png and itl.png
+// to dir. The report comes first so that a chart that cannot be drawn loses no results: it
+// does not stop the other charts, no file (and no stale one) is left under its name, and
+// the error, wrapping ErrChart, names it.
 func WriteReport(dir string, meta ReportMeta, points []Point) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := throughputChart(filepath.Join(dir, "throughput.png"), points); err != nil {
-		return err
-	}
-	if err := ttftChart(filepath.Join(dir, "ttft.png"), points); err != nil {
-		return err
-	}
-	if err := itlChart(filepath.Join(dir, "itl.png"), points); err != nil {
 		return err
 	}
 	f, err := os.Create(filepath.Join(dir, "report.md"))
@@ -62,7 +62,45 @@ func WriteReport(dir string, meta ReportMeta, points []Point) error {
 		return err
 	}
 	writeMarkdown(f, meta, points)
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range []struct {
+		name string
+		draw func([]Point) (*plot.Plot, error)
+	}{{"throughput.png", throughputChart}, {"ttft.png", ttftChart}, {"itl.png", itlChart}} {
+		path := filepath.Join(dir, c.name)
+		p, err := c.draw(points)
+		if err == nil {
+			err = savePlot(path, p)
+		}
+		if err != nil {
+			_ = os.Remove(path)
+			errs = append(errs, fmt.Errorf("%w %s: %v", ErrChart, c.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// savePlot draws p and writes it as a PNG to path. gonum/plot panics on some data (a log
+// scale over a range that is not positive); that is an error here, and nothing is written
+// unless the whole image was drawn.
+func savePlot(path string, p *plot.Plot) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	c, err := p.WriterTo(16*vg.Centimeter, 10*vg.Centimeter, "png")
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
 func policies(points []Point) []string {
@@ -210,57 +248,105 @@ func addLine(p *plot.Plot, name string, xys plotter.XYs, c color.Color, dashed b
 	return nil
 }
 
-func finite(points []Point) []Point {
-	var out []Point
-	for _, p := range points {
-		if !math.IsInf(p.Rate, 0) {
-			out = append(out, p)
-		}
-	}
-	return out
+// rateAxis places request rates on a chart's x axis. Finite rates sit at their value on a
+// linear axis. inf (all at once) has no place there, so a sweep that includes it gets one
+// evenly spaced slot per rate run, labelled with the rate, inf last.
+type rateAxis struct {
+	slots []float64 // the distinct rates, ascending, when the axis is by slot; nil when linear
 }
 
-func throughputChart(path string, points []Point) error {
-	p := newPlot("Output throughput vs request rate", "offered request rate (req/s)", "output tokens/s")
+func newRateAxis(points []Point) rateAxis {
+	var rates []float64
+	for _, p := range points {
+		if !slices.Contains(rates, p.Rate) {
+			rates = append(rates, p.Rate)
+		}
+	}
+	if !slices.ContainsFunc(rates, func(r float64) bool { return math.IsInf(r, 0) }) {
+		return rateAxis{}
+	}
+	slices.Sort(rates)
+	return rateAxis{slots: rates}
+}
+
+// x is where rate sits on the axis.
+func (a rateAxis) x(rate float64) float64 {
+	if a.slots == nil {
+		return rate
+	}
+	return float64(slices.Index(a.slots, rate))
+}
+
+// label names the axis and, when it is by slot, marks each slot with its rate.
+func (a rateAxis) label(p *plot.Plot) {
+	p.X.Label.Text = "offered request rate (req/s)"
+	if a.slots == nil {
+		return
+	}
+	p.X.Label.Text = "offered request rate (req/s; inf = all at once; evenly spaced)"
+	ticks := make(plot.ConstantTicks, len(a.slots))
+	for i, r := range a.slots {
+		ticks[i] = plot.Tick{Value: float64(i), Label: Rate(r).String()}
+	}
+	p.X.Tick.Marker = ticks
+	p.X.Min, p.X.Max = -0.5, float64(len(a.slots))-0.5
+}
+
+func throughputChart(points []Point) (*plot.Plot, error) {
+	axis := newRateAxis(points)
+	p := newPlot("Output throughput vs request rate", "", "output tokens/s")
+	axis.label(p)
 	for _, pol := range policies(points) {
 		var xys plotter.XYs
-		for _, pt := range finite(points) {
+		for _, pt := range points {
 			if pt.Policy == pol {
-				xys = append(xys, plotter.XY{X: pt.Rate, Y: pt.Report.OutputThroughput})
+				xys = append(xys, plotter.XY{X: axis.x(pt.Rate), Y: pt.Report.OutputThroughput})
 			}
 		}
 		if err := addLine(p, pol, xys, colorFor(pol), false); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+	return p, nil
 }
 
-func ttftChart(path string, points []Point) error {
-	p := newPlot("Time to first token vs request rate", "offered request rate (req/s)", "TTFT (ms, log scale)")
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+// ttftChart draws p50 and p99 TTFT on a log scale; a sweep in which no request completed
+// has nothing to draw there and gets an empty linear chart that says so.
+func ttftChart(points []Point) (*plot.Plot, error) {
+	axis := newRateAxis(points)
+	p := newPlot("Time to first token vs request rate", "", "TTFT (ms, log scale)")
+	axis.label(p)
+	drawn := false
 	for _, pol := range policies(points) {
 		var p50, p99 plotter.XYs
-		for _, pt := range finite(points) {
+		for _, pt := range points {
 			if pt.Policy == pol && pt.Report.Completed > 0 {
-				p50 = append(p50, plotter.XY{X: pt.Rate, Y: math.Max(pt.Report.TTFT.P50, 0.1)})
-				p99 = append(p99, plotter.XY{X: pt.Rate, Y: math.Max(pt.Report.TTFT.P99, 0.1)})
+				p50 = append(p50, plotter.XY{X: axis.x(pt.Rate), Y: math.Max(pt.Report.TTFT.P50, 0.1)})
+				p99 = append(p99, plotter.XY{X: axis.x(pt.Rate), Y: math.Max(pt.Report.TTFT.P99, 0.1)})
 			}
 		}
+		drawn = drawn || len(p50) > 0
 		if err := addLine(p, pol+" p50", p50, colorFor(pol), false); err != nil {
-			return err
+			return nil, err
 		}
 		if err := addLine(p, pol+" p99", p99, colorFor(pol), true); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+	if !drawn {
+		p.Title.Text += " (no request completed)"
+		p.Y.Label.Text = "TTFT (ms)"
+		p.Y.Min, p.Y.Max = 0, 1
+		return p, nil
+	}
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	return p, nil
 }
 
 // itlChart draws the cumulative distribution of inter-token latency of each policy at
 // the highest rate it ran.
-func itlChart(path string, points []Point) error {
+func itlChart(points []Point) (*plot.Plot, error) {
 	p := newPlot("Inter-token latency at the highest rate", "ITL (ms)", "fraction of gaps ≤ x")
 	for _, pol := range policies(points) {
 		var top *Point
@@ -282,7 +368,7 @@ func itlChart(path string, points []Point) error {
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		l.Color = colorFor(pol)
 		l.Width = vg.Points(1.5)
@@ -291,5 +377,5 @@ func itlChart(path string, points []Point) error {
 	}
 	p.Legend.Left = false
 	p.Legend.Top = false
-	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, path)
+	return p, nil
 }

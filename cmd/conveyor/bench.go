@@ -74,15 +74,87 @@ func parseSLO(s string) (bench.SLO, error) {
 	return slo, nil
 }
 
+// parseRate reads a request rate: a positive number of requests/s, or inf for all at once.
 func parseRate(s string) (float64, error) {
-	if s == "inf" || s == "" {
+	if s == "inf" {
 		return math.Inf(1), nil
 	}
 	r, err := strconv.ParseFloat(s, 64)
 	if err != nil || r <= 0 || math.IsNaN(r) {
-		return 0, fmt.Errorf("request rate %q: want a positive number of requests/s or inf", s)
+		return 0, fmt.Errorf("%q: want a positive number of requests/s or inf", s)
 	}
 	return r, nil
+}
+
+// parseRates reads bench compare's --rates, a comma-separated list of parseRate's rates.
+func parseRates(s string) ([]float64, error) {
+	var rates []float64
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("--rates %q: item %d is empty (want positive requests/s or inf, comma-separated)", s, i+1)
+		}
+		r, err := parseRate(item)
+		if err != nil {
+			return nil, fmt.Errorf("--rates %q: item %v", s, err)
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+// checkBurstiness checks --burstiness, the gamma shape of inter-arrival times, before any
+// run: bench.Arrivals refuses what is not positive, but bench.Run reads 0 as Poisson.
+func checkBurstiness(b float64) error {
+	if !(b > 0) || math.IsInf(b, 1) {
+		return fmt.Errorf("--burstiness %g: must be a positive number (1 = Poisson)", b)
+	}
+	return nil
+}
+
+// noneCompleted is bench's error when not one request of a run completed: a run that
+// measured nothing (a wrong --model, a server that refuses every request) must not exit 0.
+// It names the first failure in workload order.
+func noneCompleted(rep bench.Report, results []bench.Result) error {
+	if rep.Completed > 0 || len(results) == 0 {
+		return nil
+	}
+	for _, r := range results {
+		if r.Err != "" {
+			return fmt.Errorf("bench: no request completed (%d failed); the first failed with: %s", rep.Failed, r.Err)
+		}
+	}
+	return fmt.Errorf("bench: no request completed (%d failed)", rep.Failed)
+}
+
+// checkOutFile checks, before a long run, that path can be written at its end: its
+// directory exists and the file can be opened for writing. A file that was not there is
+// not left behind.
+func checkOutFile(path string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if os.IsNotExist(statErr) {
+		return os.Remove(path)
+	}
+	return nil
+}
+
+// prepareOutDir creates dir (with its parents) and checks, before a long run, that files
+// can be created in it.
+func prepareOutDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".conveyor-bench-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 func runBench(args []string) error {
@@ -110,7 +182,7 @@ func runBench(args []string) error {
 		fmt.Fprintln(fs.Output(), "usage: conveyor bench [flags]\n       conveyor bench compare [flags]\n       conveyor bench soak [flags]\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -122,7 +194,10 @@ func runBench(args []string) error {
 	}
 	r, err := parseRate(*rate)
 	if err != nil {
-		return err
+		return fmt.Errorf("bench: --request-rate %v", err)
+	}
+	if err := checkBurstiness(*burst); err != nil {
+		return fmt.Errorf("bench: %v", err)
 	}
 	objective, err := parseSLO(*slo)
 	if err != nil {
@@ -152,17 +227,20 @@ func runBench(args []string) error {
 	if !*noProgress && !*asJSON {
 		cfg.Progress = os.Stderr
 	}
-	rep, _, err := bench.Run(ctx, cfg)
+	rep, results, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		rep.Format(os.Stdout)
 	}
-	rep.Format(os.Stdout)
-	return nil
+	return noneCompleted(rep, results)
 }
 
 // readResponseFormat reads --response-format: inline JSON or @FILE; "" is none.

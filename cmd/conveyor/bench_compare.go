@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,7 +45,11 @@ func runBenchCompare(args []string) error {
 	logDir := fs.String("server-log", "", "file to append the servers' logs to (default: discard)")
 	notes := fs.String("notes", "", "Markdown file whose text the report ends with (under \"Notes\")")
 	workload := workloadFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: conveyor bench compare [flags]\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -58,13 +63,12 @@ func runBenchCompare(args []string) error {
 	if err != nil {
 		return err
 	}
-	var rateList []float64
-	for _, s := range strings.Split(*rates, ",") {
-		r, err := parseRate(strings.TrimSpace(s))
-		if err != nil {
-			return err
-		}
-		rateList = append(rateList, r)
+	rateList, err := parseRates(*rates)
+	if err != nil {
+		return fmt.Errorf("bench compare: %v", err)
+	}
+	if err := checkBurstiness(*burst); err != nil {
+		return fmt.Errorf("bench compare: %v", err)
 	}
 	policies := strings.Split(*pols, ",")
 	for _, p := range policies {
@@ -106,6 +110,9 @@ func runBenchCompare(args []string) error {
 	if cudaProvider != "" {
 		serverFlags = append(serverFlags, "--cuda-provider", cudaProvider)
 	}
+	if err := prepareOutDir(*out); err != nil {
+		return fmt.Errorf("bench compare: --out: %w", err)
+	}
 	var logw io.Writer = io.Discard
 	if *logDir != "" {
 		f, err := os.OpenFile(*logDir, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -136,13 +143,17 @@ func runBenchCompare(args []string) error {
 		Date:    time.Now().UTC().Format("2006-01-02"),
 		Notes:   string(noteText),
 	}
-	if err := bench.WriteReport(*out, meta, points); err != nil {
-		return err
+	werr := bench.WriteReport(*out, meta, points)
+	if werr != nil && !errors.Is(werr, bench.ErrChart) {
+		return fmt.Errorf("bench compare: %w", werr)
 	}
 	if h, ok := bench.Headline(points); ok {
 		fmt.Println(strings.Trim(h, "*"))
 	}
 	fmt.Printf("report: %s\n", filepath.Join(*out, "report.md"))
+	if werr != nil {
+		return fmt.Errorf("bench compare: report written, but %w", werr)
+	}
 	return nil
 }
 
@@ -164,7 +175,8 @@ type servedProcess struct {
 }
 
 // startServeProcess runs `exe serve` with flags on a free loopback port and waits up to
-// wait for /health to answer 200.
+// wait for /health to answer 200. A server that exits or never becomes healthy is an error
+// that ends with the last lines it wrote to stderr (its own error, for a bad flag or model).
 func startServeProcess(ctx context.Context, exe string, flags []string, logw io.Writer, wait time.Duration) (*servedProcess, error) {
 	port, err := freePort()
 	if err != nil {
@@ -172,7 +184,8 @@ func startServeProcess(ctx context.Context, exe string, flags []string, logw io.
 	}
 	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui"}, flags...)
 	cmd := exec.Command(exe, args...)
-	cmd.Stdout, cmd.Stderr = logw, logw
+	tail := &stderrTail{}
+	cmd.Stdout, cmd.Stderr = logw, io.MultiWriter(logw, tail)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -192,7 +205,7 @@ func startServeProcess(ctx context.Context, exe string, flags []string, logw io.
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			return nil, fmt.Errorf("conveyor serve exited early: %v", err)
+			return nil, fmt.Errorf("conveyor serve exited early (%v)%s", err, tail.said())
 		case <-ctx.Done():
 			p.stop()
 			return nil, ctx.Err()
@@ -207,7 +220,56 @@ func startServeProcess(ctx context.Context, exe string, flags []string, logw io.
 		}
 	}
 	p.stop()
-	return nil, fmt.Errorf("conveyor serve did not become healthy within %v", wait)
+	return nil, fmt.Errorf("conveyor serve did not become healthy within %v%s", wait, tail.said())
+}
+
+// stderrTail keeps the end of a child process's stderr, for the error that says why it
+// stopped.
+type stderrTail struct {
+	mu  sync.Mutex
+	buf []byte // the last stderrTailBytes bytes written
+}
+
+const (
+	stderrTailBytes = 4096 // kept of the stream
+	stderrSaidBytes = 400  // quoted in an error at most
+	stderrSaidLines = 2    // non-empty lines quoted at most
+)
+
+func (t *stderrTail) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if over := len(t.buf) - stderrTailBytes; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(b), nil
+}
+
+// said returns ": " and what the process last said: its error line when its stderr ends
+// with one (runMain's "conveyor: ..."), else its last non-empty lines joined with " | ";
+// cut to stderrSaidBytes, keeping the end. It is "" when nothing was written.
+func (t *stderrTail) said() string {
+	t.mu.Lock()
+	lines := strings.Split(string(t.buf), "\n")
+	t.mu.Unlock()
+	var last []string
+	for i := len(lines) - 1; i >= 0 && len(last) < stderrSaidLines; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			last = append([]string{l}, last...)
+		}
+	}
+	if len(last) > 0 && strings.HasPrefix(last[len(last)-1], "conveyor: ") {
+		last = last[len(last)-1:]
+	}
+	if len(last) == 0 {
+		return ""
+	}
+	s := strings.Join(last, " | ")
+	if len(s) > stderrSaidBytes {
+		s = "…" + strings.ToValidUTF8(s[len(s)-stderrSaidBytes:], "")
+	}
+	return ": " + s
 }
 
 func freePort() (int, error) {

@@ -41,14 +41,15 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 	reqTimeout := fs.Duration("request-timeout", d.RequestTimeout, "a request without its reply after this long is unexpected")
 	idlePause := fs.Duration("idle-pause", d.IdlePause, "after the load: how long the server must stay idle before the KV cache is read")
 	out := fs.String("out", "", "also write the report as JSON to this file")
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: conveyor bench soak --url URL [flags]\n       conveyor bench soak --model DIR [flags]\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench soak: unexpected argument %q", fs.Arg(0))
 	}
 	if (*url == "") == (*model == "") {
 		return errors.New("bench soak: pass --url to attach to a server or --model to start one (one of them)")
@@ -64,6 +65,11 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 	cfg.RequestTimeout, cfg.IdlePause, cfg.Log = *reqTimeout, *idlePause, stdout
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("bench %v", err)
+	}
+	if *out != "" {
+		if err := checkOutFile(*out); err != nil {
+			return fmt.Errorf("bench soak: --out: %w", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
