@@ -135,11 +135,14 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 	} else if ost, err := os.Stat(o.output); err == nil && os.SameFile(st, ost) {
 		return errors.New("run-batch: --input and --output are the same file")
 	}
-	out, prev, err := openBatchOutput(o.output)
+	// The output is only read now: it changes once the model has loaded (begin below), so
+	// that a run that fails to start leaves it as it was.
+	bo, err := openBatchOutput(o.output)
 	if err != nil {
 		return err
 	}
-	defer out.Close()
+	defer bo.Close()
+	prev := bo.prev
 
 	// A first pass counts the lines and what they need, so that the bar knows the
 	// total and a batch with nothing left to run does not load the model.
@@ -193,6 +196,10 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 		handler = srv.Handler()
 	}
 
+	out, err := bo.begin()
+	if err != nil {
+		return err
+	}
 	w := &lineWriter{f: out, out: out, size: prev.bytes, onWrite: o.onWrite, stats: stats}
 	if o.wrapOutput != nil {
 		w.out = o.wrapOutput(out)

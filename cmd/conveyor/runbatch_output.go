@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -23,60 +24,201 @@ type resumeState struct {
 	bytes     int64 // the size of the whole lines, where this run appends
 }
 
-// openBatchOutput opens path for appending, creating it when missing. An existing file
-// is read first: a trailing partial line (a run killed mid-write) is truncated away and
-// the complete lines say which input lines are already answered.
-func openBatchOutput(path string) (*os.File, *resumeState, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, nil, fmt.Errorf("run-batch: %w", err)
+// add counts one result line.
+func (s *resumeState) add(r resultFields) {
+	s.lines++
+	switch {
+	case r.CustomID == nil:
+		s.anonymous++
+	case r.Error != nil && r.Error.Code == "duplicate_custom_id":
+		s.dups[*r.CustomID]++
+	default:
+		s.answered[*r.CustomID] = true
 	}
-	prev := &resumeState{answered: map[string]bool{}, dups: map[string]int{}}
+}
+
+// resultFields are the members of a result line that resuming reads.
+type resultFields struct {
+	CustomID *string `json:"custom_id"`
+	Error    *struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+// parseResult reads line (without its line ending) as a result line: a JSON object with
+// a custom_id or an error, which is what this command writes and what OpenAI's batch
+// output holds.
+func parseResult(line []byte) (resultFields, bool) {
+	var r resultFields
+	if json.Unmarshal(line, &r) != nil || (r.CustomID == nil && r.Error == nil) {
+		return r, false
+	}
+	return r, true
+}
+
+// batchOutput is the --output file as the run found it. openBatchOutput only reads it;
+// begin, called once the model has loaded, cuts a partial last line or creates a missing
+// file. A run that fails to start therefore leaves the output as it was.
+type batchOutput struct {
+	path string
+	f    *os.File // nil while the file does not exist
+	size int64    // bytes read
+	prev *resumeState
+	// cut: the bytes after prev.bytes are the start of a result line a killed run was
+	// writing, which begin drops. newline: the last line is whole but lacks its line
+	// ending, which begin adds.
+	cut, newline bool
+}
+
+// openBatchOutput reads the output at path, if any, for what it already answers. Every
+// complete line must be a result line (or blank). A last line without its line ending
+// is kept when it is a whole result, dropped (by begin) when it can be the start of a
+// line lineWriter writes (see isResultPrefix), and refused otherwise: a file this
+// command did not write is never cut. Nothing is written here.
+func openBatchOutput(path string) (*batchOutput, error) {
+	o := &batchOutput{path: path, prev: &resumeState{answered: map[string]bool{}, dups: map[string]int{}}}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Created by begin; its directory is checked now, not after the model has loaded.
+		dir := filepath.Dir(path)
+		if st, err := os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("run-batch: --output %s: %w", path, err)
+		} else if !st.IsDir() {
+			return nil, fmt.Errorf("run-batch: --output %s: %s is not a directory", path, dir)
+		}
+		return o, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run-batch: %w", err)
+	}
+	notResult := func(n int) error {
+		f.Close()
+		return fmt.Errorf("run-batch: --output %s line %d is not a run-batch result; give a new --output", path, n)
+	}
 	br := bufio.NewReaderSize(f, 1<<20)
-	var complete int64
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
-		if err == io.EOF {
-			break // line, if any, is partial
-		}
-		if err != nil {
+		o.size += int64(len(line))
+		if err != nil && err != io.EOF {
 			f.Close()
-			return nil, nil, fmt.Errorf("run-batch: read %s: %w", path, err)
+			return nil, fmt.Errorf("run-batch: read %s: %w", path, err)
 		}
-		complete += int64(len(line))
-		var r struct {
-			CustomID *string `json:"custom_id"`
-			Error    *struct {
-				Code string `json:"code"`
-			} `json:"error"`
+		t := bytes.TrimSpace(line)
+		r, ok := parseResult(t)
+		if err == io.EOF { // line, if any, has no line ending
+			switch {
+			case len(line) == 0:
+			case len(t) == 0:
+				o.newline = true
+			case ok:
+				o.prev.add(r)
+				o.newline = true
+			case isResultPrefix(line):
+				o.cut = true
+			default:
+				return nil, notResult(n)
+			}
+			break
 		}
-		if t := bytes.TrimSpace(line); len(t) == 0 {
+		o.prev.bytes += int64(len(line))
+		if len(t) == 0 {
 			continue
-		} else if json.Unmarshal(t, &r) != nil || (r.CustomID == nil && r.Error == nil) {
-			f.Close()
-			return nil, nil, fmt.Errorf("run-batch: --output %s line %d is not a run-batch result; give a new --output", path, n)
 		}
-		prev.lines++
-		switch {
-		case r.CustomID == nil:
-			prev.anonymous++
-		case r.Error != nil && r.Error.Code == "duplicate_custom_id":
-			prev.dups[*r.CustomID]++
-		default:
-			prev.answered[*r.CustomID] = true
+		if !ok {
+			return nil, notResult(n)
+		}
+		o.prev.add(r)
+	}
+	if !o.cut {
+		o.prev.bytes = o.size
+	}
+	o.f = f
+	return o, nil
+}
+
+// resultHead is how every line lineWriter writes begins (resultLine's and
+// errorResultLine's alike): the id, "batch_req_" and resultIDDigits lowercase hex digits,
+// then the custom_id member.
+const (
+	resultHead     = `{"id":"batch_req_`
+	resultIDDigits = 24
+	resultNext     = `","custom_id":`
+)
+
+// isResultPrefix reports whether b can be the start of a line lineWriter writes, cut
+// short by a kill: it begins as every such line does (as much of it as b holds) and
+// holds no NUL byte and no line ending, which JSON never has outside strings and
+// escapes inside them. A file system that zero-fills the end of a file after a crash
+// leaves NULs, which this refuses rather than cuts.
+func isResultPrefix(b []byte) bool {
+	if bytes.IndexByte(b, 0) >= 0 || bytes.ContainsAny(b, "\r\n") {
+		return false
+	}
+	n := min(len(b), len(resultHead))
+	if string(b[:n]) != resultHead[:n] {
+		return false
+	}
+	b = b[n:]
+	for i := 0; i < len(b) && i < resultIDDigits; i++ {
+		if c := b[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
 		}
 	}
-	if err := f.Truncate(complete); err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("run-batch: %w", err)
+	if len(b) <= resultIDDigits {
+		return true
 	}
-	prev.bytes = complete
-	return f, prev, nil
+	b = b[resultIDDigits:]
+	n = min(len(b), len(resultNext))
+	return string(b[:n]) == resultNext[:n]
+}
+
+// begin makes the output ready for this run's lines, once the run is sure to start: it
+// creates a missing file, or cuts a partial last line or ends a whole one, and returns the
+// file, positioned to append. It fails when the file changed since openBatchOutput read
+// it (another run, or an editor).
+func (o *batchOutput) begin() (*os.File, error) {
+	if o.f == nil {
+		f, err := os.OpenFile(o.path, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("run-batch: %w", err)
+		}
+		o.f = f
+		return f, nil
+	}
+	st, err := o.f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("run-batch: %w", err)
+	}
+	if st.Size() != o.size {
+		return nil, fmt.Errorf("run-batch: --output %s changed since the run read it (%d bytes, now %d); run the same command again", o.path, o.size, st.Size())
+	}
+	switch {
+	case o.cut:
+		if err := o.f.Truncate(o.prev.bytes); err != nil {
+			return nil, fmt.Errorf("run-batch: %w", err)
+		}
+	case o.newline:
+		if _, err := o.f.Write([]byte("\n")); err != nil {
+			return nil, fmt.Errorf("run-batch: write %s: %w", o.path, err)
+		}
+		o.prev.bytes++
+	}
+	o.cut, o.newline = false, false
+	o.size = o.prev.bytes
+	return o.f, nil
+}
+
+// Close closes the file, if it was opened.
+func (o *batchOutput) Close() error {
+	if o.f == nil {
+		return nil
+	}
+	return o.f.Close()
 }
 
 // lineWriter appends whole lines to the output: one Write per line under a mutex, so
 // lines never interleave and a kill leaves at most a partial last line (which a resumed
-// run truncates away). The file is not buffered: a line is in the kernel once written.
+// run truncates away: see isResultPrefix). The file is not buffered: a line is in the kernel once written.
 // A write that fails (a full disk: part of the line written, then ENOSPC) stops the run
 // and cuts the file back to its last whole line, so that the output holds only whole
 // lines and a rerun resumes right after them.

@@ -295,7 +295,7 @@ func TestRunBatchResume(t *testing.T) {
 		`{"id":"batch_req_kept1","custom_id":null,"response":null,"error":{"code":"invalid_json","message":"line 9: earlier run"}}`,
 		`{"id":"batch_req_kept2","custom_id":"c3","response":{"status_code":200,"request_id":"req-y","body":{"kept":true}},"error":null}`,
 	}
-	partial := strings.Join(kept, "\n") + "\n" + `{"id":"batch_req_cut","custom_id":"c5","response":{"status_co`
+	partial := strings.Join(kept, "\n") + "\n" + `{"id":"batch_req_0123456789abcdef01234567","custom_id":"c5","response":{"status_co`
 	if err := os.WriteFile(output, []byte(partial), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestRunBatchResume(t *testing.T) {
 		t.Fatalf("run-batch: %v\n%s", err, stderr.String())
 	}
 	data, _ := os.ReadFile(output)
-	if !strings.HasPrefix(string(data), strings.Join(kept, "\n")+"\n") || strings.Contains(string(data), "batch_req_cut") {
+	if !strings.HasPrefix(string(data), strings.Join(kept, "\n")+"\n") || strings.Contains(string(data), "batch_req_0123456789abcdef01234567") {
 		t.Fatalf("the answered lines were not kept as they were, or the partial line stayed:\n%s", data)
 	}
 	check := func() {
