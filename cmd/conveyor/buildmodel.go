@@ -25,7 +25,7 @@ func runBuildModel(args []string) error {
 	from := fs.String("from", "", "Hugging Face checkpoint directory (config.json + *.safetensors), or a GGUF file (llama.cpp's; its tokenizer and chat template come from its metadata)")
 	random := fs.Bool("random", false, "use seeded random weights instead of a checkpoint (needs --config)")
 	configPath := fs.String("config", "", "config.json for --random (tokenizer files next to it are copied)")
-	out := fs.String("out", "", "output model directory")
+	out := fs.String("out", "", "output model directory: built beside it and moved into place once the build has succeeded, replacing an existing one whole (which must hold only files a build writes); a failed build leaves it as it was")
 	seed := fs.Int64("seed", 1, "random weight seed (--random)")
 	quantize := fs.String("quantize", "", "store every linear layer's weights as int8 (per output channel, times per-token int8 activations; Conveyor's int8 kernel) or int4 (blocks of 32 along the input axis; MatMulNBits), or none; a GGUF file's default is the nearest to its own types (int4 for 4-bit files, int8 for 5- to 8-bit ones)")
 	dtype := fs.String("dtype", "float32", "float type of the step graph (step/, served with --attention graph): float32 runs on CPUs, float16 or bfloat16 on NVIDIA GPUs (--device cuda)")

@@ -21,6 +21,7 @@ import (
 	"github.com/conveyor-llm/conveyor/api/toolcall"
 	"github.com/conveyor-llm/conveyor/engine"
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 )
 
@@ -346,29 +347,8 @@ var meminfoPath = "/proc/meminfo"
 // swap or be killed under load rather than fail at start. Without a readable meminfo (not
 // Linux) there is nothing to check against.
 func checkKVMemory(kvBytes int64, meminfo string) error {
-	data, err := os.ReadFile(meminfo)
-	if err != nil {
-		return nil
-	}
-	var avail, total int64 = -1, -1
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		f := strings.Fields(v)
-		if !ok || len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "MemAvailable":
-			avail = n << 10
-		case "MemTotal":
-			total = n << 10
-		}
-	}
-	if avail < 0 || kvBytes <= avail {
+	avail, total, ok := convert.ReadMeminfo(meminfo)
+	if !ok || kvBytes <= avail {
 		return nil
 	}
 	return fmt.Errorf("--kv-cache-memory %s is more than the memory available: MemAvailable %s of MemTotal %s (%s)",

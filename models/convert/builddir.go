@@ -30,16 +30,28 @@ type BuildResult struct {
 // over ~2 GB) for the dense Optimum interface, outDir/step/ for the step graph,
 // config.json, and generation_config.json, tokenizer.json and tokenizer_config.json when
 // hfDir has them. o says how (the zero Options: float32 weights and step graph).
+//
+// outDir is replaced as a whole, and only once the build has succeeded: a failed or
+// interrupted build leaves it as it was (see buildInto). An existing outDir must hold
+// nothing but a build's files.
 func BuildFromHF(hfDir, outDir string, o Options) (*BuildResult, error) {
+	return buildModelDir(outDir, func(dir string) (*BuildResult, error) { return buildFromHF(hfDir, dir, o) })
+}
+
+// buildFromHF is BuildFromHF writing straight into dir.
+func buildFromHF(hfDir, dir string, o Options) (*BuildResult, error) {
 	cfg, err := LoadConfig(hfDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkBuildMemory(hfDir, cfg); err != nil {
 		return nil, err
 	}
 	w, err := LoadSafetensorsDir(hfDir)
 	if err != nil {
 		return nil, err
 	}
-	return buildDir(cfg, textWeights(cfg, w), filepath.Join(hfDir, "config.json"), hfDir, outDir, o, writeOptions{})
+	return buildDir(cfg, textWeights(cfg, w), filepath.Join(hfDir, "config.json"), hfDir, dir, o, writeOptions{})
 }
 
 // Options are a build's choices beyond the checkpoint.
@@ -59,8 +71,20 @@ type Options struct {
 // BuildRandom writes a model directory for the config.json at configPath with seeded
 // random weights (see RandomWeights). Tokenizer and generation files found next to
 // configPath are copied too, so a test model can be served with a real tokenizer. o is as
-// BuildFromHF's.
+// BuildFromHF's, and outDir is replaced as BuildFromHF replaces it.
 func BuildRandom(configPath, outDir string, seed int64, o Options) (*BuildResult, error) {
+	cfg, err := loadRandomConfig(configPath)
+	if err != nil {
+		return nil, err
+	}
+	return buildModelDir(outDir, func(dir string) (*BuildResult, error) {
+		return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), dir, o, writeOptions{})
+	})
+}
+
+// loadRandomConfig reads the config.json at configPath for random weights: valid, of a
+// supported architecture, and small enough to make in this machine's memory.
+func loadRandomConfig(configPath string) (*Config, error) {
 	cfg, err := LoadConfigFile(configPath)
 	if err != nil {
 		return nil, err
@@ -68,7 +92,10 @@ func BuildRandom(configPath, outDir string, seed int64, o Options) (*BuildResult
 	if _, err := WeightShapes(cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", configPath, err)
 	}
-	return buildDir(cfg, RandomWeights(cfg, seed), configPath, filepath.Dir(configPath), outDir, o, writeOptions{})
+	if err := checkBuildMemory(configPath, cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // WriteRandomCheckpoint writes a Hugging Face checkpoint directory for the config.json
@@ -76,13 +103,11 @@ func BuildRandom(configPath, outDir string, seed int64, o Options) (*BuildResult
 // config's torch_dtype (float32 when it names none; float16 and bfloat16 as given),
 // and the tokenizer and generation files found next to configPath. It returns the
 // files written. BuildFromHF reads the result as it reads a downloaded checkpoint.
+// outDir is replaced as BuildFromHF replaces a model directory.
 func WriteRandomCheckpoint(configPath, outDir string, seed int64) ([]string, error) {
-	cfg, err := LoadConfigFile(configPath)
+	cfg, err := loadRandomConfig(configPath)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := WeightShapes(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", configPath, err)
 	}
 	dt := Float32
 	switch cfg.TorchDType {
@@ -94,34 +119,35 @@ func WriteRandomCheckpoint(configPath, outDir string, seed int64) ([]string, err
 	default:
 		return nil, fmt.Errorf("%w: %s: torch_dtype %q (want float32, float16 or bfloat16)", ErrBadConfig, configPath, cfg.TorchDType)
 	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
-	st := filepath.Join(outDir, "model.safetensors")
-	if err := WriteSafetensors(st, RandomWeights(cfg, seed), dt); err != nil {
+	var files []string
+	err = buildInto(outDir, builtCheckpointFiles, func(dir string) error {
+		if err := WriteSafetensors(filepath.Join(dir, "model.safetensors"), RandomWeights(cfg, seed), dt); err != nil {
+			return err
+		}
+		files = []string{filepath.Join(outDir, "model.safetensors")}
+		for _, name := range append([]string{"config.json"}, modelDirSideFiles...) {
+			src := filepath.Join(filepath.Dir(configPath), name)
+			if name == "config.json" {
+				src = configPath
+			} else if _, err := os.Stat(src); err != nil {
+				continue
+			}
+			if err := copyFile(src, filepath.Join(dir, name)); err != nil {
+				return err
+			}
+			files = append(files, filepath.Join(outDir, name))
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	}
-	files := []string{st}
-	for _, name := range append([]string{"config.json"}, modelDirSideFiles...) {
-		src := filepath.Join(filepath.Dir(configPath), name)
-		if name == "config.json" {
-			src = configPath
-		} else if _, err := os.Stat(src); err != nil {
-			continue
-		}
-		dst := filepath.Join(outDir, name)
-		if err := copyFile(src, dst); err != nil {
-			return nil, err
-		}
-		files = append(files, dst)
 	}
 	return files, nil
 }
 
+// buildDir writes the model directory of cfg and w into outDir, which exists (a build
+// directory: see buildInto).
 func buildDir(cfg *Config, w Weights, configPath, sideDir, outDir string, o Options, opts writeOptions) (*BuildResult, error) {
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("models: %w", err)
-	}
 	m, err := denseGraph(cfg, w, o.Quantize)
 	if err != nil {
 		return nil, err

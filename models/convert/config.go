@@ -173,6 +173,18 @@ func (c *Config) NumParams() int64 {
 	return n
 }
 
+// MaxConfigSize bounds every size in config.json (vocab_size, hidden_size,
+// intermediate_size, head counts, head_dim, max_position_embeddings) and MaxConfigLayers
+// num_hidden_layers: far above any released model's (a vocabulary of 262,144, a hidden
+// size of 18,432, a context of 10M), they refuse a mistyped size by name before anything
+// is allocated, and keep every product of two sizes well inside an int64. The step
+// graph stores a rotary cos and sin table of a row per position, which PagedAttention
+// indexes by position: at the bound, 16M positions of a 128-wide head are 4 GiB a table.
+const (
+	MaxConfigSize   = 1 << 24
+	MaxConfigLayers = 1 << 12
+)
+
 // Validate reports the first thing that makes the config unusable for a Llama-family
 // decoder. Errors wrap ErrBadConfig.
 func (c *Config) Validate() error {
@@ -200,6 +212,22 @@ func (c *Config) Validate() error {
 		return bad("rope_theta must not be negative, got %g", c.RopeTheta)
 	case c.MaxPositionEmbeddings < 0:
 		return bad("max_position_embeddings must not be negative, got %d", c.MaxPositionEmbeddings)
+	}
+	for _, f := range []struct {
+		name  string
+		value int
+	}{
+		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads}, {"head_dim", c.HeadDim},
+		{"max_position_embeddings", c.MaxPositionEmbeddings}, {"num_hidden_layers", c.NumHiddenLayers},
+	} {
+		limit := MaxConfigSize
+		if f.name == "num_hidden_layers" {
+			limit = MaxConfigLayers
+		}
+		if f.value > limit {
+			return bad("%s %d is above %d, the most Conveyor builds", f.name, f.value, limit)
+		}
 	}
 	if c.HeadDim == 0 && c.HiddenSize%c.NumAttentionHeads != 0 {
 		return bad("num_attention_heads (%d) does not divide hidden_size (%d); set head_dim explicitly", c.NumAttentionHeads, c.HiddenSize)

@@ -88,6 +88,12 @@ func readGGUF(path string) (*ggufModel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: the config read from its metadata: %w", filepath.Base(path), err)
 	}
+	if err := cfg.Validate(); err != nil { // before the weights are decoded, in their sizes
+		return nil, fmt.Errorf("%s: the config read from its metadata: %w", filepath.Base(path), err)
+	}
+	if err := checkBuildMemory(filepath.Base(path), cfg); err != nil {
+		return nil, err
+	}
 	cfg.ropeFreqFactors = extra.ropeFreqFactors
 	w, err := ggufWeights(f, arch, cfg)
 	if err != nil {
@@ -434,8 +440,14 @@ func unpermuteRotary(data []float32, shape []int, heads int) {
 
 // BuildFromGGUF writes a Conveyor model directory for the GGUF file at path, as
 // BuildFromHF does for a checkpoint: config.json, tokenizer.json and
-// tokenizer_config.json read from its metadata, next to the graphs.
+// tokenizer_config.json read from its metadata, next to the graphs. outDir is replaced
+// as BuildFromHF replaces it.
 func BuildFromGGUF(path, outDir string, o Options) (*BuildResult, error) {
+	return buildModelDir(outDir, func(dir string) (*BuildResult, error) { return buildFromGGUF(path, dir, o) })
+}
+
+// buildFromGGUF is BuildFromGGUF writing straight into dir.
+func buildFromGGUF(path, outDir string, o Options) (*BuildResult, error) {
 	m, err := readGGUF(path)
 	if err != nil {
 		return nil, err

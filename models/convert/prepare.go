@@ -38,7 +38,7 @@ func Prepare(dir, cacheDir string, o Options) (out string, built bool, err error
 			return "", false, err
 		}
 		return buildCached(dir, cacheDir, key, func(tmp string) error {
-			_, err := BuildFromGGUF(dir, tmp, o)
+			_, err := buildFromGGUF(dir, tmp, o)
 			return err
 		})
 	}
@@ -56,7 +56,7 @@ func Prepare(dir, cacheDir string, o Options) (out string, built bool, err error
 		return "", false, err
 	}
 	return buildCached(dir, cacheDir, key, func(tmp string) error {
-		_, err := BuildFromHF(dir, tmp, o)
+		_, err := buildFromHF(dir, tmp, o)
 		return err
 	})
 }
@@ -74,13 +74,16 @@ func buildCached(src, cacheDir, key string, build func(tmp string) error) (out s
 		return out, false, nil
 	}
 	// Build next to the final place and rename, so that an interrupted build leaves no
-	// directory that looks complete.
+	// directory that looks complete (see buildInto, which replaces a directory; a cached
+	// one is never replaced, as another process may be serving it). The cache's names are
+	// all builds': every crashed build's directory is swept, whichever key it was for.
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", false, fmt.Errorf("models: %w", err)
 	}
-	tmp, err := os.MkdirTemp(root, ".build-")
+	sweepStaleBuilds(root, "*")
+	tmp, err := newBuildDir(out)
 	if err != nil {
-		return "", false, fmt.Errorf("models: %w", err)
+		return "", false, err
 	}
 	defer os.RemoveAll(tmp)
 	if err := build(tmp); err != nil {
