@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -53,14 +54,14 @@ type loaded struct {
 // file is the only one of the commands but build-model that knows the builder.
 func load(dir string, o loadOptions) (*loaded, error) {
 	start := time.Now()
-	if o.runner.Device == models.DeviceCUDA {
-		// Asked for the GPU: say first whether there is one, before what the model
-		// directory would need there.
+	p, err := plan.Resolve(dir, plan.Flags{Runner: o.runner, Quantize: o.quantize, DType: o.dtype})
+	if o.runner.Device == models.DeviceCUDA && (err == nil || errors.Is(err, models.ErrModelDir)) {
+		// Asked for the GPU: say whether there is one before building for it, or before
+		// what the model directory would need there (the flags' own errors come first).
 		if err := models.CUDAUnavailable(o.runner); err != nil {
 			return nil, err
 		}
 	}
-	p, err := plan.Resolve(dir, plan.Flags{Runner: o.runner, Quantize: o.quantize, DType: o.dtype})
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func modelDescription(dir string) string {
 
 // deviceFlags defines --device and --cuda-provider on fs.
 func deviceFlags(fs *flag.FlagSet, device, cudaProvider *string) {
-	fs.StringVar(device, "device", models.DeviceAuto, "where the model runs: cpu, cuda (ONNX Runtime's CUDA provider from `make ort-gpu`, with the CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH) or auto (the GPU when one is usable, else the CPU)")
+	fs.StringVar(device, "device", models.DeviceAuto, "where the model runs: cpu, cuda (ONNX Runtime's CUDA provider from make ort-gpu, with the CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH) or auto (the GPU when one is usable, else the CPU)")
 	fs.StringVar(cudaProvider, "cuda-provider", "", "ONNX Runtime's CUDA provider library (default $"+ort.CUDAProviderEnv+" or "+ort.DefaultCUDAProvider+")")
 }
 
