@@ -35,6 +35,9 @@ type BuildResult struct {
 // interrupted build leaves it as it was (see buildInto). An existing outDir must hold
 // nothing but a build's files.
 func BuildFromHF(hfDir, outDir string, o Options) (*BuildResult, error) {
+	if err := notGGUF(hfDir); err != nil {
+		return nil, err
+	}
 	return buildModelDir(outDir, func(dir string) (*BuildResult, error) { return buildFromHF(hfDir, dir, o) })
 }
 

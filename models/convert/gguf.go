@@ -480,6 +480,16 @@ func IsGGUF(path string) bool {
 	return string(magic[:]) == "GGUF"
 }
 
+// notGGUF refuses a path that names a file (not a directory) which is not a GGUF file:
+// a directory was meant, or the file is not what its name says.
+func notGGUF(path string) error {
+	if st, err := os.Stat(path); err == nil && !st.IsDir() && !IsGGUF(path) {
+		return fmt.Errorf("%w: %s is a file but not a GGUF file (it does not begin with GGUF's magic); give a GGUF file, a Hugging Face checkpoint directory or a built model directory",
+			ErrNotCheckpoint, path)
+	}
+	return nil
+}
+
 // GGUFQuantization returns how the linear weights of the GGUF file at path are stored
 // when --quantize does not say: as close to the file's own types as Conveyor's quantized
 // linears come, weighing each linear weight by its size. Files whose linear weights are

@@ -357,3 +357,21 @@ func TestGGUFSizeRefusals(t *testing.T) {
 		t.Errorf("BuildFromGGUF with 1 KiB available: %v", err)
 	}
 }
+
+// TestNotAGGUFFile: a file that is not a GGUF file (a wrong magic, or empty) is refused
+// as such by Prepare and BuildFromHF, not read as a checkpoint directory.
+func TestNotAGGUFFile(t *testing.T) {
+	for name, data := range map[string]string{"magic.gguf": "XXXXjunk", "empty.gguf": ""} {
+		path := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := Prepare(path, t.TempDir(), Options{})
+		if !errors.Is(err, ErrNotCheckpoint) || !strings.Contains(err.Error(), "not a GGUF file") {
+			t.Errorf("Prepare %s: %v", name, err)
+		}
+		if _, err := BuildFromHF(path, filepath.Join(t.TempDir(), "out"), Options{}); err == nil || !strings.Contains(err.Error(), "not a GGUF file") {
+			t.Errorf("BuildFromHF %s: %v", name, err)
+		}
+	}
+}

@@ -42,6 +42,9 @@ func Prepare(dir, cacheDir string, o Options) (out string, built bool, err error
 			return err
 		})
 	}
+	if err := notGGUF(dir); err != nil {
+		return "", false, err
+	}
 	if st, err := os.Stat(filepath.Join(dir, "model.onnx")); err == nil && !st.IsDir() {
 		if o.Quantize.Bits != 0 {
 			if got := BuiltQuantization(dir); got != o.Quantize.String() {
