@@ -54,6 +54,8 @@ func runBuildModel(args []string) error {
 		return errors.New("build-model: --config only goes with --random (--from reads HF_DIR/config.json)")
 	case *hfCheckpoint && !*random:
 		return errors.New("build-model: --hf-checkpoint only goes with --random")
+	case !*random && flagSet(fs, "seed"):
+		return errors.New("build-model: --seed only goes with --random (--from takes the checkpoint's weights)")
 	}
 	quant, err := convert.ParseQuantization(*quantize)
 	if err != nil {

@@ -62,8 +62,7 @@ func runGenerate(args []string) error {
 		}
 		return err
 	}
-	promptSet := false
-	fs.Visit(func(f *flag.Flag) { promptSet = promptSet || f.Name == "prompt" })
+	promptSet := flagSet(fs, "prompt")
 	switch {
 	case o.modelDir == "":
 		return errors.New("generate: --model is required")

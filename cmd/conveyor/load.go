@@ -206,6 +206,13 @@ type flagTermsError struct {
 func (e *flagTermsError) Error() string { return e.msg }
 func (e *flagTermsError) Unwrap() error { return e.err }
 
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // checkThreads checks a --threads value (the rule is RunnerOptions.Validate's).
 func checkThreads(threads int) error {
 	if (models.RunnerOptions{IntraOpThreads: threads}).Validate() != nil {

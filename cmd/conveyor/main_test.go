@@ -56,6 +56,8 @@ func TestRunMainErrorsAreOneLine(t *testing.T) {
 		{[]string{"panic-test"}, "conveyor: internal error: boom\n"},
 		{[]string{"build-model", "--out", "x"}, "conveyor: build-model: give --from"},
 		{[]string{"build-model", "--random", "--out", "x"}, "conveyor: build-model: --random needs --config"},
+		{[]string{"build-model", "--from", "x", "--out", "y", "--seed", "5"}, "conveyor: build-model: --seed only goes with --random"},
+		{[]string{"perplexity", "--model", "x", "--file", "y", "--kv-cache-dtype", "bad"}, `conveyor: perplexity: --kv-cache-dtype "bad": want`},
 		{[]string{"build-model", "--from", "x", "--out", "y", "--quantize", "int3"}, `conveyor: build-model: --quantize: unknown quantization "int3"`},
 		{[]string{"perplexity", "--model", "x"}, "conveyor: perplexity: --model and --file are required"},
 		{[]string{"perplexity", "--model", "x", "--file", "y", "--quantize", "fp8"}, `conveyor: perplexity: --quantize: unknown quantization "fp8"`},

@@ -57,6 +57,10 @@ func runPerplexity(args []string) error {
 		return fmt.Errorf("perplexity: --max-windows %d must be >= 0 (0 = the whole file)", *maxWindows)
 	case checkThreads(*threads) != nil:
 		return fmt.Errorf("perplexity: %w", checkThreads(*threads))
+	case checkAttention(*attention) != nil:
+		return fmt.Errorf("perplexity: %w", checkAttention(*attention))
+	case *kvDType != "" && *kvDType != models.KVCacheAuto && *kvDType != "float32" && *kvDType != "float16":
+		return fmt.Errorf("perplexity: --kv-cache-dtype %q: want float32, float16 or auto", *kvDType)
 	case checkDevice(device) != nil:
 		return fmt.Errorf("perplexity: %w", checkDevice(device))
 	}
