@@ -40,6 +40,10 @@ type Backend struct {
 	Formats *structured.Cache
 	// Defaults replace the OpenAI defaults of the sampling fields a request leaves out.
 	Defaults openai.SamplingDefaults
+	// MaxPrompts, when set, is how many requests of the given number of sequences the
+	// engine can take at once (engine.Engine.MaxPrompts): a completions request with more
+	// prompts than that is refused with 400, since waiting would never admit them all.
+	MaxPrompts func(seqs int) int
 
 	// model is what the converters read of the above; SetBackend sets it.
 	model *openai.Model

@@ -50,6 +50,12 @@ func (j *job) drain() {
 // ones already accepted are aborted and the refusal is returned (nothing was written yet),
 // its parameter renamed to the endpoint's by names.
 func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, prompts [][]int32, params engine.SamplingParams, names map[string]string) ([]*job, error) {
+	if seqs := max(params.N, params.BestOf); len(prompts) > 1 && b.MaxPrompts != nil {
+		if most := b.MaxPrompts(seqs); len(prompts) > most {
+			return nil, openai.InvalidParam("prompt", "%d prompts are more than this server accepts in one request: %d at most with %d sequences each (--max-num-seqs and --max-queue set the limit); send them in several requests",
+				len(prompts), most, seqs)
+		}
+	}
 	jobs := make([]*job, 0, len(prompts))
 	for i, p := range prompts {
 		id := baseID

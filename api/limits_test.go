@@ -247,3 +247,51 @@ func TestSlowBodyDisconnected(t *testing.T) {
 		t.Fatalf("request after the stalled one: %q, %v", status, err)
 	}
 }
+
+// TestPromptsBeyondAdmission: a completions request with more prompts than the engine can
+// ever take at once is a bad request, refused before any prompt is submitted.
+func TestPromptsBeyondAdmission(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, nil, nil)
+	s.SetBackend(Backend{Engine: eng, Tokenizer: fakeTokenizer{}, MaxModelLen: testMaxLen,
+		MaxPrompts: func(seqs int) int { return 4/seqs + 1 }})
+	h := s.Handler()
+	body := func(prompts, n int) string {
+		ps := make([]string, prompts)
+		for i := range ps {
+			ps[i] = fmt.Sprintf("%q", fmt.Sprintf("prompt %d", i))
+		}
+		return fmt.Sprintf(`{"model":%q,"prompt":[%s],"max_tokens":2,"n":%d}`, testModel, strings.Join(ps, ","), n)
+	}
+	for _, tc := range []struct {
+		prompts, n, status int
+	}{
+		{5, 1, http.StatusOK},
+		{6, 1, http.StatusBadRequest},
+		{3, 2, http.StatusOK},
+		{4, 2, http.StatusBadRequest},
+	} {
+		eng.mu.Lock()
+		before := len(eng.reqs)
+		eng.mu.Unlock()
+		rec := do(t, h, "POST", "/v1/completions", body(tc.prompts, tc.n))
+		if rec.Code != tc.status {
+			t.Fatalf("%d prompts, n=%d: status %d, want %d: %s", tc.prompts, tc.n, rec.Code, tc.status, rec.Body)
+		}
+		eng.mu.Lock()
+		submitted := len(eng.reqs) - before
+		eng.mu.Unlock()
+		if tc.status != http.StatusOK {
+			e := errorObject(t, rec.Body.Bytes())
+			if e["param"] != "prompt" || !strings.Contains(e["message"].(string), "send them in several requests") {
+				t.Fatalf("%d prompts, n=%d: error %v", tc.prompts, tc.n, e)
+			}
+			if submitted != 0 {
+				t.Fatalf("%d prompts, n=%d: %d submitted before the refusal", tc.prompts, tc.n, submitted)
+			}
+		} else if submitted != tc.prompts {
+			t.Fatalf("%d prompts, n=%d: %d submitted", tc.prompts, tc.n, submitted)
+		}
+	}
+	eng.wg.Wait()
+}

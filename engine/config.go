@@ -36,9 +36,10 @@ type Config struct {
 	// way:
 	//   - MaxModelLen caps a sequence's length in tokens (prompt + generated); 0 means the
 	//     model's context (Spec.MaxPositions); a larger value is refused, as vLLM refuses it.
-	//   - MaxQueue caps the requests accepted but not yet running; Submit returns
-	//     ErrOverloaded beyond it. (The scheduler's own queue gets room for what the engine
-	//     lets through.)
+	//   - MaxQueue caps the requests accepted that wait for a batch slot; Submit returns
+	//     ErrOverloaded beyond it. Under PolicyContinuous a request that fits in the free
+	//     slots (MaxNumSeqs) does not wait and is not counted. (The scheduler's own queue
+	//     gets room for what the engine lets through.)
 	//   - MaxBatchSize and MaxBatchDelay apply to PolicyStatic only.
 	// TargetStepTime bounds each step's duration while sequences decode (0 = auto, negative
 	// = off), and EnableChunkedPrefill (on by default) lets long prompts be prefilled in

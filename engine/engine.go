@@ -82,15 +82,22 @@ type Engine struct {
 	faults *faultHooks
 
 	// Shared with Submit, Abort and Shutdown; guarded by mu.
-	mu       sync.Mutex
-	inbox    []*request
-	aborts   []*request
-	ids      map[string]*request
-	queued   int  // requests accepted and not yet admitted (what MaxQueue caps)
-	closed   bool // Submit refuses new requests
-	draining bool // finish the live requests, then stop
-	stopNow  bool // abort everything and stop
-	started  bool
+	mu     sync.Mutex
+	inbox  []*request
+	aborts []*request
+	ids    map[string]*request
+	// queued counts the requests accepted and not yet admitted, queuedSeqs their
+	// sequences, and queuedFit those among them that were accepted into free batch slots;
+	// MaxQueue caps the rest (queued - queuedFit), the requests that have to wait.
+	// runningSeqs counts the sequences of admitted requests that have not ended.
+	queued      int
+	queuedSeqs  int
+	queuedFit   int
+	runningSeqs int
+	closed      bool // Submit refuses new requests
+	draining    bool // finish the live requests, then stop
+	stopNow     bool // abort everything and stop
+	started     bool
 
 	wake chan struct{} // capacity 1: "look at the inbox"
 	done chan struct{} // closed when the loop has stopped
@@ -275,8 +282,11 @@ func (e *Engine) EOSTokenIDs() []int32 { return append([]int32(nil), e.eos...) }
 // the next step.
 //
 // Submit decides synchronously: ErrInvalidRequest or ErrPromptTooLong for bad input,
-// ErrOverloaded when MaxQueue requests already wait, ErrClosed after Shutdown. The caller
-// may reuse req once Submit returns.
+// ErrOverloaded when MaxQueue requests already wait for a batch slot, ErrClosed after
+// Shutdown. Under the continuous policy a request whose sequences fit in the batch's free
+// slots (MaxNumSeqs less the sequences running or accepted before it) does not wait, so it
+// never counts against MaxQueue: a burst on an idle server is not refused. The caller may reuse req once
+// Submit returns.
 func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error) {
 	if req == nil {
 		return nil, fmt.Errorf("%w: nil request", ErrInvalidRequest)
@@ -304,14 +314,16 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 		capacity = p.N + 1 // the N results, sent at the end
 	}
 	r.ch = make(chan Event, capacity)
+	r.nseq = max(p.N, p.BestOf)
 
 	e.mu.Lock()
+	fit := e.fitsLocked(r.nseq)
 	switch {
 	case e.closed:
 		e.mu.Unlock()
 		return nil, ErrClosed
-	case e.queued >= e.cfg.MaxQueue:
-		n := e.queued
+	case !fit && e.queued-e.queuedFit >= e.cfg.MaxQueue:
+		n := e.queued - e.queuedFit
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d requests waiting", ErrOverloaded, n)
 	case r.id != "" && e.ids[r.id] != nil:
@@ -322,7 +334,12 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 		e.ids[r.id] = r
 	}
 	e.queued++
+	e.queuedSeqs += r.nseq
 	r.queued = true
+	if fit {
+		e.queuedFit++
+		r.fit = true
+	}
 	r.accepted = true
 	e.inbox = append(e.inbox, r)
 	// Registered under mu so the engine, which ends requests under mu too, sees it set.
@@ -330,6 +347,25 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	e.mu.Unlock()
 	e.signal()
 	return r.ch, nil
+}
+
+// fitsLocked reports whether n more sequences fit in the batch's free slots, counting the
+// sequences running and those of every request still queued. Only the continuous policy
+// admits a request as soon as it fits; under the static and sequential policies every
+// request not yet admitted waits. Called with mu held.
+func (e *Engine) fitsLocked(n int) bool {
+	return e.cfg.Policy == PolicyContinuous && e.runningSeqs+e.queuedSeqs+n <= e.cfg.MaxNumSeqs
+}
+
+// MaxPrompts is how many requests of seqs sequences each Submit can accept at once on an
+// idle engine: as many as fit in a batch, plus MaxQueue waiting. A caller that submits
+// several requests together (a completions request with a list of prompts) can refuse
+// more than this as a bad request, since no amount of waiting would admit them all.
+func (e *Engine) MaxPrompts(seqs int) int {
+	if e.cfg.Policy != PolicyContinuous {
+		return e.cfg.MaxQueue
+	}
+	return e.cfg.MaxNumSeqs/max(seqs, 1) + e.cfg.MaxQueue
 }
 
 // Abort ends the request with the given id, if it is still running: its sequences end

@@ -133,6 +133,7 @@ func TestForwardFailure(t *testing.T) {
 func TestSubmitValidation(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxQueue = 2
+	cfg.MaxNumSeqs = 3
 	e, err := newEngine(cfg, newFakeModel(64), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"token outside the vocabulary", bad(func(r *Request) { r.Prompt[2] = fakeVocab }), ErrInvalidRequest},
 		{"n 0", bad(func(r *Request) { r.Params.N = 0 }), ErrInvalidRequest},
 		{"best_of below n", bad(func(r *Request) { r.Params.N = 3; r.Params.BestOf = 2 }), ErrInvalidRequest},
-		{"more sequences than a batch", bad(func(r *Request) { r.Params.N = 33 }), ErrInvalidRequest},
+		{"more sequences than a batch", bad(func(r *Request) { r.Params.N = 4 }), ErrInvalidRequest},
 		{"negative temperature", bad(func(r *Request) { r.Params.Temperature = -1 }), ErrInvalidRequest},
 		{"top_p above 1", bad(func(r *Request) { r.Params.TopP = 1.5 }), ErrInvalidRequest},
 		{"max_tokens 0", bad(func(r *Request) { r.Params.MaxTokens = 0 }), ErrInvalidRequest},
@@ -169,26 +170,51 @@ func TestSubmitValidation(t *testing.T) {
 		})
 	}
 
-	// The queue holds two requests while the engine is not running; the third overflows.
+	// While the engine is not running, the first requests take the batch's three free
+	// slots (n=2, then n=1) without waiting; the next two wait (MaxQueue 2); the sixth
+	// overflows.
+	if got := e.MaxPrompts(1); got != 5 {
+		t.Fatalf("MaxPrompts(1) = %d, want 3 slots + 2 waiting", got)
+	}
 	var chans []<-chan Event
-	for i := range 2 {
-		ch, err := e.Submit(ctx, greedyRequest(fmt.Sprintf("q%d", i), testPrompt(i, 60), 64))
+	var wants [][]int32
+	for i := range 4 {
+		req := greedyRequest(fmt.Sprintf("q%d", i), testPrompt(i, 60), 64)
+		if i == 0 {
+			req.Params.N = 2
+		}
+		ch, err := e.Submit(ctx, req)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("request %d: %v", i, err)
 		}
 		chans = append(chans, ch)
+		// max_tokens 64 is clipped to the 4 positions left in the 64-token context.
+		wants = append(wants, fakeGreedy(testPrompt(i, 60), 4))
 	}
-	if _, err := e.Submit(ctx, greedyRequest("q2", testPrompt(2, 5), 4)); !errors.Is(err, ErrOverloaded) {
-		t.Fatalf("third request: %v, want ErrOverloaded", err)
+	_, err = e.Submit(ctx, greedyRequest("q4", testPrompt(4, 5), 4))
+	if !errors.Is(err, ErrOverloaded) || !strings.Contains(err.Error(), "2 requests waiting") {
+		t.Fatalf("fifth request: %v, want ErrOverloaded with 2 requests waiting", err)
 	}
 	e.Start(ctx)
 	for i, ch := range chans {
 		res := collect(ch)
-		// max_tokens 64 is clipped to the 4 positions left in the 64-token context.
-		want := fakeGreedy(testPrompt(i, 60), 4)
-		if got := res.seqs[0].TokenIDs; !slices.Equal(got, want) {
-			t.Fatalf("queued request %d: %v, want %v", i, got, want)
+		for _, s := range res.seqs {
+			if !slices.Equal(s.TokenIDs, wants[i]) {
+				t.Fatalf("queued request %d: %v, want %v", i, s.TokenIDs, wants[i])
+			}
 		}
+	}
+	// Once they have all ended, a burst of MaxPrompts requests is accepted again.
+	chans = chans[:0]
+	for i := range e.MaxPrompts(1) {
+		ch, err := e.Submit(ctx, greedyRequest(fmt.Sprintf("r%d", i), testPrompt(i, 5), 2))
+		if err != nil {
+			t.Fatalf("second burst, request %d: %v", i, err)
+		}
+		chans = append(chans, ch)
+	}
+	for _, ch := range chans {
+		collect(ch)
 	}
 	if err := e.Shutdown(ctx); err != nil {
 		t.Fatal(err)

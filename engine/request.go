@@ -25,6 +25,9 @@ type request struct {
 	accepted  bool
 	ended     bool
 	queued    bool // counted in Engine.queued (not yet admitted)
+	fit       bool // accepted into free batch slots: counted in Engine.queuedFit
+	running   bool // admitted: nseq counted in Engine.runningSeqs
+	nseq      int  // sequences the request runs (max of n and best_of)
 
 	// Owned by the engine goroutine.
 	admitted bool // some sequence was scheduled (no longer counted against MaxQueue)
@@ -292,9 +295,10 @@ func (e *Engine) finishRequest(r *request) {
 	if r.id != "" && e.ids[r.id] == r {
 		delete(e.ids, r.id)
 	}
-	if r.queued {
-		r.queued = false
-		e.queued--
+	e.unqueueLocked(r)
+	if r.running {
+		r.running = false
+		e.runningSeqs -= r.nseq
 	}
 	stop := r.stopWatch
 	e.mu.Unlock()
@@ -311,10 +315,25 @@ func (e *Engine) markAdmitted(rs []*request) {
 	}
 	e.mu.Lock()
 	for _, r := range rs {
-		if r.queued {
-			r.queued = false
-			e.queued--
+		if r.queued && !r.ended {
+			e.unqueueLocked(r)
+			r.running = true
+			e.runningSeqs += r.nseq
 		}
 	}
 	e.mu.Unlock()
+}
+
+// unqueueLocked stops counting r as queued. Called with mu held.
+func (e *Engine) unqueueLocked(r *request) {
+	if !r.queued {
+		return
+	}
+	r.queued = false
+	e.queued--
+	e.queuedSeqs -= r.nseq
+	if r.fit {
+		r.fit = false
+		e.queuedFit--
+	}
 }

@@ -333,7 +333,8 @@ func (o *serveOptions) startEngine(log *slog.Logger, ecfg engine.Config, l *load
 		dir: dir, runner: runner, eng: eng, stopEngine: stopEngine, quantization: quantization, start: start,
 		backend: api.Backend{Engine: eng, Tokenizer: openai.NewTokenizer(tok), MaxModelLen: eng.MaxModelLen(), Defaults: defaults,
 			Quantization: quantization, KVCacheDType: runner.Spec().KVDType.String(),
-			Formats: openai.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs()), ToolCallParser: o.toolCallParser},
+			Formats: openai.NewFormats(tok, runner.Spec().VocabSize, eng.EOSTokenIDs()), ToolCallParser: o.toolCallParser,
+			MaxPrompts: eng.MaxPrompts},
 	}, nil
 }
 

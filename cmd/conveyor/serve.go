@@ -185,7 +185,7 @@ func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block; 0 = the model's default: 16, on the GPU the smallest with which FlashAttention runs for its head size (256 for heads up to 64, 128 up to 128, else 64). The step graph takes powers of two of at least 16 (on the GPU, of at least that default)")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
 	fs.DurationVar(&o.maxBatchDelay, "max-batch-delay", ec.MaxBatchDelay, "how long a static batch waits to fill (e.g. 50ms)")
-	fs.IntVar(&o.maxQueue, "max-queue", ec.MaxQueue, "requests waiting at most; more get HTTP 429")
+	fs.IntVar(&o.maxQueue, "max-queue", ec.MaxQueue, "requests waiting for a batch slot at most (continuous batching admits what fits in --max-num-seqs at once); more get HTTP 429")
 	fs.IntVar(&o.maxModelLen, "max-model-len", 0, "tokens per sequence (prompt + completion) at most; 0 = the model's context, which is also the most it takes (more is refused)")
 	fs.StringVar(&o.ortLib, "ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	deviceFlags(fs, &o.device, &o.cudaProvider)
