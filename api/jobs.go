@@ -52,8 +52,12 @@ func (j *job) drain() {
 func (s *Server) submitAll(ctx context.Context, b *Backend, baseID string, prompts [][]int32, params engine.SamplingParams, names map[string]string) ([]*job, error) {
 	if seqs := max(params.N, params.BestOf); len(prompts) > 1 && b.MaxPrompts != nil {
 		if most := b.MaxPrompts(seqs); len(prompts) > most {
-			return nil, openai.InvalidParam("prompt", "%d prompts are more than this server accepts in one request: %d at most with %d sequences each (--max-num-seqs and --max-queue set the limit); send them in several requests",
-				len(prompts), most, seqs)
+			each := "1 sequence each"
+			if seqs > 1 {
+				each = fmt.Sprintf("%d sequences each", seqs)
+			}
+			return nil, openai.InvalidParam("prompt", "%d prompts are more than this server accepts in one request: %d at most with %s (--max-num-seqs and --max-queue set the limit); send them in several requests",
+				len(prompts), most, each)
 		}
 	}
 	jobs := make([]*job, 0, len(prompts))
