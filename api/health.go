@@ -8,13 +8,13 @@ import (
 )
 
 // handleHealth serves GET /health: 200 {"status":"ok"} when the model is loaded, the
-// engine can serve and the server is not draining, 503 otherwise; an engine that cannot
+// engine can serve and the server is not draining (nor made Unready), 503 otherwise; an engine that cannot
 // serve (engine.Stats.Unhealthy: its forward passes keep failing) answers
 // {"status":"unhealthy","reason":...}.
 func (s *Server) handleHealth(c *gin.Context) {
 	b := s.backend.Load()
 	switch {
-	case s.draining.Load():
+	case s.draining.Load() || s.unready.Load():
 		writeJSON(c.Writer, http.StatusServiceUnavailable, gin.H{"status": "draining"})
 	case b == nil:
 		writeJSON(c.Writer, http.StatusServiceUnavailable, gin.H{"status": "loading"})

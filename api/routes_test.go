@@ -61,9 +61,20 @@ func TestHealthLifecycle(t *testing.T) {
 	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
 		t.Fatalf("ready: %d %s", rec.Code, rec.Body)
 	}
+	// Unready (the lame-duck period of --shutdown-delay): /health is 503, requests are served.
+	s.Unready()
+	if rec := do(t, s.Handler(), "GET", "/health", ""); rec.Code != 503 || strings.TrimSpace(rec.Body.String()) != `{"status":"draining"}` {
+		t.Fatalf("unready: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x","max_tokens":2}`); rec.Code != 200 {
+		t.Fatalf("completion while unready: %d %s", rec.Code, rec.Body)
+	}
 	s.draining.Store(true)
 	if rec := do(t, s.Handler(), "GET", "/health", ""); rec.Code != 503 {
 		t.Fatalf("draining: %d", rec.Code)
+	}
+	if rec := do(t, s.Handler(), "POST", "/v1/completions", `{"model":"test-model","prompt":"x","max_tokens":2}`); rec.Code != 503 {
+		t.Fatalf("completion while draining: %d", rec.Code)
 	}
 }
 

@@ -117,6 +117,8 @@ type Server struct {
 
 	backend  atomic.Pointer[Backend]
 	draining atomic.Bool
+	// unready turns /health to 503 while everything else is still served (Unready).
+	unready atomic.Bool
 
 	// bodies holds Config.MaxBodyBytesInFlight: the bodies being read and parsed take
 	// their size from it (limitBody).
@@ -223,6 +225,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	_ = srv.Close()
 	return err
 }
+
+// Unready turns /health to 503 {"status":"draining"} and leaves every other route as it
+// is: the lame-duck period before Shutdown, in which load balancers that follow /health
+// stop routing to the server while the requests they still send are served.
+func (s *Server) Unready() { s.unready.Store(true) }
 
 // Draining reports whether Shutdown has begun.
 func (s *Server) Draining() bool { return s.draining.Load() }

@@ -68,6 +68,7 @@ type serveOptions struct {
 	noWebUI         bool
 	noPrefixCache   bool
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
 	maxConnections  int
 	// The HTTP server's limits, flags of serve only (httpLimits says they were defined;
 	// run-batch keeps api.DefaultConfig's).
@@ -155,6 +156,7 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize, /detokenize (/health and /metrics stay open)")
 	fs.BoolVar(&o.noWebUI, "no-webui", false, "do not serve the built-in chat page at /")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may finish before they are aborted")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on SIGTERM/SIGINT, how long /health answers 503 while every request is still served, before the listener closes and the drain starts (lets load balancers that follow /health stop routing first)")
 	fs.IntVar(&o.maxConnections, "max-connections", ac.MaxConnections, "open client connections at most (more wait to be accepted)")
 	o.httpLimits = true
 	o.maxHeaderBytes = byteSize(ac.MaxHeaderBytes)
@@ -310,6 +312,8 @@ func (o *serveOptions) validate() error {
 		return fmt.Errorf("%s: --max-model-len %d must be >= 0", o.name(), o.maxModelLen)
 	case o.shutdownTimeout < 0:
 		return fmt.Errorf("%s: --shutdown-timeout %v must be >= 0", o.name(), o.shutdownTimeout)
+	case o.shutdownDelay < 0:
+		return fmt.Errorf("%s: --shutdown-delay %v must be >= 0", o.name(), o.shutdownDelay)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("%s: --log-format %q must be text or json", o.name(), o.logFormat)
 	case o.genConfig != "auto" && o.genConfig != "none":
@@ -461,8 +465,9 @@ func runServe(args []string) error {
 }
 
 // serve listens, loads the model (with /health answering 503 meanwhile), serves until ctx
-// is done, then drains: the listener closes, in-flight requests get --shutdown-timeout to
-// finish, the rest are aborted, and the engine stops. ready, when not nil, receives the
+// is done, then drains: /health answers 503 for --shutdown-delay while everything else is
+// still served, the listener closes, in-flight requests get --shutdown-timeout to finish,
+// the rest are aborted, and the engine stops. A ctx done during the load stops at once. ready, when not nil, receives the
 // listening address once the model is loaded.
 func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready chan<- string) error {
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
@@ -519,11 +524,36 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 		<-served
 	}
 
-	m, err := o.loadModel(log, ecfg)
-	if err != nil {
-		drain()
-		return err
+	// The load runs while ctx is watched: SIGTERM during a long load (a checkpoint being
+	// built, a large graph being optimised) stops the server at once. The load itself
+	// cannot be interrupted; what it loads is shut down when it returns.
+	type loadResult struct {
+		m   *loadedModel
+		err error
 	}
+	loaded := make(chan loadResult, 1)
+	go func() {
+		m, err := o.loadModel(log, ecfg)
+		loaded <- loadResult{m, err}
+	}()
+	var r loadResult
+	select {
+	case r = <-loaded:
+	case <-ctx.Done():
+		log.Info("shutting down while the model loads")
+		drain()
+		go func() {
+			if r := <-loaded; r.m != nil {
+				r.m.shutdown(log, 5*time.Second)
+			}
+		}()
+		return nil
+	}
+	if r.err != nil {
+		drain()
+		return r.err
+	}
+	m := r.m
 	srv.SetBackend(m.backend)
 	addr := ln.Addr().String()
 	m.logReady(log, o, acfg.ModelName, "addr", addr)
@@ -534,6 +564,11 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 
 	select {
 	case <-ctx.Done():
+		if o.shutdownDelay > 0 {
+			log.Info("shutting down: /health answers 503 while requests are still served", "delay", o.shutdownDelay)
+			srv.Unready()
+			time.Sleep(o.shutdownDelay)
+		}
 		log.Info("shutting down: draining in-flight requests", "timeout", o.shutdownTimeout)
 	case err := <-served:
 		served <- err // drain() waits on it

@@ -74,6 +74,7 @@ func TestServeFlagErrorsAreOneLine(t *testing.T) {
 		{nil, map[string]string{"CONVEYOR_DEVICE": "tpu"}, `--device "tpu"`},
 		{[]string{"--target-step-time", "soon"}, nil, "--target-step-time"},
 		{[]string{"--target-step-time", "-5ms"}, nil, "--target-step-time"},
+		{[]string{"--shutdown-delay", "-1s"}, nil, "--shutdown-delay -1s must be >= 0"},
 		{[]string{"--nope"}, nil, "nope"},
 		{[]string{"extra"}, nil, "extra"},
 		{nil, map[string]string{"CONVEYOR_THREADS": "many"}, "CONVEYOR_THREADS"},
@@ -175,5 +176,89 @@ func TestServeLoadsServesAndDrains(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	if _, err := http.Get("http://" + addr + "/health"); err == nil {
 		t.Fatal("still serving after shutdown")
+	}
+}
+
+// TestServeShutdownDelay: after SIGTERM, --shutdown-delay keeps serving with /health at 503
+// (over new connections too: the listener is still open), then drains and returns.
+func TestServeShutdownDelay(t *testing.T) {
+	lib := testORTLib(t)
+	o, err := parseServeFlags([]string{"--model", tinyModelDir(t), "--port", "0", "--ort-lib", lib, "--threads", "1",
+		"--kv-cache-memory", "8MiB", "--served-model-name", "tiny", "--shutdown-delay", "2s"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	var stderr bytes.Buffer
+	go func() { done <- serve(ctx, o, io.Discard, &stderr, ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve returned early: %v", err)
+	}
+	cancel()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var health int
+	for range 100 { // the signal is seen at once; allow for a slow machine
+		resp, err := client.Get("http://" + addr + "/health")
+		if err != nil {
+			t.Fatalf("/health during the shutdown delay: %v", err)
+		}
+		resp.Body.Close()
+		if health = resp.StatusCode; health == 503 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if health != 503 {
+		t.Fatalf("/health after SIGTERM: %d, want 503", health)
+	}
+	resp, err := client.Post("http://"+addr+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"tiny","prompt":"Once upon a time","max_tokens":2}`))
+	if err != nil {
+		t.Fatalf("completion during the shutdown delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("completion during the shutdown delay: %d", resp.StatusCode)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return after the shutdown delay")
+	}
+	if _, err := client.Get("http://" + addr + "/health"); err == nil {
+		t.Fatal("still listening after the drain")
+	}
+}
+
+// TestServeStopsDuringLoad: SIGTERM while the model loads stops the server without
+// waiting to serve first.
+func TestServeStopsDuringLoad(t *testing.T) {
+	lib := testORTLib(t)
+	o, err := parseServeFlags([]string{"--model", tinyModelDir(t), "--port", "0", "--ort-lib", lib, "--threads", "1",
+		"--kv-cache-memory", "8MiB"}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ready := make(chan string, 1)
+	var stderr bytes.Buffer
+	if err := serve(ctx, o, io.Discard, &stderr, ready); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if len(ready) != 0 || strings.Contains(stderr.String(), "msg=ready") {
+		t.Fatalf("served after a SIGTERM during the load:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "shutting down while the model loads") {
+		t.Fatalf("no shutdown line:\n%s", stderr.String())
 	}
 }

@@ -277,10 +277,19 @@ func TestConveyorContainerMatchesServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	need := time.Duration(pre.Sleep.Seconds)*time.Second + drain + api.DefaultConfig().AbortGrace + engineStopSeconds*time.Second
+	// The lame-duck period must outlast the readiness probe's failures, so the picker
+	// drops the pod before its listener closes.
+	delay, err := time.ParseDuration(s.values["shutdown-delay"])
+	if err != nil {
+		t.Fatalf("--shutdown-delay: %v", err)
+	}
+	if r := c.ReadinessProbe; delay <= time.Duration(r.PeriodSeconds*r.FailureThreshold)*time.Second {
+		t.Errorf("--shutdown-delay %v ends before the readiness probe fails (%d x %ds)", delay, r.FailureThreshold, r.PeriodSeconds)
+	}
+	need := time.Duration(pre.Sleep.Seconds)*time.Second + delay + drain + api.DefaultConfig().AbortGrace + engineStopSeconds*time.Second
 	if grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second; grace <= need {
-		t.Errorf("terminationGracePeriodSeconds %v; preStop %ds + --shutdown-timeout %v + abort grace + engine stop need more than %v",
-			grace, pre.Sleep.Seconds, drain, need)
+		t.Errorf("terminationGracePeriodSeconds %v; preStop %ds + --shutdown-delay %v + --shutdown-timeout %v + abort grace + engine stop need more than %v",
+			grace, pre.Sleep.Seconds, delay, drain, need)
 	}
 
 	// Threads: ONNX Runtime's "all cores" would count the node's cores.
