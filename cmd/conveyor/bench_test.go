@@ -95,13 +95,6 @@ func TestBenchFailsWhenNoneCompleted(t *testing.T) {
 // bench, bench compare and bench soak is one "conveyor: bench ...: " line with no usage
 // dump, and is found before anything runs or any output is written.
 func TestBenchFlagErrorsAreOneLine(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stderr
-	os.Stderr = w // the flag package writes its usage dump here
-	defer func() { os.Stderr = saved }()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
@@ -109,10 +102,7 @@ func TestBenchFlagErrorsAreOneLine(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	model := t.TempDir() // no server is started: every case fails first
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkOneLineErrors(t, []oneLineError{
 		{[]string{"bench", "--bogus"}, "conveyor: bench: flag provided but not defined: -bogus\n"},
 		{[]string{"bench", "--num-requests", "abc"}, `conveyor: bench: invalid value "abc" for flag -num-requests`},
 		{[]string{"bench", "extra"}, `conveyor: bench: unexpected argument "extra"`},
@@ -127,20 +117,7 @@ func TestBenchFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"bench", "soak", "--url", "http://127.0.0.1:1", "extra"}, `conveyor: bench soak: unexpected argument "extra"`},
 		{[]string{"bench", "soak", "--url", "http://127.0.0.1:1", "--out", filepath.Join(dir, "missing", "x.json")}, "conveyor: bench soak: --out: open "},
 		{[]string{"bench", "soak", "--url", "http://127.0.0.1:1", "--out", dir}, "conveyor: bench soak: --out: open " + dir + ": is a directory\n"},
-	} {
-		var stdout, errOut bytes.Buffer
-		if code := runMain(tc.args, &stdout, &errOut); code != 1 {
-			t.Errorf("%v: exit %d, want 1", tc.args, code)
-		}
-		if !strings.HasPrefix(errOut.String(), tc.want) || strings.Count(errOut.String(), "\n") != 1 {
-			t.Errorf("%v: stderr %q, want one line starting %q", tc.args, errOut.String(), tc.want)
-		}
-	}
-	w.Close()
-	os.Stderr = saved
-	if dump, _ := io.ReadAll(r); len(dump) > 0 {
-		t.Errorf("the flag package wrote to stderr:\n%s", dump)
-	}
+	})
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused bench compare created --out: %v", err)
 	}

@@ -134,17 +134,7 @@ func TestBuildModelRandom(t *testing.T) {
 // TestSubcommandFlagErrorsAreOneLine checks that a mistyped flag or a stray argument is
 // one "conveyor: <command>: ..." line, with no usage dump on the process's stderr.
 func TestSubcommandFlagErrorsAreOneLine(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stderr
-	os.Stderr = w // the flag package writes its usage dump here
-	defer func() { os.Stderr = saved }()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkOneLineErrors(t, []oneLineError{
 		{[]string{"generate", "--model", "m", "--bogus"}, "conveyor: generate: flag provided but not defined: -bogus\n"},
 		{[]string{"generate", "--max-tokens", "ten"}, `conveyor: generate: invalid value "ten" for flag -max-tokens`},
 		{[]string{"generate", "--model", "m", "Once upon a time"}, `conveyor: generate: unexpected argument "Once upon a time"`},
@@ -152,7 +142,27 @@ func TestSubcommandFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"generate", "--model", "m", "--prompt", "x", "--device", "gpu"}, `conveyor: generate: --device "gpu": want cpu, cuda or auto`},
 		{[]string{"build-model", "--checkpoint", "x"}, "conveyor: build-model: flag provided but not defined: -checkpoint\n"},
 		{[]string{"build-model", "--out", "x", "extra"}, `conveyor: build-model: unexpected argument "extra"`},
-	} {
+	})
+}
+
+// oneLineError is a command line and the start of the one stderr line it must fail with.
+type oneLineError struct {
+	args []string
+	want string
+}
+
+// checkOneLineErrors runs each command line: it must exit 1 with one stderr line starting
+// as given, and the flag package must not dump its usage on the process's stderr.
+func checkOneLineErrors(t *testing.T, cases []oneLineError) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w // the flag package writes its usage dump here
+	defer func() { os.Stderr = saved }()
+	for _, tc := range cases {
 		var out, errOut bytes.Buffer
 		if code := runMain(tc.args, &out, &errOut); code != 1 {
 			t.Errorf("%v: exit %d, want 1", tc.args, code)
