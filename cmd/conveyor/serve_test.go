@@ -125,29 +125,37 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
-// TestServeLoadsServesAndDrains runs the whole command on the tiny model: /health turns
-// 200 once loaded, a completion works, and cancelling the context (what SIGTERM does)
-// drains and returns.
-func TestServeLoadsServesAndDrains(t *testing.T) {
-	lib := testORTLib(t)
-	dir := tinyModelDir(t)
-	o, err := parseServeFlags([]string{"--model", dir, "--port", "0", "--ort-lib", lib, "--threads", "1",
-		"--kv-cache-memory", "8MiB", "--served-model-name", "tiny", "--max-num-seqs", "8", "--max-num-batched-tokens", "128"}, env(nil), io.Discard)
+// startServe runs serve on the tiny model (served as "tiny", one thread, an 8 MiB KV
+// cache, on a free port) with args added, and returns its address once it is ready, the
+// cancel that stands for SIGTERM and the channel serve's result arrives on.
+func startServe(t *testing.T, stdout, stderr io.Writer, args ...string) (string, context.CancelFunc, <-chan error) {
+	t.Helper()
+	o, err := parseServeFlags(append([]string{"--model", tinyModelDir(t), "--port", "0", "--ort-lib", testORTLib(t), "--threads", "1",
+		"--kv-cache-memory", "8MiB", "--served-model-name", "tiny"}, args...), env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	var stdout, stderr bytes.Buffer
-	go func() { done <- serve(ctx, o, &stdout, &stderr, ready) }()
-	var addr string
+	go func() { done <- serve(ctx, o, stdout, stderr, ready) }()
 	select {
-	case addr = <-ready:
+	case addr := <-ready:
+		return addr, cancel, done
 	case err := <-done:
+		cancel()
 		t.Fatalf("serve returned early: %v", err)
+		return "", nil, nil
 	}
+}
+
+// TestServeLoadsServesAndDrains runs the whole command on the tiny model: /health turns
+// 200 once loaded, a completion works, and cancelling the context (what SIGTERM does)
+// drains and returns.
+func TestServeLoadsServesAndDrains(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	addr, cancel, done := startServe(t, &stdout, &stderr, "--max-num-seqs", "8", "--max-num-batched-tokens", "128")
+	defer cancel()
 	resp, err := http.Get("http://" + addr + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/health: %v %v", resp, err)
@@ -182,24 +190,9 @@ func TestServeLoadsServesAndDrains(t *testing.T) {
 // TestServeShutdownDelay: after SIGTERM, --shutdown-delay keeps serving with /health at 503
 // (over new connections too: the listener is still open), then drains and returns.
 func TestServeShutdownDelay(t *testing.T) {
-	lib := testORTLib(t)
-	o, err := parseServeFlags([]string{"--model", tinyModelDir(t), "--port", "0", "--ort-lib", lib, "--threads", "1",
-		"--kv-cache-memory", "8MiB", "--served-model-name", "tiny", "--shutdown-delay", "2s"}, env(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
 	var stderr bytes.Buffer
-	go func() { done <- serve(ctx, o, io.Discard, &stderr, ready) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve returned early: %v", err)
-	}
+	addr, cancel, done := startServe(t, io.Discard, &stderr, "--shutdown-delay", "2s")
+	defer cancel()
 	cancel()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	var health int
