@@ -116,7 +116,9 @@ func TestTokenizeChatHistoryMatchesPython(t *testing.T) {
 // TestChatToolCallsValidation: malformed tool_calls are a 400 naming them; non-empty tools
 // are still refused.
 func TestChatToolCallsValidation(t *testing.T) {
-	s := newTestServer(t, newFakeEngine(), nil)
+	eng := newFakeEngine()
+	eng.maxLen = 256 // the history below renders its call into the assistant turn
+	s := newTestServer(t, eng, nil)
 	for _, tc := range []struct{ body, want string }{
 		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":{}}]}`, "messages[0].tool_calls must be an array"},
 		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[1]}]}`, "messages[0].tool_calls[0] must be an object"},
@@ -125,6 +127,8 @@ func TestChatToolCallsValidation(t *testing.T) {
 		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]}`, "function.name is required"},
 		{`{"model":"test-model","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":1}}]}]}`, "function.arguments must be a string"},
 		{`{"model":"test-model","messages":[{"role":"tool","content":"x","tool_call_id":5}]}`, "messages[0].tool_call_id must be a string"},
+		{`{"model":"test-model","messages":[{"role":"tool","content":"x"}]}`, "messages[0].tool_call_id is required"},
+		{`{"model":"test-model","messages":[{"role":"user","content":[]}]}`, "messages[0].content must not be an empty array"},
 		{`{"model":"test-model","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"sometimes"}`, "tool_choice"},
 	} {
 		rec := do(t, s.Handler(), "POST", "/v1/chat/completions", tc.body)

@@ -87,8 +87,10 @@ type fakeEngine struct {
 	failAfter int
 	// failFirst ends requests with an error event before any token.
 	failFirst bool
-	wg        sync.WaitGroup
-	stats     engine.Stats
+	// maxLen, when set, replaces testMaxLen as the context the fake checks prompts against.
+	maxLen int
+	wg     sync.WaitGroup
+	stats  engine.Stats
 }
 
 func newFakeEngine() *fakeEngine {
@@ -100,7 +102,11 @@ var fakeLimits = engine.Limits{VocabSize: 257, MaxModelLen: testMaxLen}
 
 func (e *fakeEngine) Submit(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
 	// The engine's own request rules, as the real engine applies them.
-	params, err := fakeLimits.Check(req)
+	limits := fakeLimits
+	if e.maxLen > 0 {
+		limits.MaxModelLen = e.maxLen
+	}
+	params, err := limits.Check(req)
 	if err != nil {
 		return nil, err
 	}

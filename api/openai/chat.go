@@ -121,10 +121,14 @@ func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 }
 
 // renderChat renders messages through the chat template into token ids, with the
-// request's tools when it has some.
+// request's tools when it has some. Under a format whose templates know no tools, earlier
+// tool calls are written into their messages' content (withCallsAsText).
 func renderChat(m *Model, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
 	var ids []int32
 	var err error
+	if m.toolFormat().DescribeTools {
+		msgs = withCallsAsText(msgs)
+	}
 	if plan != nil {
 		ids, err = m.Tokenizer.EncodeChatTools(msgs, addGen, plan.raw)
 	} else {
@@ -179,7 +183,11 @@ func parseMessages(c *check, o opt[[]opt[chatMessage]]) []Message {
 		msg := Message{Role: role, Content: content, Parts: parts, Name: name}
 		switch role {
 		case "tool":
-			msg.ToolCallID, _ = c.str(prefix+"tool_call_id", m.ToolCallID)
+			var ok bool
+			msg.ToolCallID, ok = c.str(prefix+"tool_call_id", m.ToolCallID)
+			if !c.failed() && !ok {
+				c.fail(InvalidParam(prefix+"tool_call_id", "messages[%d].tool_call_id is required: the id of the call it answers", i))
+			}
 		case "assistant":
 			msg.ToolCalls = parseToolCalls(c, prefix+"tool_calls", m.ToolCalls)
 		}
@@ -261,6 +269,10 @@ func parseContent(c *check, name string, o opt[messageContent], role string) (st
 	}
 	if o.V.parts == nil {
 		return o.V.text, nil
+	}
+	if len(o.V.parts) == 0 && role != "assistant" {
+		c.fail(InvalidParam(name, "%s must not be an empty array", name))
+		return "", nil
 	}
 	parts := make([]ContentPart, 0, len(o.V.parts))
 	var sb strings.Builder

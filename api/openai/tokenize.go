@@ -1,6 +1,10 @@
 package openai
 
-import "github.com/conveyor-llm/conveyor/engine"
+import (
+	"encoding/json"
+
+	"github.com/conveyor-llm/conveyor/engine"
+)
 
 // TokenizeRequest is the wire schema of POST /tokenize: a prompt, or chat messages.
 type TokenizeRequest struct {
@@ -9,6 +13,10 @@ type TokenizeRequest struct {
 	AddSpecialTokens    opt[bool]               `json:"add_special_tokens"`
 	Messages            opt[[]opt[chatMessage]] `json:"messages"`
 	AddGenerationPrompt opt[bool]               `json:"add_generation_prompt"`
+	// Tools and ToolChoice render the messages as chat would with them (the tools passed
+	// to the template, or described in the system message).
+	Tools      opt[[]json.RawMessage] `json:"tools"`
+	ToolChoice opt[json.RawMessage]   `json:"tool_choice"`
 }
 
 // TokenizeResponse is /tokenize's answer.
@@ -39,24 +47,27 @@ func checkModel(c *check, o opt[string], served string) {
 // ParseTokenize validates a /tokenize request to the model served as served and
 // tokenizes it exactly as the completion and chat endpoints would: {"prompt": text,
 // "add_special_tokens": bool (default true)} or {"messages": [...],
-// "add_generation_prompt": bool (default true)}.
+// "add_generation_prompt": bool (default true), "tools": [...], "tool_choice": ...}.
 func ParseTokenize(w *TokenizeRequest, m *Model, served string) ([]int32, error) {
 	c := &check{}
 	checkModel(c, w.Model, served)
 	if w.Messages.Set && w.Prompt.Set && !c.failed() {
 		c.fail(InvalidParam("prompt", "give prompt or messages, not both"))
 	}
+	if (w.Tools.Set || w.ToolChoice.Set) && !w.Messages.Set && !c.failed() {
+		c.fail(InvalidParam("tools", "tools and tool_choice go with messages"))
+	}
 	if w.Messages.Set {
 		msgs := parseMessages(c, w.Messages)
 		addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
+		plan, _ := parseTools(c, &chatFeatures{Tools: w.Tools, ToolChoice: w.ToolChoice}, m)
 		if c.err != nil {
 			return nil, c.err
 		}
-		ids, err := m.Tokenizer.EncodeChat(msgs, addGen)
-		if err != nil {
-			return nil, InvalidParam("messages", "the messages could not be rendered with the chat template: %v", err)
+		if plan != nil {
+			msgs = plan.describe(msgs)
 		}
-		return ids, nil
+		return renderChat(m, msgs, addGen, plan)
 	}
 	p, ok := c.str("prompt", w.Prompt)
 	addSpecial := c.boolean("add_special_tokens", w.AddSpecialTokens, true)

@@ -168,13 +168,19 @@ func parseTools(c *check, f *chatFeatures, m *Model) (*toolPlan, bool) {
 			return nil, parallel
 		}
 	}
-	p.format = toolcall.Detect(m.Tokenizer.ChatTemplateSource())
+	p.format = m.toolFormat()
+	return p, parallel
+}
+
+// toolFormat is the model's tool-call format: --tool-call-parser's, else the one its chat
+// template shows.
+func (m *Model) toolFormat() toolcall.Format {
 	if m.ToolCallParser != "" {
 		if f, err := toolcall.ByName(m.ToolCallParser); err == nil {
-			p.format = f
+			return f
 		}
 	}
-	return p, parallel
+	return toolcall.Detect(m.Tokenizer.ChatTemplateSource())
 }
 
 // parametersOrObject returns a tool's parameters, or any object when absent.
@@ -315,10 +321,16 @@ func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, m *Model,
 		}
 		params.Constraint = con
 	}
+	return p.describe(msgs), nil
+}
+
+// describe puts the tools' description into the messages when the format's chat
+// templates know no tools.
+func (p *toolPlan) describe(msgs []Message) []Message {
 	if p.format.DescribeTools {
-		msgs = withToolsSystemPrompt(msgs, p.systemPrompt())
+		return withToolsSystemPrompt(msgs, p.systemPrompt())
 	}
-	return msgs, nil
+	return msgs
 }
 
 // systemPrompt describes the tools for the generic format, whose chat template knows
@@ -352,6 +364,49 @@ func withToolsSystemPrompt(msgs []Message, prompt string) []Message {
 		return append(append(out, first), msgs[1:]...)
 	}
 	return append(append(out, Message{Role: "system", Content: prompt}), msgs...)
+}
+
+// withCallsAsText writes each assistant message's tool calls into its content, one
+// {"name": ..., "arguments": {...}} line per call as the generic format's system prompt
+// asks for them, for templates that know no tools: without it the conversation the model
+// reads after a call holds the call's result but not the call. Arguments that are not
+// JSON are written as a JSON string. msgs is not modified.
+func withCallsAsText(msgs []Message) []Message {
+	var out []Message
+	for i, m := range msgs {
+		if m.Role != "assistant" || len(m.ToolCalls) == 0 {
+			if out != nil {
+				out = append(out, m)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]Message, 0, len(msgs)), msgs[:i]...)
+		}
+		lines := make([]string, 0, len(m.ToolCalls)+1)
+		if strings.TrimSpace(m.Content) != "" {
+			lines = append(lines, m.Content)
+		}
+		for _, tc := range m.ToolCalls {
+			args := json.RawMessage(tc.Arguments)
+			if strings.TrimSpace(tc.Arguments) == "" {
+				args = json.RawMessage("{}")
+			} else if !json.Valid(args) {
+				args, _ = json.Marshal(tc.Arguments)
+			}
+			line, _ := json.Marshal(struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			}{tc.Name, args})
+			lines = append(lines, string(line))
+		}
+		m.Content, m.Parts, m.ToolCalls = strings.Join(lines, "\n"), nil, nil
+		out = append(out, m)
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
 }
 
 // signature renders an object schema's properties as (name: type, opt?: type), required

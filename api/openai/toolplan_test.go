@@ -294,3 +294,71 @@ func TestNamedChoiceIsOneCall(t *testing.T) {
 		}
 	}
 }
+
+// chatRecorder is a tokenizer whose chat template knows no tools (the generic format):
+// it records the messages each render gets and encodes each as one token.
+type chatRecorder struct {
+	Tokenizer
+	msgs []Message
+}
+
+func (r *chatRecorder) EncodeChat(msgs []Message, _ bool) ([]int32, error) {
+	r.msgs = msgs
+	return make([]int32, len(msgs)), nil
+}
+
+func (r *chatRecorder) EncodeChatTools(msgs []Message, addGen bool, _ []json.RawMessage) ([]int32, error) {
+	return r.EncodeChat(msgs, addGen)
+}
+
+func (*chatRecorder) ChatTemplateSource() string { return "" }
+func (*chatRecorder) VocabSize() int             { return 256 }
+
+// TestGenericFormatKeepsEarlierCalls: under a template that knows no tools, an earlier
+// assistant turn's tool calls reach the model as the lines the tools' system prompt asks
+// for — in chat and /tokenize, with or without tools in the request — so that the
+// conversation after a call shows the call, not only its result.
+func TestGenericFormatKeepsEarlierCalls(t *testing.T) {
+	history := `"messages":[{"role":"user","content":"weather?"},
+		{"role":"assistant","content":null,"tool_calls":[
+			{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}},
+			{"id":"call_2","type":"function","function":{"name":"get_time","arguments":""}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"21C"}]`
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`
+	want := `{"name":"get_weather","arguments":{"city":"Paris"}}` + "\n" + `{"name":"get_time","arguments":{}}`
+	for _, body := range []string{`{"model":"m",` + history + "}", `{"model":"m",` + history + "," + tools + "}"} {
+		for _, endpoint := range []string{"chat", "tokenize"} {
+			rec := &chatRecorder{}
+			m := &Model{Tokenizer: rec}
+			var err error
+			if endpoint == "chat" {
+				var w ChatRequest
+				if err := json.Unmarshal([]byte(body), &w); err != nil {
+					t.Fatal(err)
+				}
+				_, err = ParseChat(&w, m)
+			} else {
+				var w TokenizeRequest
+				if err := json.Unmarshal([]byte(body), &w); err != nil {
+					t.Fatal(err)
+				}
+				_, err = ParseTokenize(&w, m, "m")
+			}
+			if err != nil {
+				t.Fatalf("%s %s: %v", endpoint, body, err)
+			}
+			var asst *Message
+			for i := range rec.msgs {
+				if rec.msgs[i].Role == "assistant" {
+					asst = &rec.msgs[i]
+				}
+			}
+			if asst == nil || asst.Content != want || asst.ToolCalls != nil {
+				t.Fatalf("%s %s: the assistant turn renders as %+v, want content %q", endpoint, body, asst, want)
+			}
+			if withTools := strings.Contains(body, "tools"); withTools != strings.Contains(rec.msgs[0].Content, "Tools; to call one") {
+				t.Errorf("%s %s: system prompt %q", endpoint, body, rec.msgs[0].Content)
+			}
+		}
+	}
+}
