@@ -85,7 +85,16 @@ func (s *Server) handleResponsesCreate(c *gin.Context) {
 	}
 	err = s.generateResponse(ctx, b, req, jobs, &sr.Response, st)
 	if ctx.Err() != nil && !s.Draining() {
-		return // the client went away: nothing is delivered, nothing is kept
+		// The client went away: nothing more is delivered. A stream already told it the
+		// response's id, so a stored response is kept, as cancelled (as a cancelled
+		// background response is: status cancelled, no output).
+		if st != nil && req.Store {
+			sr.Response.Status, sr.Response.Error, sr.Response.Output = openai.StatusCancelled, nil, nil
+			if perr := rt.Put(sr); perr != nil {
+				s.log.Warn("responses: storing a response whose client went away", "id", resp.ID, "err", perr)
+			}
+		}
+		return
 	}
 	if err == nil && req.Store {
 		if perr := rt.Put(sr); perr != nil {

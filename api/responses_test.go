@@ -625,3 +625,41 @@ func TestResponsesSamplingExtensions(t *testing.T) {
 		t.Fatalf("params %+v", p)
 	}
 }
+
+// TestResponsesStreamClientGone: a streamed, stored response whose client leaves mid-way
+// was announced by id (response.created), so it stays stored, as cancelled; one with
+// store false leaves nothing.
+func TestResponsesStreamClientGone(t *testing.T) {
+	r := newRespServer(t, t.TempDir())
+	r.eng.gate = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stream := r.client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: testModel, MaxOutputTokens: openai.Int(50),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
+	if !stream.Next() {
+		t.Fatalf("no first event: %v", stream.Err())
+	}
+	created := stream.Current()
+	if created.Type != "response.created" || created.Response.ID == "" {
+		t.Fatalf("first event %s", created.RawJSON())
+	}
+	id := created.Response.ID
+	r.eng.gate <- struct{}{} // one token, then the client leaves
+	cancel()
+	stream.Close()
+	var got *responses.Response
+	waitFor(t, "the response stored as cancelled", func() bool {
+		var err error
+		got, err = r.client.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
+		return err == nil && got.Status == "cancelled"
+	})
+	if !r.eng.wasAborted(id) {
+		t.Fatal("the engine request was not aborted")
+	}
+	// It can be continued: its input is the conversation so far.
+	close(r.eng.gate)
+	next, err := r.client.Responses.New(context.Background(), responses.ResponseNewParams{Model: testModel, MaxOutputTokens: openai.Int(1),
+		PreviousResponseID: openai.String(id), Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("again")}})
+	if err != nil || next.Status != "incomplete" {
+		t.Fatalf("continuing the cancelled response: %v", err)
+	}
+}
