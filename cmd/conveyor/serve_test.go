@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -244,7 +245,8 @@ func TestServeStopsDuringLoad(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	ready := make(chan string, 1)
-	var stderr bytes.Buffer
+	// The abandoned load may still log after serve returns.
+	var stderr lockedBuffer
 	if err := serve(ctx, o, io.Discard, &stderr, ready); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -254,4 +256,22 @@ func TestServeStopsDuringLoad(t *testing.T) {
 	if !strings.Contains(stderr.String(), "shutting down while the model loads") {
 		t.Fatalf("no shutdown line:\n%s", stderr.String())
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
