@@ -123,6 +123,18 @@ type batchStats struct {
 // starts, running lines get --shutdown-timeout to finish and are then aborted, and the
 // output keeps only whole lines; the error says how to resume.
 func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress bool) error {
+	// Both must be regular files: the input is read twice (counted, then run) and the
+	// output is read back to resume. Checked before opening, which blocks on a FIFO.
+	if st, err := os.Stat(o.input); err == nil && st.IsDir() {
+		return fmt.Errorf("run-batch: --input %s is a directory", o.input)
+	} else if err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("run-batch: --input %s is not a regular file (run-batch reads its input twice); save it to a file first", o.input)
+	}
+	if st, err := os.Stat(o.output); err == nil && st.IsDir() {
+		return fmt.Errorf("run-batch: --output %s is a directory", o.output)
+	} else if err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("run-batch: --output %s is not a regular file (run-batch appends to its output and resumes from it); give a file path", o.output)
+	}
 	in, err := os.Open(o.input)
 	if err != nil {
 		return fmt.Errorf("run-batch: %w", err)
@@ -130,8 +142,6 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 	defer in.Close()
 	if st, err := in.Stat(); err != nil {
 		return fmt.Errorf("run-batch: %w", err)
-	} else if st.IsDir() {
-		return fmt.Errorf("run-batch: --input %s is a directory", o.input)
 	} else if ost, err := os.Stat(o.output); err == nil && os.SameFile(st, ost) {
 		return errors.New("run-batch: --input and --output are the same file")
 	}
@@ -149,7 +159,12 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 	pl := newBatchPlanner(prev)
 	var toRun int
 	stats := &batchStats{}
+	var binary error
 	if err := scanLines(in, func(n int, line []byte) bool {
+		if bytes.IndexByte(line, 0) >= 0 {
+			binary = fmt.Errorf("run-batch: --input %s line %d holds a NUL byte: it is not a JSONL file", o.input, n)
+			return false
+		}
 		stats.total++
 		switch pl.classify(n, line).kind {
 		case actSkip:
@@ -160,6 +175,8 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 		return true
 	}); err != nil {
 		return fmt.Errorf("run-batch: read %s: %w", o.input, err)
+	} else if binary != nil {
+		return binary
 	}
 	if _, err := in.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("run-batch: %w", err)
@@ -293,6 +310,10 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 	}
 	el := time.Since(stats.started).Seconds()
 	n := stats.written.Load()
+	if stats.total == 0 {
+		fmt.Fprintf(stderr, "run-batch: %s has no lines; nothing to run\n", o.input)
+		return nil
+	}
 	if n == 0 && stats.skipped == stats.total {
 		fmt.Fprintf(stderr, "run-batch: all %d lines of %s are already answered in %s\n", stats.total, o.input, o.output)
 		return nil

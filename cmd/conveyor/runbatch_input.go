@@ -18,6 +18,9 @@ func scanLines(r io.Reader, fn func(n int, line []byte) bool) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	for n := 1; ; n++ {
 		line, err := br.ReadBytes('\n')
+		if n == 1 {
+			line = bytes.TrimPrefix(line, []byte("\ufeff")) // a UTF-8 byte order mark
+		}
 		if t := bytes.TrimSpace(line); len(t) > 0 && !fn(n, t) {
 			return nil
 		}

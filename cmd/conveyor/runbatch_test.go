@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -431,13 +432,26 @@ func TestRunBatchErrorsAreOneLine(t *testing.T) {
 	writeLines(t, input, completionLine("a", `{"model":"x","prompt":"y"}`))
 	notBatch := filepath.Join(tmp, "notes.txt")
 	writeLines(t, notBatch, "shopping list", "eggs")
+	// A pipe (as /dev/stdout is under `| wc -l`) would block the open or never be read back.
+	fifo := filepath.Join(tmp, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(tmp, "model.onnx")
+	if err := os.WriteFile(binary, []byte("\x08\x07\x12\x00\x1a\nonnx\n{\"a\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--model", tmp, "--input", input, "--output", filepath.Join(tmp, "out.jsonl")}, "conveyor: run-batch: " /* no model files */},
 		{[]string{"--input", input, "--output", input}, "conveyor: run-batch: --input and --output are the same file"},
-		{[]string{"--input", input, "--output", tmp}, "conveyor: run-batch: open " + tmp},
+		{[]string{"--input", input, "--output", tmp}, "conveyor: run-batch: --output " + tmp + " is a directory"},
+		{[]string{"--input", input, "--output", os.DevNull}, "conveyor: run-batch: --output /dev/null is not a regular file"},
+		{[]string{"--input", fifo, "--output", filepath.Join(tmp, "o.jsonl")}, "conveyor: run-batch: --input " + fifo + " is not a regular file"},
+		{[]string{"--input", input, "--output", fifo}, "conveyor: run-batch: --output " + fifo + " is not a regular file"},
+		{[]string{"--input", binary, "--output", filepath.Join(tmp, "o.jsonl")}, "conveyor: run-batch: --input " + binary + " line 1 holds a NUL byte: it is not a JSONL file"},
 		{[]string{"--input", input, "--output", notBatch}, "conveyor: run-batch: --output " + notBatch + " line 1 is not a run-batch result"},
 		{[]string{"--input", tmp, "--output", filepath.Join(tmp, "o.jsonl")}, "conveyor: run-batch: --input " + tmp + " is a directory"},
 	} {
@@ -468,5 +482,20 @@ func TestFormatProgress(t *testing.T) {
 	}
 	if formatClock(3725*time.Second) != "1:02:05" {
 		t.Error(formatClock(3725 * time.Second))
+	}
+}
+
+// TestScanLinesSkipsByteOrderMark: a UTF-8 byte order mark before the first line (as some
+// editors save files) is not part of the line.
+func TestScanLinesSkipsByteOrderMark(t *testing.T) {
+	var lines []string
+	if err := scanLines(strings.NewReader("\ufeff{\"a\":1}\n\ufeff{\"b\":2}\n"), func(_ int, l []byte) bool {
+		lines = append(lines, string(l))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || lines[0] != `{"a":1}` || lines[1] != "\ufeff{\"b\":2}" {
+		t.Fatalf("lines %q", lines)
 	}
 }
