@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -170,6 +171,24 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d %d-token blocks (%d bytes each); the model needs at least %d (a block for each of its attention windows)", ErrInvalidConfig,
 			cfg.KVCacheBytes, numBlocks, cfg.BlockSizeTokens,
 			kvcache.BlockBytes(cfg.BlockSizeTokens, layout.PerBlock, spec.NumKVHeads, spec.HeadDim, dt), len(layout.Windows))
+	}
+	// One sequence of the whole context must fit in the cache, else replies would end at
+	// "length" far short of the context with nothing said: each full-attention group holds
+	// blocks for all of its tokens (a sliding-window group gives back what its window has
+	// passed, so only the full groups bound it). An asked-for MaxModelLen is refused, as
+	// vLLM refuses it; the model's own context is capped to what fits, and the log says so.
+	if fits := fullContextTokens(layout, numBlocks, cfg.BlockSizeTokens); fits < maxLen {
+		if cfg.MaxModelLen > 0 || fits < 2 {
+			return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d tokens of one sequence, fewer than MaxModelLen %d; give more KVCacheBytes or a smaller MaxModelLen", ErrInvalidConfig,
+				cfg.KVCacheBytes, fits, maxLen)
+		}
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("the KV cache holds less than the model's context: max_model_len is capped to what fits (raise --kv-cache-memory to serve the whole context)",
+			"max_model_len", fits, "context", maxLen)
+		maxLen = fits
 	}
 	pool, err := kvcache.NewPool(layout.Pool(kvcache.PoolConfig{
 		NumBlocks: numBlocks, BlockSizeTokens: cfg.BlockSizeTokens, EnablePrefixCaching: cfg.EnablePrefixCaching,
@@ -347,6 +366,21 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	e.mu.Unlock()
 	e.signal()
 	return r.ch, nil
+}
+
+// fullContextTokens is the longest sequence whose full-attention groups' blocks fit in
+// numBlocks; math.MaxInt when every group has a sliding window.
+func fullContextTokens(layout kvcache.Layout, numBlocks, blockSize int) int {
+	full := 0
+	for _, w := range layout.Windows {
+		if w == 0 {
+			full++
+		}
+	}
+	if full == 0 {
+		return math.MaxInt
+	}
+	return numBlocks / full * blockSize
 }
 
 // fitsLocked reports whether n more sequences fit in the batch's free slots, counting the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -437,5 +439,28 @@ func TestShutdownReleasesKVCache(t *testing.T) {
 		if e.storage.LayerK(0) != nil {
 			t.Fatalf("started %v: the KV arenas are still mapped after Shutdown", start)
 		}
+	}
+}
+
+// TestContextCappedToKVCache: a KV cache that cannot hold one sequence of the model's
+// context caps the served context to what it holds (so no reply is cut short of the
+// context it was promised); an asked-for MaxModelLen beyond it is refused.
+func TestContextCappedToKVCache(t *testing.T) {
+	cfg := testConfig()
+	cfg.KVCacheBytes = blockBytesFake(16) * 2 // 32 tokens
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := newEngine(cfg, newFakeModel(64), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.MaxModelLen(); got != 32 {
+		t.Fatalf("MaxModelLen %d, want the 32 tokens the cache holds", got)
+	}
+	if _, err := e.Submit(context.Background(), greedyRequest("long", testPrompt(1, 40), 4)); !errors.Is(err, ErrPromptTooLong) {
+		t.Fatalf("a 40-token prompt: %v, want ErrPromptTooLong", err)
+	}
+	cfg.MaxModelLen = 48
+	if _, err := newEngine(cfg, newFakeModel(64), nil); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "holds 32 tokens of one sequence, fewer than MaxModelLen 48") {
+		t.Fatalf("MaxModelLen 48: %v", err)
 	}
 }
