@@ -47,7 +47,12 @@ func (s *Server) requestLog(c *gin.Context) {
 	c.Next()
 	status := c.Writer.Status()
 	level := slog.LevelInfo
-	if status >= 500 {
+	switch {
+	case status == http.StatusServiceUnavailable && c.Request.URL.Path == "/health":
+		// /health's own answer while loading or draining: not a failure.
+	case status == http.StatusServiceUnavailable:
+		level = slog.LevelWarn // not ready (loading, draining): the client may retry
+	case status >= 500:
 		level = slog.LevelError
 	}
 	attrs := []slog.Attr{slog.String("request_id", id)}

@@ -96,8 +96,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("api: MaxConnections must be > 0, got %d", c.MaxConnections)
 	case c.MaxHeaderBytes <= 0:
 		return fmt.Errorf("api: MaxHeaderBytes must be > 0, got %d", c.MaxHeaderBytes)
-	case c.ReadHeaderTimeout <= 0 || c.IdleTimeout <= 0:
-		return errors.New("api: ReadHeaderTimeout and IdleTimeout must be > 0")
+	case c.ReadHeaderTimeout <= 0:
+		return fmt.Errorf("api: ReadHeaderTimeout must be > 0, got %v", c.ReadHeaderTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("api: IdleTimeout must be > 0, got %v", c.IdleTimeout)
 	case c.KeepAliveInterval <= 0:
 		return fmt.Errorf("api: KeepAliveInterval must be > 0, got %v", c.KeepAliveInterval)
 	case c.AbortGrace < 0:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/engine"
@@ -41,7 +42,7 @@ type generateOptions struct {
 func runGenerate(args []string) error {
 	var o generateOptions
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	fs.StringVar(&o.modelDir, "model", "", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face Llama checkpoint (built to ONNX once, cached)")
+	fs.StringVar(&o.modelDir, "model", "", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face checkpoint directory or a GGUF file (built to ONNX once, cached)")
 	fs.StringVar(&o.prompt, "prompt", "", "text to continue")
 	fs.IntVar(&o.maxTokens, "max-tokens", 64, "tokens to generate at most")
 	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
@@ -100,8 +101,8 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 		quantize: o.quantize,
 		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, Attention: o.attention,
 			Device: o.device, CUDAProvider: o.cudaProvider},
-		built: func(dir string, _ time.Duration) {
-			fmt.Fprintf(info, "built the ONNX graph of %s in %s\n", o.modelDir, dir)
+		built: func(src, dir string, _ time.Duration) {
+			fmt.Fprintf(info, "built the ONNX graph of %s in %s\n", src, dir)
 		},
 	}
 	l, err := load(o.modelDir, lo)
@@ -156,6 +157,10 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 
 	start := time.Now()
 	events, err := eng.Submit(ctx, &engine.Request{ID: "generate", Prompt: ids, Params: params})
+	if pe := (*engine.ParamError)(nil); errors.As(err, &pe) && pe.Param != "prompt" {
+		// A request rule broken by a flag: named as the flag (max_tokens: --max-tokens).
+		return nil, fmt.Errorf("generate: %s", pe.Named("--"+strings.ReplaceAll(pe.Param, "_", "-")))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

@@ -117,6 +117,9 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"--model", dir, "--prompt", "x", "--attention", "flash"}, "--attention"},
 		{[]string{"--model", dir, "--prompt", "x", "--device", "gpu"}, `--device "gpu": want cpu, cuda or auto`},
 		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", filepath.Join(t.TempDir(), "missing.so")}, "make ort"},
+		// Rules the engine judges (once the model is loaded) name the flag too.
+		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", testORTLib(t), "--threads", "1", "--temperature", "100"}, "generate: --temperature must be"},
+		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", testORTLib(t), "--threads", "1", "--max-tokens", "100000"}, "generate: --max-tokens must be"},
 		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "neither model.onnx nor config.json"},
 	} {
 		err := runGenerate(tc.args)

@@ -33,7 +33,7 @@ type loadOptions struct {
 	dtype  string
 	runner models.RunnerOptions
 	// built, when set, is told that load built the checkpoint's graph into dir.
-	built func(dir string, took time.Duration)
+	built func(src, dir string, took time.Duration)
 }
 
 // loaded is a model load opened: the directory, its tokenizer and its runner.
@@ -67,12 +67,13 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	}
 	// $CONVEYOR_CACHE_DIR says where a checkpoint's graph is built ("" = convert's
 	// default, the user's cache directory).
+	src := dir
 	dir, built, err := convert.Prepare(dir, os.Getenv(convert.CacheDirEnv), p.Build)
 	if err != nil {
 		return nil, err
 	}
 	if built && o.built != nil {
-		o.built(dir, time.Since(start))
+		o.built(src, dir, time.Since(start))
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
@@ -253,8 +254,8 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		dtype:    o.dtype,
 		runner: models.RunnerOptions{ORTLib: o.ortLib, IntraOpThreads: o.threads, NoSpin: !o.spin, Attention: o.attention,
 			KVCacheDType: o.kvCacheDType, Device: o.device, CUDAProvider: o.cudaProvider},
-		built: func(dir string, took time.Duration) {
-			log.Info("built the checkpoint's ONNX graph", "dir", dir, "seconds", took.Seconds())
+		built: func(src, dir string, took time.Duration) {
+			log.Info("built the checkpoint's ONNX graph", "checkpoint", src, "dir", dir, "seconds", took.Seconds())
 		},
 	}
 	l, err := load(o.modelDir, lo)
@@ -265,7 +266,6 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 	sc, err := parseSpeculativeConfig(o.speculative)
 	if err == nil {
 		lo.runner.Device = l.model.Device() // the draft runs where the model does
-		lo.built = nil
 		draft, err = sc.loadDraft(l, lo)
 	}
 	if err != nil {

@@ -37,7 +37,7 @@ func TestKernelAttrs(t *testing.T) {
 func TestLoad(t *testing.T) {
 	ropts := models.RunnerOptions{ORTLib: testORTLib(t), IntraOpThreads: 1, Device: models.DeviceCPU}
 	dir := tinyModelDir(t)
-	l, err := load(dir, loadOptions{runner: ropts, built: func(string, time.Duration) { t.Error("a model directory was built") }})
+	l, err := load(dir, loadOptions{runner: ropts, built: func(string, string, time.Duration) { t.Error("a model directory was built") }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	var builtDir string
-	l, err = load(ckpt, loadOptions{quantize: "int8", runner: ropts, built: func(d string, _ time.Duration) { builtDir = d }})
+	l, err = load(ckpt, loadOptions{quantize: "int8", runner: ropts, built: func(_, d string, _ time.Duration) { builtDir = d }})
 	if err != nil {
 		t.Fatal(err)
 	}

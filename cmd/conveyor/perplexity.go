@@ -29,7 +29,7 @@ func runPerplexity(args []string) error {
 	chunk := fs.Int("chunk", 64, "feed each window in prompt chunks of this many tokens (later chunks read the earlier ones from the KV cache); 0 = whole windows")
 	maxWindows := fs.Int("max-windows", 0, "stop after this many windows; 0 = the whole file")
 	attention := fs.String("attention", "", attentionHelp)
-	kvDType := fs.String("kv-cache-dtype", "", "KV cache element type: float32 or float16 (a Hugging Face checkpoint is built with it; a built directory refuses any but its own)")
+	kvDType := fs.String("kv-cache-dtype", models.KVCacheAuto, "KV cache element type: float32, float16 or auto (as serve: float16 for a checkpoint built for the CPU, a built directory's own type); a Hugging Face checkpoint is built with it, a built directory refuses any but its own")
 	quantize := fs.String("quantize", "", "with a Hugging Face checkpoint: build it with int8 or int4 weights")
 	ortLib := fs.String("ort-lib", "", "ONNX Runtime library (default $"+models.ORTLibEnv+" or "+models.DefaultORTLib+")")
 	threads := fs.Int("threads", 0, "ONNX Runtime intra-op threads; 0 = all cores")

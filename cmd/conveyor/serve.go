@@ -23,6 +23,7 @@ import (
 	"github.com/conveyor-llm/conveyor/models"
 	"github.com/conveyor-llm/conveyor/models/convert"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
+	"github.com/conveyor-llm/conveyor/scheduler"
 )
 
 func init() {
@@ -175,14 +176,14 @@ func serveFlags(fs *flag.FlagSet, o *serveOptions) {
 func modelFlags(fs *flag.FlagSet, o *serveOptions) {
 	ec := engine.DefaultConfig()
 	o.kvCacheBytes = byteSize(ec.KVCacheBytes)
-	fs.StringVar(&o.modelDir, "model", "models/default", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face Llama checkpoint (built to ONNX once, cached)")
+	fs.StringVar(&o.modelDir, "model", "models/default", "model directory: model.onnx, config.json, tokenizer.json; or a Hugging Face checkpoint directory or a GGUF file (built to ONNX once, cached)")
 	fs.StringVar(&o.servedName, "served-model-name", "", "model id clients send in \"model\" (default: the model directory's base name)")
 	fs.StringVar(&o.scheduler, "scheduler", "continuous", "batching policy: continuous, static or sequential")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", ec.MaxNumSeqs, "sequences in one forward pass at most")
 	fs.IntVar(&o.maxBatchedToks, "max-num-batched-tokens", ec.MaxNumBatchedTokens, "tokens fed to the model in one step at most (long prompts are prefilled in chunks)")
 	fs.Var(&o.kvCacheBytes, "kv-cache-memory", "KV-cache memory budget in bytes; suffixes KiB/MiB/GiB (1024) or KB/MB/GB (1000)")
 	fs.Float64Var(&o.gpuMemUtil, "gpu-memory-utilization", 0, "on a GPU, size the KV cache so that the process uses this fraction of the GPU's memory (vLLM's flag; 0.9 leaves a tenth to others), instead of --kv-cache-memory; 0 = off")
-	fs.StringVar(&o.targetStepTime, "target-step-time", "auto", "bound on a step's time while sequences decode (prompt chunks are sized from measured step times): auto (3× the decode rows' own time, at least 20ms), off, or a duration such as 50ms; --max-num-batched-tokens stays the upper bound")
+	fs.StringVar(&o.targetStepTime, "target-step-time", "auto", fmt.Sprintf("bound on a step's time while sequences decode (prompt chunks are sized from measured step times): auto (%d× the decode rows' own time, at least %v), off, or a duration such as 50ms; --max-num-batched-tokens stays the upper bound", scheduler.AutoStepTimeFactor, scheduler.MinAutoStepTime))
 	fs.StringVar(&o.speculative, "speculative-config", "", `speculative decoding, as vLLM's JSON: {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 4, "disable_by_batch_size": 8} proposes tokens by prompt lookup, {"method": "draft_model", "model": DIR, "num_speculative_tokens": 4, "quantization": "int4"} by a smaller model with the same tokenizer (its argmax for greedy requests, drawn from its distribution for sampled ones); either is verified in the shared step (greedy outputs are those of decoding without it, sampled ones distributed as they are); "" = off`)
 	fs.IntVar(&o.blockSizeTokens, "block-size", ec.BlockSizeTokens, "tokens per KV-cache block; 0 = the model's default: 16, on the GPU the smallest with which FlashAttention runs for its head size (256 for heads up to 64, 128 up to 128, else 64). The step graph takes powers of two of at least 16 (on the GPU, of at least that default)")
 	fs.IntVar(&o.maxBatchSize, "max-batch-size", ec.MaxBatchSize, "sequences per batch with --scheduler static")
@@ -446,10 +447,16 @@ func (o *serveOptions) apiConfig(log *slog.Logger, m *api.Metrics) (api.Config, 
 	c.Logger = log
 	c.Metrics = m
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%s: %v", o.name(), err)
+		return c, fmt.Errorf("%s: %v", o.name(), apiFlagTerms.Replace(err.Error()))
 	}
 	return c, nil
 }
+
+// apiFlagTerms names the api.Config fields that api.Config.Validate names as the flags
+// that set them.
+var apiFlagTerms = strings.NewReplacer("api: ", "",
+	"MaxConnections", "--max-connections", "MaxHeaderBytes", "--max-header-bytes",
+	"ReadHeaderTimeout", "--read-header-timeout", "IdleTimeout", "--idle-timeout")
 
 func runServe(args []string) error {
 	o, err := parseServeFlags(args, os.Getenv, os.Stderr)
@@ -557,7 +564,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	srv.SetBackend(m.backend)
 	addr := ln.Addr().String()
 	m.logReady(log, o, acfg.ModelName, "addr", addr)
-	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "")
+	printBanner(stdout, addr, acfg.ModelName, o.apiKey != "", !o.noWebUI)
 	if ready != nil {
 		ready <- addr
 	}
@@ -581,13 +588,17 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 }
 
 // printBanner tells a newcomer where the server is and how to call it.
-func printBanner(w io.Writer, addr, model string, withKey bool) {
+func printBanner(w io.Writer, addr, model string, withKey, webUI bool) {
 	url := "http://" + addr
 	auth := ""
 	if withKey {
 		auth = ` -H "Authorization: Bearer $CONVEYOR_API_KEY"`
 	}
-	fmt.Fprintf(w, "Conveyor is serving %q at %s (chat page: %s/)\n", model, url, url)
+	page := ""
+	if webUI {
+		page = fmt.Sprintf(" (chat page: %s/)", url)
+	}
+	fmt.Fprintf(w, "Conveyor is serving %q at %s%s\n", model, url, page)
 	fmt.Fprintf(w, "Try:\n  curl -N %s/v1/completions -H 'Content-Type: application/json'%s \\\n", url, auth)
 	fmt.Fprintf(w, "    -d '{\"model\": %q, \"prompt\": \"Once upon a time\", \"max_tokens\": 32, \"stream\": true}'\n", model)
 }

@@ -30,9 +30,9 @@ func TestServeHTTPLimitFlags(t *testing.T) {
 		t.Fatalf("api config: bodies in flight %d, body read timeout %v", c.MaxBodyBytesInFlight, c.BodyReadTimeout)
 	}
 	for _, args := range [][]string{{"--max-header-bytes", "0"}, {"--idle-timeout", "0s"}, {"--read-header-timeout", "0s"},
-		{"--max-body-bytes-in-flight", "1MiB"}, {"--body-read-timeout", "0s"}} {
-		if _, err := parseServeFlags(args, env(nil), io.Discard); err == nil || strings.Contains(err.Error(), "\n") {
-			t.Errorf("%v: %v, want a one-line error", args, err)
+		{"--max-body-bytes-in-flight", "1MiB"}, {"--body-read-timeout", "0s"}, {"--max-connections", "0"}} {
+		if _, err := parseServeFlags(args, env(nil), io.Discard); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), args[0]+" ") {
+			t.Errorf("%v: %v, want a one-line error naming %s", args, err, args[0])
 		}
 	}
 }
