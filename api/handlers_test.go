@@ -487,3 +487,46 @@ func TestSamplingDefaultsFromModel(t *testing.T) {
 		t.Errorf("request values did not override the model defaults: %+v", p)
 	}
 }
+
+// TestVLLMExtensions: vLLM's include_stop_str_in_output and skip_special_tokens reach the
+// engine on every generation endpoint; vLLM members Conveyor does not implement are a 400
+// naming them when they ask for something, and accepted at null or their default.
+func TestVLLMExtensions(t *testing.T) {
+	eng := newFakeEngine()
+	s := newTestServer(t, eng, nil)
+	h := s.Handler()
+	bodies := map[string]string{
+		"/v1/completions":      `{"model":"test-model","prompt":"x","max_tokens":1%s}`,
+		"/v1/chat/completions": `{"model":"test-model","messages":[{"role":"user","content":"x"}],"max_tokens":1%s}`,
+	}
+	for path, body := range bodies {
+		rec := do(t, h, "POST", path, fmt.Sprintf(body, `,"stop":["y"],"include_stop_str_in_output":true,"skip_special_tokens":false`))
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+		if p := eng.lastRequest().Params; !p.IncludeStopStr || !p.KeepSpecialTokens {
+			t.Errorf("%s: include_stop_str_in_output %v, keep special tokens %v", path, p.IncludeStopStr, p.KeepSpecialTokens)
+		}
+		if rec := do(t, h, "POST", path, fmt.Sprintf(body, "")); rec.Code != 200 || eng.lastRequest().Params.IncludeStopStr || eng.lastRequest().Params.KeepSpecialTokens {
+			t.Errorf("%s without them: %d %+v", path, rec.Code, eng.lastRequest().Params)
+		}
+		for _, tc := range []struct {
+			member string
+			ok     bool
+		}{
+			{`"use_beam_search":true`, false}, {`"use_beam_search":false`, true},
+			{`"prompt_logprobs":1`, false}, {`"prompt_logprobs":null`, true},
+			{`"guided_json":{"type":"object"}`, false}, {`"length_penalty":1.0`, true},
+			{`"priority":0`, true}, {`"priority":5`, false}, {`"bad_words":[ ]`, true}, {`"bad_words":["x"]`, false},
+		} {
+			rec := do(t, h, "POST", path, fmt.Sprintf(body, ","+tc.member))
+			name := strings.Trim(strings.SplitN(tc.member, ":", 2)[0], `"`)
+			switch {
+			case tc.ok && rec.Code != 200:
+				t.Errorf("%s %s: %d %s, want it accepted", path, tc.member, rec.Code, rec.Body)
+			case !tc.ok && (rec.Code != 400 || errorObject(t, rec.Body.Bytes())["param"] != name):
+				t.Errorf("%s %s: %d %s, want a 400 naming %s", path, tc.member, rec.Code, rec.Body, name)
+			}
+		}
+	}
+}

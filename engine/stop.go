@@ -18,8 +18,8 @@ type textStream interface {
 //
 //   - an eos id (unless IgnoreEOS) or a stop token id ends the sequence with "stop" once
 //     MinTokens tokens exist; the token id is reported but its text is not;
-//   - a stop string ends it with "stop"; the stop string and everything after it are
-//     never released. Stop strings are matched across token boundaries: text whose end
+//   - a stop string ends it with "stop"; everything after it is never released, nor is
+//     the stop string itself unless IncludeStopStr. Stop strings are matched across token boundaries: text whose end
 //     could still grow into a stop string is held back until decided. Only text after
 //     the first MinTokens tokens is searched;
 //   - MaxTokens generated tokens end it with "length", releasing the held text.
@@ -28,6 +28,7 @@ type stopChecker struct {
 	eos       []int32
 	stopIDs   []int32
 	stops     []string
+	keepStop  bool // IncludeStopStr: the matched stop string is released too
 	minTokens int
 	maxTokens int
 
@@ -42,6 +43,7 @@ func newStopChecker(p *SamplingParams, eos []int32, stream textStream) *stopChec
 	c := &stopChecker{
 		stream:    stream,
 		stopIDs:   p.StopTokenIDs,
+		keepStop:  p.IncludeStopStr,
 		minTokens: p.MinTokens,
 		maxTokens: p.MaxTokens,
 	}
@@ -116,14 +118,17 @@ func (c *stopChecker) push(delta string) (out string, stopped bool) {
 		return delta, false
 	}
 	buf := c.held + delta
-	first := -1
+	first, end := -1, -1
 	for _, s := range c.stops {
 		if i := strings.Index(buf, s); i >= 0 && (first < 0 || i < first) {
-			first = i
+			first, end = i, i+len(s)
 		}
 	}
 	if first >= 0 {
 		c.held = ""
+		if c.keepStop {
+			return buf[:end], true
+		}
 		return buf[:first], true
 	}
 	keep := 0

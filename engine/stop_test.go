@@ -87,6 +87,10 @@ func TestStopChecker(t *testing.T) {
 			[]int32{1, 2, 3}, []string{"Hello", " "}, FinishStop},
 		{"stop string in the first characters", func(p *SamplingParams) { p.Stop = []string{"Hello"} },
 			[]int32{1, 4}, []string{""}, FinishStop},
+		{"include_stop_str_in_output keeps the stop string split over 3 tokens", func(p *SamplingParams) { p.Stop = []string{" STOP"}; p.IncludeStopStr = true },
+			[]int32{1, 5, 6, 7, 4}, []string{"Hello", "", "", " STOP"}, FinishStop},
+		{"include_stop_str_in_output drops what follows in the same token", func(p *SamplingParams) { p.Stop = []string{"or"}; p.IncludeStopStr = true },
+			[]int32{1, 2, 3}, []string{"Hell", "o wor"}, FinishStop},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,7 +57,8 @@ type SamplingParams struct {
 	Seed              *int64 // same seed + same prompt => same text, whatever else is in the batch
 	IgnoreEOS         bool
 	StopTokenIDs      []int32
-	Stop              []string // stop strings; never emitted
+	Stop              []string // stop strings; not emitted unless IncludeStopStr
+	IncludeStopStr    bool     // the stop string that ends a sequence ends its text too (vLLM's include_stop_str_in_output)
 	Logprobs          int      // NoLogprobs = none; k >= 0 = chosen token's logprob plus the k most likely alternatives
 	PromptLogprobs    int      // NoLogprobs = none; k >= 0 = logprobs of the prompt tokens (echo with logprobs)
 	// Constraint, when set, limits every sequence to outputs its grammar accepts

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/conveyor-llm/conveyor/engine"
 )
@@ -50,6 +51,76 @@ type samplingExtensions struct {
 	MinTokens         opt[jsonInt]   `json:"min_tokens"`
 	IgnoreEOS         opt[bool]      `json:"ignore_eos"`
 	StopTokenIDs      opt[[]jsonInt] `json:"stop_token_ids"`
+	IncludeStopStr    opt[bool]      `json:"include_stop_str_in_output"`
+	SkipSpecialTokens opt[bool]      `json:"skip_special_tokens"`
+	unservedExtensions
+}
+
+// unservedExtensions are vLLM's request members that Conveyor does not implement. Each
+// is refused with a 400 naming it when it asks for something (any value but null and
+// its default), never ignored: a client moving from vLLM learns at once which of its
+// requests would be served differently.
+type unservedExtensions struct {
+	UseBeamSearch           opt[json.RawMessage] `json:"use_beam_search"`
+	LengthPenalty           opt[json.RawMessage] `json:"length_penalty"`
+	PromptLogprobs          opt[json.RawMessage] `json:"prompt_logprobs"`
+	GuidedJSON              opt[json.RawMessage] `json:"guided_json"`
+	GuidedRegex             opt[json.RawMessage] `json:"guided_regex"`
+	GuidedChoice            opt[json.RawMessage] `json:"guided_choice"`
+	GuidedGrammar           opt[json.RawMessage] `json:"guided_grammar"`
+	StructuredOutputs       opt[json.RawMessage] `json:"structured_outputs"`
+	TruncatePromptTokens    opt[json.RawMessage] `json:"truncate_prompt_tokens"`
+	AllowedTokenIDs         opt[json.RawMessage] `json:"allowed_token_ids"`
+	BadWords                opt[json.RawMessage] `json:"bad_words"`
+	LogitsProcessors        opt[json.RawMessage] `json:"logits_processors"`
+	ReturnTokensAsTokenIDs  opt[json.RawMessage] `json:"return_tokens_as_token_ids"`
+	SpacesBetweenSpecial    opt[json.RawMessage] `json:"spaces_between_special_tokens"`
+	Priority                opt[json.RawMessage] `json:"priority"`
+	RepetitionDetection     opt[json.RawMessage] `json:"repetition_detection"`
+	ThinkingTokenBudget     opt[json.RawMessage] `json:"thinking_token_budget"`
+	KVTransferParams        opt[json.RawMessage] `json:"kv_transfer_params"`
+	VLLMExtraArgs           opt[json.RawMessage] `json:"vllm_xargs"`
+	GuidedWhitespacePattern opt[json.RawMessage] `json:"guided_whitespace_pattern"`
+}
+
+// check refuses every member that asks for something.
+func (u *unservedExtensions) check(c *check) {
+	for _, m := range []struct {
+		name     string
+		v        opt[json.RawMessage]
+		defaults []string // what asks for nothing besides null
+		why      string
+	}{
+		{"use_beam_search", u.UseBeamSearch, []string{"false"}, "beam search is not supported"},
+		{"length_penalty", u.LengthPenalty, []string{"1", "1.0"}, "length_penalty (beam search) is not supported"},
+		{"prompt_logprobs", u.PromptLogprobs, nil, "prompt_logprobs is not supported; completions give the prompt's logprobs with echo and logprobs"},
+		{"guided_json", u.GuidedJSON, nil, "guided_json is not supported; use response_format {\"type\": \"json_schema\"}"},
+		{"guided_regex", u.GuidedRegex, nil, "guided_regex is not supported"},
+		{"guided_choice", u.GuidedChoice, nil, "guided_choice is not supported; use response_format with an enum schema"},
+		{"guided_grammar", u.GuidedGrammar, nil, "guided_grammar is not supported"},
+		{"guided_whitespace_pattern", u.GuidedWhitespacePattern, nil, "guided_whitespace_pattern is not supported"},
+		{"structured_outputs", u.StructuredOutputs, nil, "structured_outputs is not supported; use response_format"},
+		{"truncate_prompt_tokens", u.TruncatePromptTokens, nil, "truncate_prompt_tokens is not supported: a prompt too long for the context is refused"},
+		{"allowed_token_ids", u.AllowedTokenIDs, nil, "allowed_token_ids is not supported; logit_bias can exclude tokens"},
+		{"bad_words", u.BadWords, []string{"[]"}, "bad_words is not supported"},
+		{"logits_processors", u.LogitsProcessors, []string{"[]"}, "logits_processors are not supported"},
+		{"return_tokens_as_token_ids", u.ReturnTokensAsTokenIDs, []string{"false"}, "return_tokens_as_token_ids is not supported"},
+		{"spaces_between_special_tokens", u.SpacesBetweenSpecial, []string{"true"}, "spaces_between_special_tokens false is not supported"},
+		{"priority", u.Priority, []string{"0"}, "priority is not supported: requests are served first come, first served"},
+		{"repetition_detection", u.RepetitionDetection, nil, "repetition_detection is not supported"},
+		{"thinking_token_budget", u.ThinkingTokenBudget, nil, "thinking_token_budget is not supported"},
+		{"kv_transfer_params", u.KVTransferParams, nil, "kv_transfer_params (disaggregated serving) is not supported"},
+		{"vllm_xargs", u.VLLMExtraArgs, []string{"{}"}, "vllm_xargs is not supported"},
+	} {
+		if c.failed() || !m.v.Set {
+			continue
+		}
+		raw := strings.Join(strings.Fields(string(m.v.V)), "")
+		if raw == "null" || slices.Contains(m.defaults, raw) {
+			continue
+		}
+		c.fail(UnsupportedParam(m.name, "%s", m.why))
+	}
 }
 
 // streamOptions is stream_options.
@@ -149,6 +220,9 @@ func (w *generationRequest) parse(c *check, m *Model, maxTokens ...maxTokensPara
 	p.MinTokens = int(c.integer("min_tokens", w.MinTokens, 0, minInt32, maxInt32))
 	p.IgnoreEOS = c.boolean("ignore_eos", w.IgnoreEOS, false)
 	p.StopTokenIDs = c.tokenIDList("stop_token_ids", w.StopTokenIDs)
+	p.IncludeStopStr = c.boolean("include_stop_str_in_output", w.IncludeStopStr, false)
+	p.KeepSpecialTokens = !c.boolean("skip_special_tokens", w.SkipSpecialTokens, true)
+	w.unservedExtensions.check(c)
 	p.Constraint = responseConstraint(c, m, w.ResponseFormat)
 	g.Params = p
 	return g

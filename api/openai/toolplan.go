@@ -308,7 +308,7 @@ func (p *toolPlan) constraint(m *Model, parallel bool) (*structured.Constraint, 
 // The chat and responses endpoints share it.
 func (p *toolPlan) apply(params *engine.SamplingParams, parallel bool, m *Model, msgs []Message) ([]Message, error) {
 	// A format whose calls open with a control token needs it in the text.
-	params.KeepSpecialTokens = p.format.ControlPrefix
+	params.KeepSpecialTokens = params.KeepSpecialTokens || p.format.ControlPrefix
 	con, err := p.constraint(m, parallel)
 	if err != nil {
 		return nil, err
