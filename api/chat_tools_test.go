@@ -218,3 +218,42 @@ func TestTemplateRaiseIs400(t *testing.T) {
 		}
 	}
 }
+
+// TestChatTemplateKwargs: chat_template_kwargs reach the model's template as vLLM passes
+// them — Qwen3's {"enable_thinking": false} opens the reply with an empty think block —
+// in chat and /tokenize alike; a member the server sets itself, or kwargs that are not an
+// object, are a 400 naming chat_template_kwargs.
+func TestChatTemplateKwargs(t *testing.T) {
+	tok := realChatTokenizer(t, "qwen3")
+	eng := newFakeEngine()
+	eng.vocab = tok.VocabSize()
+	s := newTestServer(t, nil, nil)
+	s.SetBackend(Backend{Engine: eng, Tokenizer: openai.NewTokenizer(tok), MaxModelLen: 1 << 16})
+	h := s.Handler()
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	render := func(extra string) string {
+		rec := do(t, h, "POST", "/tokenize", `{`+msgs+extra+`}`)
+		if rec.Code != 200 {
+			t.Fatalf("/tokenize %s: %d %s", extra, rec.Code, rec.Body)
+		}
+		var got struct{ Tokens []int32 }
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		return tok.Decode(got.Tokens, false)
+	}
+	thinking, plain := render(""), render(`,"chat_template_kwargs":{"enable_thinking":false}`)
+	if strings.Contains(thinking, "<think>") || !strings.HasSuffix(plain, "<|im_start|>assistant\n<think>\n\n</think>\n\n") {
+		t.Fatalf("default %q\nenable_thinking false %q", thinking, plain)
+	}
+	rec := do(t, h, "POST", "/v1/chat/completions", `{"model":"test-model","max_tokens":1,`+msgs+`,"chat_template_kwargs":{"enable_thinking":false}}`)
+	if rec.Code != 200 || !strings.HasSuffix(tok.Decode(eng.lastRequest().Prompt, false), "</think>\n\n") {
+		t.Fatalf("chat: %d %s", rec.Code, rec.Body)
+	}
+	for _, bad := range []string{`{"messages":[]}`, `[1]`} {
+		rec := do(t, h, "POST", "/v1/chat/completions", `{"model":"test-model",`+msgs+`,"chat_template_kwargs":`+bad+`}`)
+		if rec.Code != 400 || errorObject(t, rec.Body.Bytes())["param"] != "chat_template_kwargs" {
+			t.Errorf("chat_template_kwargs %s: %d %s", bad, rec.Code, rec.Body)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -63,9 +62,10 @@ func (fakeTokenizer) EncodeChat(msgs []openai.Message, addGen bool) ([]int32, er
 	return fakeTokenizer{}.Encode(sb.String(), true)
 }
 
-// EncodeChatTools renders as EncodeChat: the fake's template takes no tools.
-func (fakeTokenizer) EncodeChatTools(msgs []openai.Message, addGen bool, _ []json.RawMessage) ([]int32, error) {
-	return fakeTokenizer{}.EncodeChat(msgs, addGen)
+// EncodeChatWith renders as EncodeChat: the fake's template takes no tools nor keyword
+// arguments.
+func (fakeTokenizer) EncodeChatWith(msgs []openai.Message, o openai.ChatOptions) ([]int32, error) {
+	return fakeTokenizer{}.EncodeChat(msgs, o.AddGenerationPrompt)
 }
 
 // ChatTemplateSource is empty: the fake has no template text to choose a tool-call
@@ -87,10 +87,11 @@ type fakeEngine struct {
 	failAfter int
 	// failFirst ends requests with an error event before any token.
 	failFirst bool
-	// maxLen, when set, replaces testMaxLen as the context the fake checks prompts against.
-	maxLen int
-	wg     sync.WaitGroup
-	stats  engine.Stats
+	// maxLen and vocab, when set, replace testMaxLen and fakeTokenizer's vocabulary as
+	// the context and the vocabulary the fake checks prompts against.
+	maxLen, vocab int
+	wg            sync.WaitGroup
+	stats         engine.Stats
 }
 
 func newFakeEngine() *fakeEngine {
@@ -105,6 +106,9 @@ func (e *fakeEngine) Submit(ctx context.Context, req *engine.Request) (<-chan en
 	limits := fakeLimits
 	if e.maxLen > 0 {
 		limits.MaxModelLen = e.maxLen
+	}
+	if e.vocab > 0 {
+		limits.VocabSize = e.vocab
 	}
 	params, err := limits.Check(req)
 	if err != nil {

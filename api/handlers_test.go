@@ -529,4 +529,12 @@ func TestVLLMExtensions(t *testing.T) {
 			}
 		}
 	}
+	// vLLM's chat-only members.
+	for member, ok := range map[string]bool{`"echo":true`: false, `"echo":false`: true, `"best_of":2`: false,
+		`"continue_final_message":true`: false, `"chat_template":"{{x}}"`: false, `"add_special_tokens":false`: true} {
+		rec := do(t, h, "POST", "/v1/chat/completions", fmt.Sprintf(bodies["/v1/chat/completions"], ","+member))
+		if (rec.Code == 200) != ok {
+			t.Errorf("chat %s: %d %s, want accepted %v", member, rec.Code, rec.Body, ok)
+		}
+	}
 }

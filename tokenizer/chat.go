@@ -108,7 +108,8 @@ func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) 
 // ApplyChatTemplateWith renders msgs with the model's chat template (chat_template of
 // tokenizer_config.json). The template sees messages (a list of dicts: see Message),
 // tools (opts.Tools as a list of dicts, or none), documents (none), add_generation_prompt,
-// bos_token, eos_token, unk_token, pad_token, raise_exception(msg) and strftime_now(fmt).
+// bos_token, eos_token, unk_token, pad_token, raise_exception(msg) and strftime_now(fmt),
+// and opts.Kwargs' members.
 // Dicts built from JSON (tools, tool call arguments) and the message dicts keep their key
 // order in tojson and in keys(), values() and items(), as Python's dicts do.
 // A model without a template gets the fallback format described in the package
@@ -129,7 +130,7 @@ func (t *Tokenizer) ApplyChatTemplateWith(msgs []Message, opts ChatOptions) (str
 		return "", err
 	}
 	var raised *raisedError
-	ctx := exec.NewContext(map[string]any{
+	vars := map[string]any{
 		"messages":              messages,
 		"tools":                 tools,
 		"documents":             nil,
@@ -143,8 +144,11 @@ func (t *Tokenizer) ApplyChatTemplateWith(msgs []Message, opts ChatOptions) (str
 			return "", raised
 		},
 		"strftime_now": func(format string) string { return strftime(time.Now(), format) },
-	})
-	out, err := renderSafely(t.chat.tpl, ctx)
+	}
+	if err := templateKwargs(opts.Kwargs, vars, scope); err != nil {
+		return "", err
+	}
+	out, err := renderSafely(t.chat.tpl, exec.NewContext(vars))
 	if raised != nil {
 		return "", fmt.Errorf("%w: template raised: %s", ErrTemplate, raised.msg)
 	}

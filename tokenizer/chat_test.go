@@ -267,3 +267,27 @@ func TestChatTemplateToolsOrder(t *testing.T) {
 		t.Errorf("invalid tool JSON: err = %v, want ErrTemplate", err)
 	}
 }
+
+// TestChatTemplateKwargs: ChatOptions.Kwargs are template variables (Qwen3's
+// enable_thinking, as vLLM's chat_template_kwargs pass it); the variables the render sets
+// itself cannot be replaced, and kwargs that are not an object are refused.
+func TestChatTemplateKwargs(t *testing.T) {
+	tok := chatFixture(t, `{% if enable_thinking is defined and enable_thinking is false %}<no-think>{% endif %}{{ style.tone if style is defined }}|{% for m in messages %}{{ m.content }}{% endfor %}`)
+	msgs := []Message{{Role: "user", Content: "hi"}}
+	for _, tc := range []struct{ kwargs, want string }{
+		{``, "|hi"},
+		{`null`, "|hi"},
+		{`{"enable_thinking": false}`, "<no-think>|hi"},
+		{`{"enable_thinking": true, "style": {"tone": "dry"}}`, "dry|hi"},
+	} {
+		got, err := tok.ApplyChatTemplateWith(msgs, ChatOptions{Kwargs: json.RawMessage(tc.kwargs)})
+		if err != nil || got != tc.want {
+			t.Errorf("kwargs %s: %q, %v; want %q", tc.kwargs, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`{"messages": []}`, `{"bos_token": "x"}`, `[1]`, `"x"`} {
+		if _, err := tok.ApplyChatTemplateWith(msgs, ChatOptions{Kwargs: json.RawMessage(bad)}); !errors.Is(err, ErrTemplate) {
+			t.Errorf("kwargs %s: %v, want ErrTemplate", bad, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -24,6 +25,41 @@ type ChatOptions struct {
 	// the template as tools, a list of dicts (as vLLM passes request.tools). Empty passes
 	// tools as none.
 	Tools []json.RawMessage
+	// Kwargs, a JSON object, are more variables for the template (vLLM's
+	// chat_template_kwargs: {"enable_thinking": false} for Qwen3's). A member named like
+	// one of the variables the template always gets (messages, tools, bos_token, ...) is
+	// refused.
+	Kwargs json.RawMessage
+}
+
+// templateVars are the variables every render sets: Kwargs cannot replace them.
+var templateVars = []string{"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
+	"unk_token", "pad_token", "raise_exception", "strftime_now"}
+
+// ErrTemplateKwargs is ChatOptions.Kwargs that cannot be passed to the template (it also
+// wraps ErrTemplate).
+var ErrTemplateKwargs = errors.New("bad template keyword arguments")
+
+// templateKwargs decodes ChatOptions.Kwargs into vars.
+func templateKwargs(raw json.RawMessage, vars map[string]any, s *orderScope) error {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil || members == nil {
+		return fmt.Errorf("%w: %w: they must be a JSON object", ErrTemplate, ErrTemplateKwargs)
+	}
+	for name, v := range members {
+		if slices.Contains(templateVars, name) {
+			return fmt.Errorf("%w: %w: %q is set by the server, not by the request", ErrTemplate, ErrTemplateKwargs, name)
+		}
+		val, err := decodeJSON(v, s)
+		if err != nil {
+			return fmt.Errorf("%w: %w: %q: %v", ErrTemplate, ErrTemplateKwargs, name, err)
+		}
+		vars[name] = val
+	}
+	return nil
 }
 
 // keyOrders remembers the insertion order of the keys of the maps a render builds from

@@ -2,10 +2,12 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/conveyor-llm/conveyor/engine"
+	"github.com/conveyor-llm/conveyor/tokenizer"
 )
 
 // ChatRequest is the wire schema of POST /v1/chat/completions.
@@ -16,7 +18,47 @@ type ChatRequest struct {
 	Logprobs            opt[bool]               `json:"logprobs"`
 	TopLogprobs         opt[jsonInt]            `json:"top_logprobs"`
 	AddGenerationPrompt opt[bool]               `json:"add_generation_prompt"` // extension (vLLM)
+	ChatTemplateKwargs  opt[json.RawMessage]    `json:"chat_template_kwargs"`  // extension (vLLM)
 	chatFeatures
+	unservedChat
+}
+
+// unservedChat are vLLM's chat members Conveyor does not implement, refused when they ask
+// for something (see unservedExtensions).
+type unservedChat struct {
+	Echo                 opt[json.RawMessage] `json:"echo"`
+	BestOf               opt[json.RawMessage] `json:"best_of"`
+	ChatTemplate         opt[json.RawMessage] `json:"chat_template"`
+	ContinueFinalMessage opt[json.RawMessage] `json:"continue_final_message"`
+	AddSpecialTokens     opt[json.RawMessage] `json:"add_special_tokens"`
+	Documents            opt[json.RawMessage] `json:"documents"`
+	MMProcessorKwargs    opt[json.RawMessage] `json:"mm_processor_kwargs"`
+}
+
+// check refuses every member that asks for something.
+func (u *unservedChat) check(c *check) {
+	refuseUnserved(c, []unserved{
+		{"echo", u.Echo, []string{"false"}, "echo is not supported in chat; completions echo the prompt"},
+		{"best_of", u.BestOf, []string{"1"}, "best_of is not supported in chat; completions take it"},
+		{"chat_template", u.ChatTemplate, nil, "chat_template is not supported: the model's own template is used"},
+		{"continue_final_message", u.ContinueFinalMessage, []string{"false"}, "continue_final_message is not supported"},
+		{"add_special_tokens", u.AddSpecialTokens, []string{"false"}, "add_special_tokens is not supported in chat: the template writes the special tokens"},
+		{"documents", u.Documents, []string{"[]"}, "documents are not supported"},
+		{"mm_processor_kwargs", u.MMProcessorKwargs, []string{"{}"}, "mm_processor_kwargs is not supported: the models take text only"},
+	})
+}
+
+// templateKwargs validates chat_template_kwargs: an object (its members are checked as the
+// template gets them).
+func templateKwargs(c *check, o opt[json.RawMessage]) json.RawMessage {
+	if c.failed() || !o.Set || string(o.V) == "null" {
+		return nil
+	}
+	if jsonKind(o.V) != "an object" {
+		c.fail(InvalidParam("chat_template_kwargs", "chat_template_kwargs must be an object, got %s", jsonKind(o.V)))
+		return nil
+	}
+	return o.V
 }
 
 // chatMessage is one element of messages. Members the chat template does not use
@@ -88,7 +130,9 @@ func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 	logprobs := c.boolean("logprobs", w.Logprobs, false)
 	top := c.integer("top_logprobs", w.TopLogprobs, engine.NoLogprobs, minInt32, maxInt32)
 	addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
+	kwargs := templateKwargs(c, w.ChatTemplateKwargs)
 	w.chatFeatures.check(c)
+	w.unservedChat.check(c)
 	msgs := parseMessages(c, w.Messages)
 	plan, parallel := parseTools(c, &w.chatFeatures, m)
 	if c.err != nil {
@@ -112,7 +156,7 @@ func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 		}
 		r.tools = plan
 	}
-	ids, err := renderChat(m, msgs, addGen, plan)
+	ids, err := renderChat(m, msgs, addGen, plan, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -123,16 +167,18 @@ func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 // renderChat renders messages through the chat template into token ids, with the
 // request's tools when it has some. Under a format whose templates know no tools, earlier
 // tool calls are written into their messages' content (withCallsAsText).
-func renderChat(m *Model, msgs []Message, addGen bool, plan *toolPlan) ([]int32, error) {
-	var ids []int32
-	var err error
+func renderChat(m *Model, msgs []Message, addGen bool, plan *toolPlan, kwargs json.RawMessage) ([]int32, error) {
 	if m.toolFormat().DescribeTools {
 		msgs = withCallsAsText(msgs)
 	}
+	o := ChatOptions{AddGenerationPrompt: addGen, Kwargs: kwargs}
 	if plan != nil {
-		ids, err = m.Tokenizer.EncodeChatTools(msgs, addGen, plan.raw)
-	} else {
-		ids, err = m.Tokenizer.EncodeChat(msgs, addGen)
+		o.Tools = plan.raw
+	}
+	ids, err := m.Tokenizer.EncodeChatWith(msgs, o)
+	if errors.Is(err, tokenizer.ErrTemplateKwargs) {
+		_, why, _ := strings.Cut(err.Error(), tokenizer.ErrTemplateKwargs.Error()+": ")
+		return nil, InvalidParam("chat_template_kwargs", "chat_template_kwargs: %s", why)
 	}
 	if err != nil {
 		return nil, InvalidParam("messages", "the messages could not be rendered with the chat template: %v", err)

@@ -83,14 +83,32 @@ type unservedExtensions struct {
 	GuidedWhitespacePattern opt[json.RawMessage] `json:"guided_whitespace_pattern"`
 }
 
+// unserved is one member Conveyor does not implement: refused unless null or one of its
+// defaults (its JSON text, without spaces).
+type unserved struct {
+	name     string
+	v        opt[json.RawMessage]
+	defaults []string
+	why      string
+}
+
+// refuseUnserved fails for the first member that asks for something.
+func refuseUnserved(c *check, members []unserved) {
+	for _, m := range members {
+		if c.failed() || !m.v.Set {
+			continue
+		}
+		raw := strings.Join(strings.Fields(string(m.v.V)), "")
+		if raw == "null" || slices.Contains(m.defaults, raw) {
+			continue
+		}
+		c.fail(UnsupportedParam(m.name, "%s", m.why))
+	}
+}
+
 // check refuses every member that asks for something.
 func (u *unservedExtensions) check(c *check) {
-	for _, m := range []struct {
-		name     string
-		v        opt[json.RawMessage]
-		defaults []string // what asks for nothing besides null
-		why      string
-	}{
+	refuseUnserved(c, []unserved{
 		{"use_beam_search", u.UseBeamSearch, []string{"false"}, "beam search is not supported"},
 		{"length_penalty", u.LengthPenalty, []string{"1", "1.0"}, "length_penalty (beam search) is not supported"},
 		{"prompt_logprobs", u.PromptLogprobs, nil, "prompt_logprobs is not supported; completions give the prompt's logprobs with echo and logprobs"},
@@ -111,16 +129,7 @@ func (u *unservedExtensions) check(c *check) {
 		{"thinking_token_budget", u.ThinkingTokenBudget, nil, "thinking_token_budget is not supported"},
 		{"kv_transfer_params", u.KVTransferParams, nil, "kv_transfer_params (disaggregated serving) is not supported"},
 		{"vllm_xargs", u.VLLMExtraArgs, []string{"{}"}, "vllm_xargs is not supported"},
-	} {
-		if c.failed() || !m.v.Set {
-			continue
-		}
-		raw := strings.Join(strings.Fields(string(m.v.V)), "")
-		if raw == "null" || slices.Contains(m.defaults, raw) {
-			continue
-		}
-		c.fail(UnsupportedParam(m.name, "%s", m.why))
-	}
+	})
 }
 
 // streamOptions is stream_options.

@@ -41,6 +41,13 @@ type Message struct {
 	ToolCalls  []ToolCall // tool_calls of an assistant message
 }
 
+// ChatOptions are what a chat render passes the template besides the messages.
+type ChatOptions struct {
+	AddGenerationPrompt bool
+	Tools               []json.RawMessage // the request's tools; nil = none
+	Kwargs              json.RawMessage   // chat_template_kwargs, a JSON object; nil = none
+}
+
 // ContentPart is one text content part of a message.
 type ContentPart struct{ Type, Text string }
 
@@ -72,9 +79,10 @@ type Tokenizer interface {
 	// EncodeChat renders messages through the model's chat template (ending with the
 	// assistant turn's opening when addGenerationPrompt is true) and tokenizes the result.
 	EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error)
-	// EncodeChatTools is EncodeChat with the request's tools passed to the template (as
-	// vLLM passes request.tools).
-	EncodeChatTools(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error)
+	// EncodeChatWith is EncodeChat with the request's tools and template keyword
+	// arguments passed to the template (as vLLM passes request.tools and
+	// chat_template_kwargs).
+	EncodeChatWith(msgs []Message, o ChatOptions) ([]int32, error)
 	// ChatTemplateSource is the chat template's text, from which the tool-call format is
 	// chosen.
 	ChatTemplateSource() string
@@ -116,10 +124,12 @@ func (a tokAdapter) IsSpecial(id int32) bool                     { return a.t.Is
 func (a tokAdapter) VocabSize() int                              { return a.t.VocabSize() }
 
 func (a tokAdapter) EncodeChat(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
-	return a.encodeChat(msgs, addGenerationPrompt, nil)
+	return a.EncodeChatWith(msgs, ChatOptions{AddGenerationPrompt: addGenerationPrompt})
 }
 
-func (a tokAdapter) encodeChat(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error) {
+// EncodeChatWith is EncodeChat with the request's tools and keyword arguments passed to
+// the template.
+func (a tokAdapter) EncodeChatWith(msgs []Message, o ChatOptions) ([]int32, error) {
 	tm := make([]tokenizer.Message, len(msgs))
 	parts := a.t.ChatUsesContentParts()
 	for i, m := range msgs {
@@ -137,16 +147,11 @@ func (a tokAdapter) encodeChat(msgs []Message, addGenerationPrompt bool, tools [
 				Function: tokenizer.ToolCallFunction{Name: tc.Name, Arguments: tc.Arguments}})
 		}
 	}
-	text, err := a.t.ApplyChatTemplateWith(tm, tokenizer.ChatOptions{AddGenerationPrompt: addGenerationPrompt, Tools: tools})
+	text, err := a.t.ApplyChatTemplateWith(tm, tokenizer.ChatOptions{AddGenerationPrompt: o.AddGenerationPrompt, Tools: o.Tools, Kwargs: o.Kwargs})
 	if err != nil {
 		return nil, err
 	}
 	return a.t.Encode(text, !a.t.HasChatTemplate())
-}
-
-// EncodeChatTools is EncodeChat with the request's tools passed to the template.
-func (a tokAdapter) EncodeChatTools(msgs []Message, addGenerationPrompt bool, tools []json.RawMessage) ([]int32, error) {
-	return a.encodeChat(msgs, addGenerationPrompt, tools)
 }
 
 // ChatTemplateSource returns the chat template's text.

@@ -147,7 +147,7 @@ func ParseResponses(w *ResponsesRequest, m *Model, lookup ConversationLookup, de
 		}
 		r.tools = plan
 	}
-	if r.Prompt, err = renderChat(m, msgs, true, plan); err != nil {
+	if r.Prompt, err = renderChat(m, msgs, true, plan, nil); err != nil {
 		var pe *ParamError
 		if errors.As(err, &pe) {
 			pe.Param, pe.Message = "input", strings.Replace(pe.Message, "messages", "input", 1)

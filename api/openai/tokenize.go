@@ -15,8 +15,9 @@ type TokenizeRequest struct {
 	AddGenerationPrompt opt[bool]               `json:"add_generation_prompt"`
 	// Tools and ToolChoice render the messages as chat would with them (the tools passed
 	// to the template, or described in the system message).
-	Tools      opt[[]json.RawMessage] `json:"tools"`
-	ToolChoice opt[json.RawMessage]   `json:"tool_choice"`
+	Tools              opt[[]json.RawMessage] `json:"tools"`
+	ToolChoice         opt[json.RawMessage]   `json:"tool_choice"`
+	ChatTemplateKwargs opt[json.RawMessage]   `json:"chat_template_kwargs"`
 }
 
 // TokenizeResponse is /tokenize's answer.
@@ -54,12 +55,13 @@ func ParseTokenize(w *TokenizeRequest, m *Model, served string) ([]int32, error)
 	if w.Messages.Set && w.Prompt.Set && !c.failed() {
 		c.fail(InvalidParam("prompt", "give prompt or messages, not both"))
 	}
-	if (w.Tools.Set || w.ToolChoice.Set) && !w.Messages.Set && !c.failed() {
-		c.fail(InvalidParam("tools", "tools and tool_choice go with messages"))
+	if (w.Tools.Set || w.ToolChoice.Set || w.ChatTemplateKwargs.Set) && !w.Messages.Set && !c.failed() {
+		c.fail(InvalidParam("prompt", "tools, tool_choice and chat_template_kwargs go with messages"))
 	}
 	if w.Messages.Set {
 		msgs := parseMessages(c, w.Messages)
 		addGen := c.boolean("add_generation_prompt", w.AddGenerationPrompt, true)
+		kwargs := templateKwargs(c, w.ChatTemplateKwargs)
 		plan, _ := parseTools(c, &chatFeatures{Tools: w.Tools, ToolChoice: w.ToolChoice}, m)
 		if c.err != nil {
 			return nil, c.err
@@ -67,7 +69,7 @@ func ParseTokenize(w *TokenizeRequest, m *Model, served string) ([]int32, error)
 		if plan != nil {
 			msgs = plan.describe(msgs)
 		}
-		return renderChat(m, msgs, addGen, plan)
+		return renderChat(m, msgs, addGen, plan, kwargs)
 	}
 	p, ok := c.str("prompt", w.Prompt)
 	addSpecial := c.boolean("add_special_tokens", w.AddSpecialTokens, true)

@@ -307,8 +307,8 @@ func (r *chatRecorder) EncodeChat(msgs []Message, _ bool) ([]int32, error) {
 	return make([]int32, len(msgs)), nil
 }
 
-func (r *chatRecorder) EncodeChatTools(msgs []Message, addGen bool, _ []json.RawMessage) ([]int32, error) {
-	return r.EncodeChat(msgs, addGen)
+func (r *chatRecorder) EncodeChatWith(msgs []Message, o ChatOptions) ([]int32, error) {
+	return r.EncodeChat(msgs, o.AddGenerationPrompt)
 }
 
 func (*chatRecorder) ChatTemplateSource() string { return "" }
