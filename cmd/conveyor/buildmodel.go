@@ -103,7 +103,7 @@ func runBuildModel(args []string) error {
 		}
 		opts.Quantize = quant
 		res, err = convert.BuildFromGGUF(*from, *out, opts)
-	} else {
+	} else if err = convert.CheckTokenizer(*from); err == nil {
 		res, err = convert.BuildFromHF(*from, *out, opts)
 	}
 	if err != nil {

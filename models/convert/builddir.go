@@ -33,7 +33,9 @@ type BuildResult struct {
 //
 // outDir is replaced as a whole, and only once the build has succeeded: a failed or
 // interrupted build leaves it as it was (see buildInto). An existing outDir must hold
-// nothing but a build's files.
+// nothing but a build's files. A checkpoint without tokenizer.json builds a model
+// directory without one, which serves only once it has one: CheckTokenizer refuses it
+// first for a build meant to be served.
 func BuildFromHF(hfDir, outDir string, o Options) (*BuildResult, error) {
 	if err := notGGUF(hfDir); err != nil {
 		return nil, err

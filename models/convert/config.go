@@ -210,8 +210,12 @@ func (c *Config) Validate() error {
 		return bad("rms_norm_eps must not be negative, got %g", c.RMSNormEps)
 	case c.RopeTheta < 0:
 		return bad("rope_theta must not be negative, got %g", c.RopeTheta)
-	case c.MaxPositionEmbeddings < 0:
-		return bad("max_position_embeddings must not be negative, got %d", c.MaxPositionEmbeddings)
+	case c.MaxPositionEmbeddings <= 0 && c.raw != nil && !c.has("max_position_embeddings"):
+		// The step graph's rotary tables and the served context length come from it, and
+		// transformers' defaults differ by family: config.json must say.
+		return bad("max_position_embeddings is missing; it must give the model's context length")
+	case c.MaxPositionEmbeddings <= 0:
+		return bad("max_position_embeddings must be positive, got %d", c.MaxPositionEmbeddings)
 	}
 	for _, f := range []struct {
 		name  string

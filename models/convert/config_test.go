@@ -1,7 +1,10 @@
 package convert
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -81,7 +84,7 @@ func TestLoadConfigMalformedAndMissing(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	base := func() Config {
 		return Config{VocabSize: 100, HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 1,
-			NumAttentionHeads: 4, NumKeyValueHeads: 2}
+			NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 128}
 	}
 	bos := int32(100)
 	for _, tc := range []struct {
@@ -102,6 +105,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bos outside vocab", func(c *Config) { c.BOSTokenID = &bos }, "bos_token_id"},
 		{"eos outside vocab", func(c *Config) { c.EOSTokenID = modeldir.TokenIDs{2, -1} }, "eos_token_id"},
 		{"other architecture", func(c *Config) { c.ModelType = "gpt2" }, "model_type"},
+		{"zero context", func(c *Config) { c.MaxPositionEmbeddings = 0 }, "max_position_embeddings must be positive, got 0"},
+		{"negative context", func(c *Config) { c.MaxPositionEmbeddings = -1 }, "max_position_embeddings must be positive, got -1"},
 	} {
 		c := base()
 		tc.modify(&c)
@@ -171,4 +176,55 @@ func (c *Config) BOS() (int32, bool) {
 		return 0, false
 	}
 	return *c.BOSTokenID, true
+}
+
+// TestContextLengthRequired: a config.json whose max_position_embeddings is 0, or missing,
+// is refused by Validate in one line naming the field, before anything is built: a model
+// directory is not made (it used to be built, then refused by its own step manifest as
+// "max_positions 0"), nor a random checkpoint (which used to be written).
+func TestContextLengthRequired(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "testdata", "tiny-llama", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		value any // nil: the field left out
+		want  string
+	}{
+		{"zero", 0, "bad model config: max_position_embeddings must be positive, got 0"},
+		{"null", "null", "bad model config: max_position_embeddings must be positive, got 0"},
+		{"missing", nil, "bad model config: max_position_embeddings is missing"},
+	} {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(src, &obj); err != nil {
+			t.Fatal(err)
+		}
+		delete(obj, "max_position_embeddings")
+		if tc.value != nil {
+			obj["max_position_embeddings"] = json.RawMessage(fmt.Sprint(tc.value))
+		}
+		b, _ := json.Marshal(obj)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "config.json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadConfigFile(path); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: LoadConfigFile: %v, want one line with %q", tc.name, err, tc.want)
+		}
+		out := filepath.Join(t.TempDir(), "m")
+		if _, err := BuildRandom(path, out, 1, Options{}); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: BuildRandom: %v, want %q", tc.name, err, tc.want)
+		}
+		if _, err := WriteRandomCheckpoint(path, out, 1); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: WriteRandomCheckpoint: %v, want %q", tc.name, err, tc.want)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: a refused build made %s", tc.name, out)
+		}
+		if left := leftovers(t, filepath.Dir(out)); len(left) > 0 {
+			t.Errorf("%s: a refused build left %v", tc.name, left)
+		}
+	}
 }

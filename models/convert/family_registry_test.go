@@ -144,7 +144,7 @@ func TestLayerParameters(t *testing.T) {
 func TestNullSoftcapIsNone(t *testing.T) {
 	dir := t.TempDir()
 	base := `{"model_type":"gemma2","vocab_size":64,"hidden_size":32,"intermediate_size":48,"num_hidden_layers":2,
-		"num_attention_heads":4,"num_key_value_heads":2,"head_dim":8%s}`
+		"num_attention_heads":4,"num_key_value_heads":2,"head_dim":8,"max_position_embeddings":128%s}`
 	for _, tc := range []struct {
 		extra       string
 		attn, final float32

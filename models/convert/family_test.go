@@ -11,7 +11,7 @@ import (
 
 func familyTestConfig(modelType string) *Config {
 	return &Config{ModelType: modelType, VocabSize: 64, HiddenSize: 32, IntermediateSize: 48,
-		NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2}
+		NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2, MaxPositionEmbeddings: 128}
 }
 
 // TestArchRefusals checks that what the graphs do not compute is refused at build time

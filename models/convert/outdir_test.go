@@ -1,16 +1,20 @@
 package convert
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,10 +88,10 @@ func leftovers(t *testing.T, dir string) []string {
 	return left
 }
 
-// TestBuildFailureLeavesOutDir fails builds after they have written graphs
-// (max_position_embeddings 0 is refused only by the step manifest, after model.onnx):
-// an existing directory is left byte for byte as it was, a new one is not made, and no
-// build directory stays behind. A build that succeeds replaces the old one whole.
+// TestBuildFailureLeavesOutDir fails builds after they have written both graphs (a
+// side file that cannot be read, a directory named tokenizer_config.json, is copied
+// last): an existing directory is left byte for byte as it was, a new one is not made,
+// and no build directory stays behind. A build that succeeds replaces the old one whole.
 func TestBuildFailureLeavesOutDir(t *testing.T) {
 	parent := t.TempDir()
 	out := filepath.Join(parent, "model")
@@ -96,9 +100,16 @@ func TestBuildFailureLeavesOutDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := treeSums(t, out)
-	broken := writeTinyConfig(t, map[string]any{"num_hidden_layers": 4, "max_position_embeddings": 0})
-	if _, err := BuildRandom(broken, out, 1, Options{}); err == nil || !strings.Contains(err.Error(), "max_positions 0") {
-		t.Fatalf("the broken build: %v, want the step manifest's refusal", err)
+	broken := writeTinyConfig(t, map[string]any{"num_hidden_layers": 4})
+	side := filepath.Join(filepath.Dir(broken), "tokenizer_config.json")
+	if err := os.Remove(side); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(side, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BuildRandom(broken, out, 1, Options{}); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Fatalf("the broken build: %v, want the side file's copy to fail", err)
 	}
 	if after := treeSums(t, out); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("a failed build changed %s: %d files, had %d", out, len(after), len(before))
@@ -373,5 +384,245 @@ func TestNotAGGUFFile(t *testing.T) {
 		if _, err := BuildFromHF(path, filepath.Join(t.TempDir(), "out"), Options{}); err == nil || !strings.Contains(err.Error(), "not a GGUF file") {
 			t.Errorf("BuildFromHF %s: %v", name, err)
 		}
+	}
+}
+
+// TestAbandonedBuildDirsSwept: the build directories (and .old- directories, and lock
+// files) of builds that are gone, their lock free, are removed by the next build of the
+// name at once, however recent; those a live build holds locked are left, in this
+// process as in another; an abandoned .old- directory whose name is not there again (the
+// only copy of the model moved aside) and an earlier release's unlocked names wait out
+// staleBuildAge; the cache's sweep of every name does the same for all names.
+func TestAbandonedBuildDirsSwept(t *testing.T) {
+	parent := t.TempDir()
+	out := filepath.Join(parent, "m")
+	cfg := filepath.Join("..", "testdata", "tiny-llama", "config.json")
+	if _, err := BuildRandom(cfg, out, 1, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	live, err := newBuildDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.release()
+	if ok, _ := filepath.Match(fmt.Sprintf(".m.build-%d-*", os.Getpid()), filepath.Base(live.path)); !ok {
+		t.Errorf("the build directory %s does not carry the PID %d", live.path, os.Getpid())
+	}
+	if _, err := os.Stat(live.path + buildLockSuffix); err != nil || live.lock == nil {
+		t.Fatalf("the live build has no lock file: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(live.path, "model.onnx"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	liveOther, err := newBuildDir(filepath.Join(parent, "n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveOther.release()
+
+	// What builds killed a moment ago leave: their directories, and their lock files with
+	// no lock held.
+	mk := func(names ...string) {
+		for _, name := range names {
+			p := filepath.Join(parent, name)
+			var err error
+			if strings.HasSuffix(name, buildLockSuffix) {
+				err = os.WriteFile(p, []byte("4242\n"), 0o644)
+			} else {
+				err = os.MkdirAll(filepath.Join(p, modeldir.StepDir), 0o755)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	abandoned := []string{
+		".m.build-4242-1", ".m.build-4242-1.lock", // killed while building
+		".m.old-4242-2", ".m.build-4242-2.lock", // killed after moving the new build in
+		".m.build-4242-3.lock", // killed before making its directory
+	}
+	otherName := []string{".n.build-4242-4", ".n.build-4242-4.lock"}
+	waiting := []string{
+		".gone.old-4242-5", ".gone.build-4242-5.lock", // killed between the two renames
+		".m.build-7", // an earlier release's name, recent
+	}
+	mk(abandoned...)
+	mk(otherName...)
+	mk(waiting...)
+	if _, err := BuildRandom(cfg, out, 1, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(names []string) {
+		t.Helper()
+		for _, name := range names {
+			if _, err := os.Lstat(filepath.Join(parent, name)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("abandoned %s was not removed: %v", name, err)
+			}
+		}
+	}
+	kept := func(paths ...string) {
+		t.Helper()
+		for _, p := range paths {
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(parent, p)
+			}
+			if _, err := os.Lstat(p); err != nil {
+				t.Errorf("%s was removed: %v", p, err)
+			}
+		}
+	}
+	gone(abandoned)
+	kept(otherName...)
+	kept(waiting...)
+	kept(live.path, live.lock.Name(), filepath.Join(live.path, "model.onnx"), liveOther.path, liveOther.lock.Name())
+
+	sweepStaleBuilds(parent, "*")
+	gone(otherName)
+	kept(waiting...)
+	kept(live.path, live.lock.Name(), liveOther.path, liveOther.lock.Name())
+
+	live.release()
+	liveOther.release()
+	if left := leftovers(t, parent); !slices.Equal(left, []string{".gone.build-4242-5.lock", ".gone.old-4242-5", ".m.build-7"}) {
+		t.Errorf("after the live builds ended: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "gone")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	// Once its name is there again, the abandoned .old- directory goes, and its lock file.
+	mk("gone")
+	sweepStaleBuilds(parent, "gone")
+	gone(waiting[:2])
+}
+
+// heldBuildEnv makes the test binary TestHeldBuildHelper: it makes the build directory
+// of the model directory the variable names, prints its path, and waits to be killed.
+const heldBuildEnv = "CONVEYOR_CONVERT_TEST_HELD_BUILD"
+
+func TestHeldBuildHelper(t *testing.T) {
+	out := os.Getenv(heldBuildEnv)
+	if out == "" {
+		t.Skip("the helper process of TestKilledBuildSwept")
+	}
+	d, err := newBuildDir(out)
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(d.path, "model.onnx.data"), make([]byte, 1<<16), 0o644); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(d.path)
+	time.Sleep(time.Minute)
+	os.Exit(3)
+}
+
+// TestKilledBuildSwept: a build in another process, killed with SIGKILL or interrupted
+// (Ctrl-C) mid-build, leaves its build directory, which the next build of the name
+// removes at once; while that process lives, builds and the cache's sweep leave it.
+func TestKilledBuildSwept(t *testing.T) {
+	cfg := filepath.Join("..", "testdata", "tiny-llama", "config.json")
+	for _, sig := range []os.Signal{os.Kill, os.Interrupt} {
+		parent := t.TempDir()
+		out := filepath.Join(parent, "m")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHeldBuildHelper$")
+		cmd.Env = append(os.Environ(), heldBuildEnv+"="+out)
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line := make(chan string, 1)
+		go func() {
+			s := bufio.NewScanner(stdout)
+			s.Scan()
+			line <- s.Text()
+			io.Copy(io.Discard, stdout)
+		}()
+		var held string
+		select {
+		case held = <-line:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			t.Fatal("the helper process printed nothing")
+		}
+		if !strings.HasPrefix(filepath.Base(held), fmt.Sprintf(".m.build-%d-", cmd.Process.Pid)) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the helper's build directory: %q, want one of .m.build-%d-*", held, cmd.Process.Pid)
+		}
+		if _, err := BuildRandom(cfg, out, 1, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		sweepStaleBuilds(parent, "*")
+		if _, err := os.Stat(filepath.Join(held, "model.onnx.data")); err != nil {
+			t.Errorf("a live build's directory was swept: %v", err)
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		if _, err := os.Stat(held); err != nil {
+			t.Fatalf("%v: the killed build left nothing to sweep (%v): the test tests nothing", sig, err)
+		}
+		if _, err := BuildRandom(cfg, out, 1, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if left := leftovers(t, parent); len(left) > 0 {
+			t.Errorf("%v: the build after the killed one left %v", sig, left)
+		}
+	}
+}
+
+// TestConcurrentBuilds: builds of the same checkpoint into the same cache at once (two
+// `conveyor serve` starting together), of another checkpoint, and of other model
+// directories beside them, all succeed, none sweeping another's build directory, and
+// leave no build directory behind.
+func TestConcurrentBuilds(t *testing.T) {
+	cache := t.TempDir()
+	checkpoint := func(layers int) string {
+		hf := t.TempDir()
+		cfg := tinyTestConfig()
+		cfg.NumHiddenLayers = layers
+		writeConfig(t, cfg, hf)
+		if err := WriteSafetensors(filepath.Join(hf, "model.safetensors"), RandomWeights(cfg, 1), Float32); err != nil {
+			t.Fatal(err)
+		}
+		copyTinyTokenizer(t, hf)
+		return hf
+	}
+	a, b := checkpoint(2), checkpoint(1)
+	cfg := filepath.Join("..", "testdata", "tiny-llama", "config.json")
+	var wg sync.WaitGroup
+	outs := make([]string, 4)
+	errs := make([]error, 6)
+	for i, src := range []string{a, a, a, b} {
+		wg.Go(func() { outs[i], _, errs[i] = Prepare(src, cache, Options{}) })
+	}
+	for i := range 2 {
+		wg.Go(func() {
+			_, errs[4+i] = BuildRandom(cfg, filepath.Join(cache, fmt.Sprintf("random%d", i)), 1, Options{})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("build %d: %v", i, err)
+		}
+	}
+	if outs[0] != outs[1] || outs[0] != outs[2] || outs[3] == outs[0] {
+		t.Errorf("built into %v: want the first three the same, the fourth apart", outs)
+	}
+	for _, out := range outs {
+		if man, err := modeldir.LoadStep(out); err != nil || man.MaxPositions != 256 {
+			t.Errorf("%s: %+v, %v", out, man, err)
+		}
+	}
+	if left := leftovers(t, cache); len(left) > 0 {
+		t.Errorf("the builds left %v", left)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/conveyor-llm/conveyor/models/modeldir"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,8 +28,9 @@ var ErrNotCheckpoint = errors.New("convert: neither a model nor a checkpoint dir
 // and modification time), is built once into a directory under
 // cacheDir ("" = the user's cache directory + conveyor/models) keyed by the
 // checkpoint's files (names, sizes, modification times and config.json's content), and
-// later calls reuse it; built reports whether this call built it. Any other directory
-// is an error wrapping ErrNotCheckpoint. o are the build's options: a directory that is
+// later calls reuse it; built reports whether this call built it. A checkpoint without
+// tokenizer.json is refused before anything is built (see CheckTokenizer). Any other
+// directory is an error wrapping ErrNotCheckpoint. o are the build's options: a directory that is
 // already built is served as it is, so quantizing it is an error unless it was built
 // that way.
 func Prepare(dir, cacheDir string, o Options) (out string, built bool, err error) {
@@ -58,10 +60,49 @@ func Prepare(dir, cacheDir string, o Options) (out string, built bool, err error
 	if err != nil {
 		return "", false, err
 	}
+	// Refused before its cached build is served, or built: a model without a tokenizer
+	// would be built (or found, an earlier release having built it) and then fail to
+	// load, naming the cache rather than the checkpoint.
+	if err := CheckTokenizer(dir); err != nil {
+		return "", false, err
+	}
 	return buildCached(dir, cacheDir, key, func(tmp string) error {
 		_, err := buildFromHF(dir, tmp, o)
 		return err
 	})
+}
+
+// ErrNoTokenizer marks a Hugging Face checkpoint directory without the tokenizer.json
+// a model needs to be served.
+var ErrNoTokenizer = errors.New("convert: no tokenizer")
+
+// CheckTokenizer refuses, in one line naming the directory and the file, a Hugging Face
+// checkpoint directory dir without tokenizer.json: the file the tokenizer package reads
+// (tokenizer_config.json, with the chat template and special tokens, is optional).
+// Without it a model builds, then cannot be loaded to serve. A GGUF file carries its
+// tokenizer in its metadata and passes. Prepare calls it before building a checkpoint;
+// BuildFromHF does not (a model directory built for its graphs alone, as tests do, needs
+// no tokenizer), so a command building one to serve calls it first. Errors wrap
+// ErrNoTokenizer.
+func CheckTokenizer(dir string) error {
+	if IsGGUF(dir) {
+		return nil
+	}
+	path := filepath.Join(dir, "tokenizer.json")
+	st, err := os.Stat(path)
+	switch {
+	case err == nil && st.Mode().IsRegular():
+		return nil
+	case err == nil:
+		return fmt.Errorf("%w: %s is not a file", ErrNoTokenizer, path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %w", ErrNoTokenizer, err)
+	}
+	why := "copy the checkpoint's tokenizer.json (and tokenizer_config.json) into it"
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.model")); err == nil {
+		why = "its tokenizer.model (SentencePiece's) is not read; take tokenizer.json from a release of the checkpoint that has one"
+	}
+	return fmt.Errorf("%w: the checkpoint %s has no tokenizer.json: %s", ErrNoTokenizer, dir, why)
 }
 
 // buildCached returns the model directory built from src under cacheDir for key, building
@@ -88,11 +129,11 @@ func buildCached(src, cacheDir, key string, build func(tmp string) error) (out s
 	if err != nil {
 		return "", false, err
 	}
-	defer os.RemoveAll(tmp)
-	if err := build(tmp); err != nil {
+	defer tmp.release()
+	if err := build(tmp.path); err != nil {
 		return "", false, err
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	if err := os.Rename(tmp.path, out); err != nil {
 		if st, statErr := os.Stat(filepath.Join(out, "model.onnx")); statErr == nil && !st.IsDir() {
 			return out, false, nil // built meanwhile by another process
 		}

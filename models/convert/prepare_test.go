@@ -30,6 +30,7 @@ func TestPrepare(t *testing.T) {
 	if err := WriteSafetensors(filepath.Join(hf, "model.safetensors"), RandomWeights(cfg, 1), Float32); err != nil {
 		t.Fatal(err)
 	}
+	copyTinyTokenizer(t, hf)
 	out, built, err := Prepare(hf, cache, Options{})
 	if err != nil || !built {
 		t.Fatalf("Prepare(checkpoint) = %q, %v, %v; want a build", out, built, err)
@@ -100,5 +101,78 @@ func writeConfig(t *testing.T, cfg *Config, dir string) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// copyTinyTokenizer copies tiny-llama's tokenizer.json into dir.
+func copyTinyTokenizer(t *testing.T, dir string) {
+	t.Helper()
+	if err := copyFile(filepath.Join("..", "testdata", "tiny-llama", "tokenizer.json"), filepath.Join(dir, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrepareRefusesCheckpointWithoutTokenizer: a checkpoint directory without
+// tokenizer.json is refused before anything is built, in one line naming the directory
+// and the file (it used to build, then fail to load naming the cache's tokenizer.json),
+// and also when an earlier release built it into the cache already. A GGUF file carries
+// its tokenizer, and a built model directory is not looked into.
+func TestPrepareRefusesCheckpointWithoutTokenizer(t *testing.T) {
+	cache := t.TempDir()
+	hf := t.TempDir()
+	cfg := tinyTestConfig()
+	writeConfig(t, cfg, hf)
+	if err := WriteSafetensors(filepath.Join(hf, "model.safetensors"), RandomWeights(cfg, 1), Float32); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		out, built, err := Prepare(hf, cache, Options{})
+		want := "the checkpoint " + hf + " has no tokenizer.json"
+		if !errors.Is(err, ErrNoTokenizer) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") || out != "" || built {
+			t.Errorf("%s: Prepare = %q, %v, %v; want one line with %q", what, out, built, err, want)
+		}
+	}
+	check("no tokenizer")
+	if entries, _ := os.ReadDir(cache); len(entries) > 0 {
+		t.Errorf("the refused checkpoint left %v in the cache", entries)
+	}
+	// What an earlier release built for the same key: refused all the same.
+	key, err := checkpointKey(hf, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(cache, filepath.Base(hf)+"-"+key)
+	if _, err := BuildFromHF(hf, stale, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	check("built before")
+	os.WriteFile(filepath.Join(hf, "tokenizer.model"), []byte("sp"), 0o644)
+	if _, _, err := Prepare(hf, cache, Options{}); err == nil || !strings.Contains(err.Error(), "tokenizer.model (SentencePiece's) is not read") {
+		t.Errorf("with tokenizer.model: %v", err)
+	}
+	if err := os.Mkdir(filepath.Join(hf, "tokenizer.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Prepare(hf, cache, Options{}); !errors.Is(err, ErrNoTokenizer) || !strings.Contains(err.Error(), "tokenizer.json is not a file") {
+		t.Errorf("tokenizer.json a directory: %v", err)
+	}
+	os.Remove(filepath.Join(hf, "tokenizer.json"))
+
+	copyTinyTokenizer(t, hf)
+	out, built, err := Prepare(hf, cache, Options{})
+	if err != nil || !built {
+		t.Fatalf("with tokenizer.json: %q, %v, %v", out, built, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "tokenizer.json")); err != nil {
+		t.Errorf("the build has no tokenizer.json: %v", err)
+	}
+	if err := CheckTokenizer(out); err != nil {
+		t.Errorf("CheckTokenizer(built): %v", err)
+	}
+	gguf := filepath.Join(t.TempDir(), "m.gguf")
+	writeTinyGGUF(t, gguf, 64)
+	if err := CheckTokenizer(gguf); err != nil {
+		t.Errorf("CheckTokenizer(GGUF file): %v", err)
 	}
 }
