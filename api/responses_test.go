@@ -173,6 +173,7 @@ func TestResponsesErrors(t *testing.T) {
 		{`{"model":"test-model","store":false,"input":"x","max_output_tokens":"ten"}`, "max_output_tokens", "invalid_value"},
 		{`{"model":"test-model","store":false,"input":"x","temperature":5}`, "temperature", "invalid_value"},
 		{`{"model":"test-model","store":false,"input":"x","text":{"format":{"type":"json_object"}}}`, "text.format", "unsupported_value"},
+		{`{"model":"test-model","store":false,"input":"x","text":{"format":{"type":"json_schema","name":"x"}}}`, "text.format.schema", "invalid_value"},
 		{`{"model":"test-model","store":false,"input":"x","reasoning":{"effort":"high"}}`, "reasoning.effort", "unsupported_value"},
 		{`{"model":"test-model","store":false,"input":"x","include":["message.output_text.logprobs"]}`, "include", "unsupported_value"},
 		{`{"model":"test-model","store":false,"input":"x","top_logprobs":-1}`, "top_logprobs", "invalid_value"},

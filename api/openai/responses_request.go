@@ -218,6 +218,11 @@ func parseResponsesText(c *check, o opt[json.RawMessage]) (json.RawMessage, opt[
 	f := t.Format.V
 	rf := responseFormat{Type: f.Type}
 	if f.Type.OK && f.Type.V == "json_schema" {
+		if s := bytes.TrimSpace(f.Schema); len(s) == 0 || string(s) == "null" {
+			// The Responses API requires it (chat's response_format takes none as any JSON).
+			c.fail(InvalidParam("text.format.schema", "text.format.schema is required with type json_schema"))
+			return echo, opt[responseFormat]{}
+		}
 		rf.JSONSchema = opt[jsonSchemaFormat]{Set: true, OK: true, V: jsonSchemaFormat{Name: f.Name, Description: f.Description, Schema: f.Schema, Strict: f.Strict}}
 	}
 	var fm map[string]json.RawMessage
