@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -179,5 +180,33 @@ func TestGenerateWithDraftModel(t *testing.T) {
 	_, err = generate(context.Background(), o, &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "a draft must share the model's tokenizer") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("a draft with another vocabulary: %v; want one line refusing it", err)
+	}
+}
+
+// TestPerplexityRefusalsNameTheFlags: a file too short for one window, or a --context the
+// model cannot take, is one line naming --context; blank lines are no documents.
+func TestPerplexityRefusalsNameTheFlags(t *testing.T) {
+	dir := tinyModelDir(t)
+	short := filepath.Join(t.TempDir(), "short.txt")
+	if err := os.WriteFile(short, []byte("  \n\t\nOnce upon a time\n \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blank := filepath.Join(t.TempDir(), "blank.txt")
+	if err := os.WriteFile(blank, []byte(" \n\t\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--file", short, "--context", "64"}, "conveyor: perplexity: " + short + " has "},
+		{[]string{"--file", short, "--context", "100000"}, "conveyor: perplexity: --context 100000: the model's context takes windows of at most"},
+		{[]string{"--file", blank}, "conveyor: perplexity: " + blank + " holds no text"},
+	} {
+		var stderr bytes.Buffer
+		args := append([]string{"perplexity", "--model", dir, "--ort-lib", testORTLib(t), "--threads", "1"}, tc.args...)
+		if code := runMain(args, io.Discard, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), tc.want) || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q, want one line starting %q", tc.args, code, stderr.String(), tc.want)
+		}
 	}
 }

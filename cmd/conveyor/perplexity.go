@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/engine"
@@ -81,6 +82,13 @@ func runPerplexity(args []string) error {
 	if docs == 0 {
 		return fmt.Errorf("perplexity: %s holds no text (one document per line)", *file)
 	}
+	// The engine's own rules, in the flags' terms.
+	if most := m.Spec().MaxPositions - 1; *context > most {
+		return fmt.Errorf("perplexity: --context %d: the model's context takes windows of at most %d", *context, most)
+	}
+	if len(stream) < *context+1 {
+		return fmt.Errorf("perplexity: %s has %d tokens, fewer than one window of --context %d + 1; give a longer file or a smaller --context", *file, len(stream), *context)
+	}
 	start := time.Now()
 	res, err := engine.Perplexity(m, stream, engine.PerplexityOptions{Context: *context, ChunkTokens: *chunk, MaxWindows: *maxWindows})
 	if err != nil {
@@ -103,17 +111,18 @@ func encodeDocuments(tok *tokenizer.Tokenizer, path string) ([]int32, int, error
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	var stream []int32
-	docs := 0
+	docs, n := 0, 0
 	bos, hasBOS := tok.BOS()
 	eos := tok.EOS()
 	for sc.Scan() {
+		n++
 		line := sc.Text()
-		if line == "" {
+		if strings.TrimSpace(line) == "" { // blank lines separate documents, they are none
 			continue
 		}
 		ids, err := tok.Encode(line, false)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%s line %d: %w", path, docs+1, err)
+			return nil, 0, fmt.Errorf("%s line %d: %w", path, n, err)
 		}
 		if hasBOS {
 			stream = append(stream, bos)
