@@ -122,6 +122,7 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", testORTLib(t), "--threads", "1", "--temperature", "100"}, "generate: --temperature must be"},
 		{[]string{"--model", dir, "--prompt", "x", "--ort-lib", testORTLib(t), "--threads", "1", "--max-tokens", "100000"}, "generate: --max-tokens must be"},
 		{[]string{"--model", t.TempDir(), "--prompt", "x", "--ort-lib", testORTLib(t)}, "neither model.onnx nor config.json"},
+		{[]string{"--model", filepath.Join(t.TempDir(), "missing"), "--prompt", "x", "--ort-lib", testORTLib(t)}, "missing does not exist"},
 	} {
 		err := runGenerate(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

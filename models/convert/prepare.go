@@ -169,6 +169,9 @@ func ggufKey(path string, o Options) (string, error) {
 // name, size and modification time of every other file the build reads.
 func checkpointKey(dir string, o Options) (string, error) {
 	cfg, err := os.Open(filepath.Join(dir, "config.json"))
+	if _, serr := os.Stat(dir); err != nil && errors.Is(serr, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w: %s does not exist", ErrNotCheckpoint, dir)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %s has neither model.onnx nor config.json", ErrNotCheckpoint, dir)
 	}
