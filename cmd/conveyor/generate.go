@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/conveyor-llm/conveyor/engine"
@@ -83,7 +84,7 @@ func runGenerate(args []string) error {
 	if _, err := parseSpeculativeConfig(o.speculative); err != nil {
 		return fmt.Errorf("generate: %v", err)
 	}
-	ctx, stop := notifyContext(context.Background(), os.Interrupt)
+	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	_, err := generate(ctx, o, os.Stdout, os.Stderr)
 	return err
@@ -161,12 +162,16 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 		// A request rule broken by a flag: named as the flag (max_tokens: --max-tokens).
 		return nil, fmt.Errorf("generate: %s", pe.Named("--"+strings.ReplaceAll(pe.Param, "_", "-")))
 	}
+	if err != nil && ctx.Err() != nil {
+		return nil, errors.New("generate: interrupted before the first token")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	var firstToken, finished time.Time
 	var generated []int32
 	var failure error
+	var aborted bool
 	for ev := range events {
 		if !ev.Timings.FirstToken.IsZero() {
 			firstToken = ev.Timings.FirstToken
@@ -181,9 +186,14 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 		if ev.FinishReason == engine.FinishError {
 			failure = ev.Err
 		}
+		aborted = aborted || ev.FinishReason == engine.FinishAbort
 	}
 	if failure != nil {
 		return nil, fmt.Errorf("generate: %w", failure)
+	}
+	if aborted || ctx.Err() != nil {
+		fmt.Fprintln(out)
+		return nil, fmt.Errorf("generate: interrupted after %d generated tokens", len(generated))
 	}
 	if _, err := fmt.Fprintln(out); err != nil {
 		return nil, err

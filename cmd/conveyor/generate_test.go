@@ -211,3 +211,28 @@ func TestPerplexityRefusalsNameTheFlags(t *testing.T) {
 		}
 	}
 }
+
+// cancelWriter cancels its context on the first write.
+type cancelWriter struct {
+	cancel context.CancelFunc
+}
+
+func (w *cancelWriter) Write(p []byte) (int, error) {
+	w.cancel()
+	return len(p), nil
+}
+
+// TestGenerateInterrupted: Ctrl-C while generating (or before) is an error that says so,
+// not the summary line of a generation that looks complete.
+func TestGenerateInterrupted(t *testing.T) {
+	o := generateOptions{modelDir: tinyModelDir(t), prompt: "hello there", maxTokens: 400, ortLib: testORTLib(t), threads: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	var info bytes.Buffer
+	_, err := generate(ctx, o, &cancelWriter{cancel: cancel}, &info)
+	if err == nil || !strings.Contains(err.Error(), "generate: interrupted after") || strings.Contains(info.String(), "generated;") {
+		t.Fatalf("interrupted mid-way: %v, info %q", err, info.String())
+	}
+	if _, err := generate(ctx, o, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Fatalf("interrupted before: %v", err)
+	}
+}
