@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +111,66 @@ func checkBurstiness(b float64) error {
 	return nil
 }
 
+// apiKeyFlag defines --api-key, a Bearer key that defaults to $OPENAI_API_KEY. The
+// variable is read after parsing, not made the flag's default, so that -h never prints
+// the key (as serve's --api-key, whose $CONVEYOR_API_KEY is applied after its defaults
+// are defined). An --api-key given on the command line wins, even an empty one.
+func apiKeyFlag(fs *flag.FlagSet) func() string {
+	key := fs.String("api-key", "", "Bearer key (default $OPENAI_API_KEY)")
+	return func() string {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "api-key" })
+		if set {
+			return *key
+		}
+		return os.Getenv("OPENAI_API_KEY")
+	}
+}
+
+// notSentPrefix starts the error bench.Run gives the requests it did not send because
+// its context ended.
+const notSentPrefix = "not sent: "
+
+// dropNotSent takes the requests an interrupt kept from being sent out of rep's failed
+// requests and returns how many there were: they were never sent, so they say nothing
+// about the server. Requests in flight at the interrupt stay failed, with its error.
+func dropNotSent(rep *bench.Report) int {
+	n := notSent(*rep)
+	if n == 0 {
+		return 0
+	}
+	errs := map[string]int{}
+	for msg, c := range rep.Errors {
+		if !strings.HasPrefix(msg, notSentPrefix) {
+			errs[msg] = c
+		}
+	}
+	rep.Errors, rep.Failed = errs, rep.Failed-n
+	if len(errs) == 0 {
+		rep.Errors = nil
+	}
+	return n
+}
+
+// notSent counts the requests of rep that were not sent.
+func notSent(rep bench.Report) int {
+	n := 0
+	for msg, c := range rep.Errors {
+		if strings.HasPrefix(msg, notSentPrefix) {
+			n += c
+		}
+	}
+	return n
+}
+
+// benchJSON is bench's --json report: bench.Report, and whether it was interrupted
+// with how many requests were not sent (both left out of an uninterrupted run's).
+type benchJSON struct {
+	bench.Report
+	Interrupted bool `json:"interrupted,omitempty"`
+	NotSent     int  `json:"not_sent,omitempty"`
+}
+
 // noneCompleted is bench's error when not one request of a run completed: a run that
 // measured nothing (a wrong --model, a server that refuses every request) must not exit 0.
 // It names the first failure in workload order.
@@ -167,7 +226,7 @@ func runBench(args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	base := fs.String("base-url", "http://127.0.0.1:8000", "server address (with or without /v1)")
 	model := fs.String("model", "", "model name sent in requests (default: the server's first model)")
-	key := fs.String("api-key", os.Getenv("OPENAI_API_KEY"), "Bearer key (default $OPENAI_API_KEY)")
+	key := apiKeyFlag(fs)
 	rate := fs.String("request-rate", "inf", "offered load in requests/s (Poisson/gamma arrivals), or inf to send all at once")
 	burst := fs.Float64("burstiness", 1, "gamma shape of inter-arrival times: 1 = Poisson, <1 burstier, >1 more regular")
 	conc := fs.Int("max-concurrency", 0, "requests in flight at most (with --request-rate inf: a closed loop); 0 = no cap")
@@ -199,6 +258,9 @@ func runBench(args []string) error {
 	if err := checkBurstiness(*burst); err != nil {
 		return fmt.Errorf("bench: %v", err)
 	}
+	if *conc < 0 {
+		return fmt.Errorf("bench: --max-concurrency %d: must be >= 0 (0 = no cap)", *conc)
+	}
 	objective, err := parseSLO(*slo)
 	if err != nil {
 		return err
@@ -214,11 +276,16 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// The first Ctrl-C stops sending and ends the requests in flight; a second one quits
+	// at once (notifyContext hands the signal back).
+	ctx, stop := notifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	target := bench.Target{BaseURL: *base, Model: *model, APIKey: *key, ResponseFormat: rf, Temperature: *temperature, TopP: *topP}
+	target := bench.Target{BaseURL: *base, Model: *model, APIKey: key(), ResponseFormat: rf, Temperature: *temperature, TopP: *topP}
 	if target.Model == "" {
 		if target.Model, err = bench.FirstModel(ctx, target); err != nil {
+			if ctx.Err() != nil {
+				return errors.New("bench: interrupted before any request was sent")
+			}
 			return err
 		}
 	}
@@ -231,14 +298,27 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
+	interrupted := ctx.Err() != nil
+	unsent := 0
+	if interrupted {
+		unsent = dropNotSent(&rep)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := enc.Encode(benchJSON{Report: rep, Interrupted: interrupted, NotSent: unsent}); err != nil {
 			return err
 		}
 	} else {
+		if interrupted {
+			fmt.Fprintf(os.Stdout, "Interrupted: %d of %d requests were not sent; they are not counted below.\n", unsent, len(items))
+		}
 		rep.Format(os.Stdout)
+	}
+	if interrupted {
+		// As run-batch: an interrupted run is an error (exit 1, runMain's code for every
+		// error), so that a script does not take a partial run for a whole one.
+		return fmt.Errorf("bench: interrupted: %d of %d requests sent (%d completed, %d failed), %d not sent", len(items)-unsent, len(items), rep.Completed, rep.Failed, unsent)
 	}
 	return noneCompleted(rep, results)
 }

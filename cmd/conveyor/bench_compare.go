@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/conveyor-llm/conveyor/bench"
 	"github.com/conveyor-llm/conveyor/models"
+	"github.com/conveyor-llm/conveyor/models/convert"
+	"github.com/conveyor-llm/conveyor/models/ort"
 )
 
 // runBenchCompare starts `conveyor serve` once per scheduling policy on 127.0.0.1 and
@@ -82,7 +83,7 @@ func runBenchCompare(args []string) error {
 			return fmt.Errorf("--notes: %w", err)
 		}
 	}
-	exe, err := os.Executable()
+	exe, err := serveExecutable()
 	if err != nil {
 		return err
 	}
@@ -107,22 +108,26 @@ func runBenchCompare(args []string) error {
 		}
 		serverFlags = append(serverFlags, "--speculative-config", *speculative)
 	}
+	// The servers do not see this process's CONVEYOR_* variables (serveEnv): what locates
+	// ONNX Runtime is passed as flags instead, so that the report's server flags say it.
+	if cudaProvider == "" {
+		cudaProvider = os.Getenv(ort.CUDAProviderEnv)
+	}
 	if cudaProvider != "" {
 		serverFlags = append(serverFlags, "--cuda-provider", cudaProvider)
 	}
+	if lib := os.Getenv(models.ORTLibEnv); lib != "" {
+		serverFlags = append(serverFlags, "--ort-lib", lib)
+	}
+	logw, closeLog, err := openServerLog(*logDir)
+	if err != nil {
+		return fmt.Errorf("bench compare: %w", err)
+	}
+	defer closeLog()
 	if err := prepareOutDir(*out); err != nil {
 		return fmt.Errorf("bench compare: --out: %w", err)
 	}
-	var logw io.Writer = io.Discard
-	if *logDir != "" {
-		f, err := os.OpenFile(*logDir, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		logw = f
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	start := func(ctx context.Context, policy string) (bench.Server, error) {
 		return startServer(ctx, exe, append([]string{"--scheduler", policy}, serverFlags...), logw)
@@ -131,6 +136,11 @@ func runBenchCompare(args []string) error {
 		Policies: policies, Rates: rateList, Workload: wc, Burstiness: *burst, SLO: objective,
 		Model: "default", Start: start, Log: os.Stdout,
 	})
+	if ctx.Err() != nil {
+		// Whatever Compare returned (a server that did not start, or none), the sweep was
+		// cut short: its last run counts requests that were never sent.
+		return fmt.Errorf("bench compare: interrupted after %d of %d runs; no report written", finishedRuns(points), len(policies)*len(rateList))
+	}
 	if err != nil {
 		return err
 	}
@@ -151,10 +161,109 @@ func runBenchCompare(args []string) error {
 		fmt.Println(strings.Trim(h, "*"))
 	}
 	fmt.Printf("report: %s\n", filepath.Join(*out, "report.md"))
+	if err := noneCompletedInAny(points, filepath.Join(*out, "report.md")); err != nil {
+		return err
+	}
 	if werr != nil {
 		return fmt.Errorf("bench compare: report written, but %w", werr)
 	}
 	return nil
+}
+
+// serveExecutable is the conveyor binary that bench compare and bench soak start as
+// `conveyor serve`: this one (tests replace it).
+var serveExecutable = os.Executable
+
+// openServerLog opens --server-log for appending before anything runs; "" discards the
+// servers' logs. The error names the flag.
+func openServerLog(path string) (io.Writer, func(), error) {
+	if path == "" {
+		return io.Discard, func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--server-log: %w", err)
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// finishedRuns counts the runs of an interrupted sweep that ran to their end. Compare
+// stops after the run the interrupt came in, so only the last can be cut short: it is when
+// requests were left unsent or ended by the cancelled context.
+func finishedRuns(points []bench.Point) int {
+	if len(points) == 0 {
+		return 0
+	}
+	for msg := range points[len(points)-1].Report.Errors {
+		if strings.HasPrefix(msg, notSentPrefix) || strings.Contains(msg, context.Canceled.Error()) {
+			return len(points) - 1
+		}
+	}
+	return len(points)
+}
+
+// noneCompletedInAny is bench compare's error when not one request of any run completed
+// (a server that refuses every request measures nothing), as noneCompleted is bench's; the
+// report is written first, and the error names the most frequent failure.
+func noneCompletedInAny(points []bench.Point, report string) error {
+	failed, errs := 0, map[string]int{}
+	for _, p := range points {
+		if p.Report.Completed > 0 {
+			return nil
+		}
+		failed += p.Report.Failed
+		for msg, n := range p.Report.Errors {
+			errs[msg] += n
+		}
+	}
+	if len(points) == 0 {
+		return nil
+	}
+	common, most := "", 0
+	for msg, n := range errs {
+		if n > most || n == most && msg < common {
+			common, most = msg, n
+		}
+	}
+	if common == "" {
+		return fmt.Errorf("bench compare: no request completed in any run (%d failed); report written to %s", failed, report)
+	}
+	return fmt.Errorf("bench compare: no request completed in any run (%d failed; the most frequent failure, %d times: %s); report written to %s", failed, most, common, report)
+}
+
+// serveEnv is the environment of a started `conveyor serve`: this process's, without its
+// CONVEYOR_* variables. serve reads every flag from CONVEYOR_<FLAG> (and ONNX Runtime
+// reads a few more), so a CONVEYOR_API_KEY or CONVEYOR_MAX_NUM_SEQS left in the shell
+// would change the servers under test (every request refused, or another batch size)
+// without the report's server flags showing it. Only CONVEYOR_CACHE_DIR is kept: it is
+// where a Hugging Face checkpoint given as --model was built to ONNX, and changes where the
+// server finds the model, not how it serves it. The ONNX Runtime library and CUDA provider
+// ($CONVEYOR_ORT_LIB, $CONVEYOR_ORT_CUDA_PROVIDER) are passed as --ort-lib and
+// --cuda-provider instead, where the report shows them (serveEnvFlags).
+func serveEnv(environ []string) []string {
+	env := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "CONVEYOR_") && name != convert.CacheDirEnv {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// serveEnvFlags returns the flags that stand for the CONVEYOR_* variables serveEnv drops
+// and the server needs to start as this process would: --ort-lib $CONVEYOR_ORT_LIB and
+// --cuda-provider $CONVEYOR_ORT_CUDA_PROVIDER, each when set.
+func serveEnvFlags(getenv func(string) string) []string {
+	var flags []string
+	if v := getenv(models.ORTLibEnv); v != "" {
+		flags = append(flags, "--ort-lib", v)
+	}
+	if v := getenv(ort.CUDAProviderEnv); v != "" {
+		flags = append(flags, "--cuda-provider", v)
+	}
+	return flags
 }
 
 // startServer runs `conveyor serve` on a free loopback port and waits for /health.
@@ -174,7 +283,8 @@ type servedProcess struct {
 	stop func()
 }
 
-// startServeProcess runs `exe serve` with flags on a free loopback port and waits up to
+// startServeProcess runs `exe serve` with flags on a free loopback port, in serveEnv's
+// environment (no CONVEYOR_* settings: flags alone say how it serves), and waits up to
 // wait for /health to answer 200. A server that exits or never becomes healthy is an error
 // that ends with the last lines it wrote to stderr (its own error, for a bad flag or model).
 func startServeProcess(ctx context.Context, exe string, flags []string, logw io.Writer, wait time.Duration) (*servedProcess, error) {
@@ -184,6 +294,7 @@ func startServeProcess(ctx context.Context, exe string, flags []string, logw io.
 	}
 	args := append([]string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--no-webui"}, flags...)
 	cmd := exec.Command(exe, args...)
+	cmd.Env = serveEnv(os.Environ())
 	tail := &stderrTail{}
 	cmd.Stdout, cmd.Stderr = logw, io.MultiWriter(logw, tail)
 	if err := cmd.Start(); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,10 +27,10 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bench soak", flag.ContinueOnError)
 	url := fs.String("url", "", "attach to the server at this address (e.g. http://127.0.0.1:8000); without it, --model starts one")
 	model := fs.String("model", "", "model directory a started server serves (without --url)")
-	serverArgs := fs.String("server-flags", "", "extra flags of the started server, space-separated (e.g. \"--kv-cache-memory 3GiB --threads 2\")")
+	serverArgs := fs.String("server-flags", "", "extra flags of the started server, space-separated (e.g. \"--kv-cache-memory 3GiB --threads 2\"); not --host or --port: it listens on a free loopback port")
 	logPath := fs.String("server-log", "", "file to append the started server's log to (default: discard)")
 	name := fs.String("served-model", "", "model name sent in requests (default: the server's first model)")
-	key := fs.String("api-key", os.Getenv("OPENAI_API_KEY"), "Bearer key (default $OPENAI_API_KEY)")
+	key := apiKeyFlag(fs)
 	dur := fs.Duration("duration", d.Duration, "how long to send load")
 	clients := fs.Int("clients", d.Clients, "concurrent clients (a closed loop: each sends its next request when the last ends)")
 	seed := fs.Uint64("seed", d.Seed, "seed of the request mix")
@@ -54,12 +54,16 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 	if (*url == "") == (*model == "") {
 		return errors.New("bench soak: pass --url to attach to a server or --model to start one (one of them)")
 	}
+	extra := strings.Fields(*serverArgs)
+	if err := checkSoakServerFlags(extra); err != nil {
+		return err
+	}
 	ks, err := bench.ParseSoakKinds(*kinds)
 	if err != nil {
 		return fmt.Errorf("bench soak: --kinds: %w", err)
 	}
 	cfg := d
-	cfg.Target = bench.Target{BaseURL: *url, Model: *name, APIKey: *key}
+	cfg.Target = bench.Target{BaseURL: *url, Model: *name, APIKey: key()}
 	cfg.Duration, cfg.Clients, cfg.Seed, cfg.Kinds = *dur, *clients, *seed, ks
 	cfg.ReportEvery, cfg.MaxTokens, cfg.MaxModelLen = *every, *maxTokens, *maxLen
 	cfg.RequestTimeout, cfg.IdlePause, cfg.Log = *reqTimeout, *idlePause, stdout
@@ -71,37 +75,44 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench soak: --out: %w", err)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first Ctrl-C (or SIGTERM) ends the load and the soak reports what ran; a second
+	// one quits at once (notifyContext hands the signal back).
+	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *model != "" {
-		var logw io.Writer = io.Discard
-		if *logPath != "" {
-			f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			logw = f
-		}
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		flags := append([]string{"--model", *model}, strings.Fields(*serverArgs)...)
-		srv, err := startServeProcess(ctx, exe, flags, logw, 5*time.Minute) // a real-size model takes a while to load
+		logw, closeLog, err := openServerLog(*logPath)
 		if err != nil {
 			return fmt.Errorf("bench soak: %w", err)
 		}
+		defer closeLog()
+		exe, err := serveExecutable()
+		if err != nil {
+			return err
+		}
+		// The server starts in serveEnv's environment, without this process's CONVEYOR_*
+		// settings; the flags that locate ONNX Runtime come before --server-flags, which win.
+		flags := append(append([]string{"--model", *model}, serveEnvFlags(os.Getenv)...), extra...)
+		srv, err := startServeProcess(ctx, exe, flags, logw, 5*time.Minute) // a real-size model takes a while to load
+		if err != nil {
+			if ctx.Err() != nil {
+				return errors.New("bench soak: interrupted while the server started")
+			}
+			return fmt.Errorf("bench soak: %w", err)
+		}
 		defer srv.stop()
-		fmt.Fprintf(stdout, "started conveyor serve (pid %d) at %s\n", srv.pid, srv.base)
+		fmt.Fprintf(stdout, "started conveyor serve (pid %d) at %s\n", srv.pid, srv.base) // not its flags: --server-flags may hold an --api-key
 		cfg.Target.BaseURL = srv.base
 		cfg.RSS = func() (int64, error) { return procRSS(srv.pid) }
 	}
 	rep, err := bench.Soak(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("bench soak: interrupted before the load started")
+		}
 		return fmt.Errorf("bench soak: %w", err)
 	}
-	rep.Format(stdout)
+	interrupted := ctx.Err() != nil
+	formatSoakReport(stdout, rep, interrupted)
 	if *out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -111,8 +122,39 @@ func runBenchSoak(args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench soak: --out: %w", err)
 		}
 	}
-	if rep.Failed() {
+	switch {
+	case interrupted && rep.Unexpected > 0:
+		return fmt.Errorf("bench soak: interrupted after %v, with %d unexpected outcomes before it (see the summary)", rep.Duration, rep.Unexpected)
+	case interrupted:
+		// As run-batch: an interrupted run is an error (exit 1), not a pass.
+		return fmt.Errorf("bench soak: interrupted after %v of %v (%d requests, none unexpected); the idle KV check did not run", rep.Duration, cfg.Duration, rep.Requests)
+	case rep.Failed():
 		return errSoakFailed
+	}
+	return nil
+}
+
+// formatSoakReport writes rep's summary. An interrupted soak's says INTERRUPTED where
+// SoakReport.Format says FAIL: the idle KV check it skipped fails it, and the cause is
+// the interrupt, not the server.
+func formatSoakReport(w io.Writer, rep *bench.SoakReport, interrupted bool) {
+	var b bytes.Buffer
+	rep.Format(&b)
+	s := b.String()
+	if interrupted {
+		s = strings.Replace(s, "soak FAIL: ", "soak INTERRUPTED: ", 1)
+	}
+	io.WriteString(w, s)
+}
+
+// checkSoakServerFlags refuses --host and --port in --server-flags: bench soak starts the
+// server on a free loopback port and waits for it there, and a later --port would win.
+func checkSoakServerFlags(flags []string) error {
+	for _, f := range flags {
+		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		if strings.HasPrefix(f, "-") && (name == "host" || name == "port") {
+			return fmt.Errorf("bench soak: --server-flags: --%s is not allowed: the started server listens on a free loopback port (attach to a server of your own with --url)", name)
+		}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/conveyor-llm/conveyor/bench"
+	"github.com/conveyor-llm/conveyor/models"
 )
 
 // TestBenchSoakTinyModel runs `conveyor bench soak --url` for a few seconds against the
@@ -96,5 +97,42 @@ func TestBenchSoakFlagErrors(t *testing.T) {
 		if err := runBenchSoak(args, io.Discard); err == nil || strings.Contains(err.Error(), "\n") {
 			t.Errorf("bench soak %q: %v, want a one-line error", args, err)
 		}
+	}
+}
+
+// TestBenchSoakInterrupted: Ctrl-C during a soak on a server it started says INTERRUPTED
+// and "interrupted", not FAIL and "unexpected outcomes"; the server it started did not
+// see the bench's CONVEYOR_* settings and got the ONNX Runtime library as a flag, before
+// --server-flags.
+func TestBenchSoakInterrupted(t *testing.T) {
+	record := fakeServeExe(t, "interrupt")
+	lib := os.Getenv(models.ORTLibEnv)
+	t.Setenv("CONVEYOR_API_KEY", "sk-server-key")
+	var stdout bytes.Buffer
+	err := runBenchSoak([]string{"--model", t.TempDir(), "--server-flags", "--threads 1", "--served-model", "m",
+		"--max-model-len", "64", "--duration", "1m", "--clients", "1"}, &stdout)
+	t.Logf("soak output:\n%s", stdout.String())
+	if err == nil || !strings.HasPrefix(err.Error(), "bench soak: interrupted after ") ||
+		!strings.HasSuffix(err.Error(), " of 1m0s (0 requests, none unexpected); the idle KV check did not run") {
+		t.Errorf("soak: %v; want an error saying it was interrupted", err)
+	}
+	if !strings.Contains(stdout.String(), "\nsoak INTERRUPTED: ") || strings.Contains(stdout.String(), "soak FAIL") {
+		t.Errorf("the summary does not say INTERRUPTED:\n%s", stdout.String())
+	}
+	b, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec fakeServeRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range rec.Env {
+		if strings.HasPrefix(kv, "CONVEYOR_") {
+			t.Errorf("the started server's environment has %s", kv)
+		}
+	}
+	if args, want := strings.Join(rec.Args, " "), "--model "; !strings.Contains(args, "--ort-lib "+lib+" --threads 1") || !strings.Contains(args, want) {
+		t.Errorf("server args %q, want --ort-lib %s before --server-flags", args, lib)
 	}
 }

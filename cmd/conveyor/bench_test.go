@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -10,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +106,10 @@ func TestBenchFlagErrorsAreOneLine(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	model := t.TempDir() // no server is started: every case fails first
+	// Should one start after all, it fails at once: this test binary would run these tests again.
+	saved := serveExecutable
+	serveExecutable = func() (string, error) { return filepath.Join(model, "no-conveyor"), nil }
+	defer func() { serveExecutable = saved }()
 	checkOneLineErrors(t, []oneLineError{
 		{[]string{"bench", "--bogus"}, "conveyor: bench: flag provided but not defined: -bogus\n"},
 		{[]string{"bench", "--num-requests", "abc"}, `conveyor: bench: invalid value "abc" for flag -num-requests`},
@@ -117,12 +125,146 @@ func TestBenchFlagErrorsAreOneLine(t *testing.T) {
 		{[]string{"bench", "soak", "--url", "http://127.0.0.1:1", "extra"}, `conveyor: bench soak: unexpected argument "extra"`},
 		{[]string{"bench", "soak", "--url", "http://127.0.0.1:1", "--out", filepath.Join(dir, "missing", "x.json")}, "conveyor: bench soak: --out: open "},
 		{[]string{"bench", "soak", "--url", "http://127.0.0.1:1", "--out", dir}, "conveyor: bench soak: --out: open " + dir + ": is a directory\n"},
+		{[]string{"bench", "--max-concurrency", "-1", "--base-url", "http://127.0.0.1:1"}, "conveyor: bench: --max-concurrency -1: must be >= 0 (0 = no cap)\n"},
+		{[]string{"bench", "compare", "--model", model, "--out", out, "--server-log", dir}, "conveyor: bench compare: --server-log: open " + dir + ": is a directory\n"},
+		{[]string{"bench", "soak", "--model", model, "--server-log", dir}, "conveyor: bench soak: --server-log: open " + dir + ": is a directory\n"},
+		{[]string{"bench", "soak", "--model", model, "--server-flags", "--threads 2 --port 8405"}, "conveyor: bench soak: --server-flags: --port is not allowed: the started server listens on a free loopback port"},
+		{[]string{"bench", "soak", "--model", model, "--server-flags", "-host=0.0.0.0"}, "conveyor: bench soak: --server-flags: --host is not allowed"},
 	})
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused bench compare created --out: %v", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("a refused command left files in %s: %v", dir, entries)
+	}
+}
+
+// benchHelp runs `conveyor args...` (a -h) and returns the help it printed on stderr.
+func benchHelp(t *testing.T, args []string) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stderr
+	os.Stderr = w
+	var stdout, errOut bytes.Buffer
+	code := runMain(args, &stdout, &errOut)
+	os.Stderr = saved
+	w.Close()
+	help, _ := io.ReadAll(r)
+	r.Close()
+	if code != 0 || errOut.Len() != 0 {
+		t.Errorf("%v: exit %d, %q", args, code, errOut.String())
+	}
+	return string(help)
+}
+
+// TestBenchHelpHidesAPIKey: with $OPENAI_API_KEY set, -h of bench and bench soak says
+// that --api-key defaults to it without printing the key; bench compare has no such flag
+// and does not print it either.
+func TestBenchHelpHidesAPIKey(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-secret123")
+	for _, args := range [][]string{{"bench", "-h"}, {"bench", "soak", "--help"}, {"bench", "compare", "-h"}, {"help", "bench"}} {
+		help := benchHelp(t, args)
+		if strings.Contains(help, "sk-secret123") {
+			t.Errorf("%v prints the key:\n%s", args, help)
+		}
+		if args[len(args)-1] != "compare" && args[1] != "compare" && !strings.Contains(help, "Bearer key (default $OPENAI_API_KEY)") {
+			t.Errorf("%v does not say --api-key defaults to $OPENAI_API_KEY:\n%s", args, help)
+		}
+	}
+}
+
+// TestBenchAPIKey: bench sends $OPENAI_API_KEY unless --api-key is given, even empty.
+func TestBenchAPIKey(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/completions" {
+			mu.Lock()
+			got = append(got, r.Header.Get("Authorization"))
+			mu.Unlock()
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	stdout := os.Stdout
+	os.Stdout, _ = os.Open(os.DevNull)
+	defer func() { os.Stdout = stdout }()
+	t.Setenv("OPENAI_API_KEY", "sk-secret123")
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{{nil, "Bearer sk-secret123"}, {[]string{"--api-key", "other"}, "Bearer other"}, {[]string{"--api-key", ""}, ""}} {
+		got = nil
+		args := append([]string{"--base-url", srv.URL, "--model", "m", "--num-requests", "1", "--no-progress", "--dataset", "fixed",
+			"--input-len", "4", "--output-len", "4"}, tc.flags...)
+		if err := runBench(args); err == nil {
+			t.Errorf("%q: every request refused, and no error", tc.flags)
+		}
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%q: sent Authorization %q, want %q", tc.flags, got, tc.want)
+		}
+	}
+}
+
+// TestBenchInterrupted: Ctrl-C during a run ends it: the report says it was interrupted
+// and does not count the requests that were never sent as failed, and the command fails
+// saying so. The server sends the signal when the first request arrives and holds it,
+// so with --max-concurrency 1 that one is cut off in flight and the other four never go.
+func TestBenchInterrupted(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		var once sync.Once
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/completions" {
+				w.WriteHeader(http.StatusNotFound)
+				return
+			}
+			io.Copy(io.Discard, r.Body) // then a client that leaves ends r.Context()
+			once.Do(func() { syscall.Kill(os.Getpid(), syscall.SIGINT) })
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
+		}))
+		defer srv.Close()
+		f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout := os.Stdout
+		os.Stdout = f
+		args := []string{"bench", "--base-url", srv.URL, "--model", "m", "--num-requests", "5", "--max-concurrency", "1", "--no-progress",
+			"--dataset", "fixed", "--input-len", "4", "--output-len", "4"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		var o, e bytes.Buffer
+		code := runMain(args, &o, &e)
+		os.Stdout = stdout
+		f.Close()
+		report, _ := os.ReadFile(f.Name())
+		want := "conveyor: bench: interrupted: 1 of 5 requests sent (0 completed, 1 failed), 4 not sent\n"
+		if code != 1 || e.String() != want {
+			t.Errorf("json %v: exit %d, stderr %q; want 1, %q", asJSON, code, e.String(), want)
+		}
+		if strings.Contains(string(report), "x not sent") {
+			t.Errorf("json %v: the report counts unsent requests as failed:\n%s", asJSON, report)
+		}
+		if asJSON {
+			var rep struct {
+				Failed      int  `json:"failed"`
+				Interrupted bool `json:"interrupted"`
+				NotSent     int  `json:"not_sent"`
+			}
+			if err := json.Unmarshal(report, &rep); err != nil || !rep.Interrupted || rep.NotSent != 4 || rep.Failed != 1 {
+				t.Errorf("json report %+v (%v), want interrupted, 4 not sent, 1 failed:\n%s", rep, err, report)
+			}
+		} else if !strings.HasPrefix(string(report), "Interrupted: 4 of 5 requests were not sent; they are not counted below.\n") ||
+			!strings.Contains(string(report), fmt.Sprintf("%-34s %d\n", "Failed requests:", 1)) {
+			t.Errorf("report does not say it was interrupted, or counts 4 unsent requests as failed:\n%s", report)
+		}
 	}
 }
 
