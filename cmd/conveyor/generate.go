@@ -141,8 +141,8 @@ func generate(ctx context.Context, o generateOptions, out, info io.Writer) ([]in
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	total := min(len(ids)+o.maxTokens, spec.MaxPositions) + bs
-	ecfg.KVCacheBytes = int64(total) * int64(spec.KVBytesPerToken())
+	ecfg.MaxModelLen = min(len(ids)+o.maxTokens, spec.MaxPositions) // what the cache holds
+	ecfg.KVCacheBytes = int64(ecfg.MaxModelLen+bs) * int64(spec.KVBytesPerToken())
 	eng, err := engine.New(ecfg, r, tok)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", inFlagTerms(err))

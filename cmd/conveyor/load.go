@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"runtime"
@@ -76,10 +77,27 @@ func load(dir string, o loadOptions) (*loaded, error) {
 		o.built(src, dir, time.Since(start))
 	}
 	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		return nil, err
+	var m models.Model
+	if err == nil {
+		m, err = models.Open(dir, p.Runner)
 	}
-	m, err := models.Open(dir, p.Runner)
+	if err != nil && !built && dir != src && (errors.Is(err, models.ErrModelDir) || errors.Is(err, tokenizer.ErrInvalid) || errors.Is(err, fs.ErrNotExist)) {
+		// A cached build of a checkpoint that does not load (a disk that filled up, a file
+		// damaged since): built again, once, rather than failing the same way every start.
+		slog.Warn("the cached build does not load; building it again", "dir", dir, "err", err)
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			return nil, fmt.Errorf("%w (removing the cached build: %v)", err, rerr)
+		}
+		if dir, built, err = convert.Prepare(src, os.Getenv(convert.CacheDirEnv), p.Build); err != nil {
+			return nil, err
+		}
+		if built && o.built != nil {
+			o.built(src, dir, time.Since(start))
+		}
+		if tok, err = tokenizer.Load(dir); err == nil {
+			m, err = models.Open(dir, p.Runner)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -64,6 +65,20 @@ func TestLoad(t *testing.T) {
 	defer l.model.Close()
 	if builtDir == "" || l.dir != builtDir || l.quantization != "int8" {
 		t.Errorf("checkpoint: built into %q, opened %q, weights %q; want the built int8 directory opened", builtDir, l.dir, l.quantization)
+	}
+	// A cached build damaged since (a truncated graph) is built again, once, not refused
+	// at every start.
+	if err := os.Truncate(filepath.Join(builtDir, "step", "step.onnx"), 1000); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := ""
+	l2, err := load(ckpt, loadOptions{quantize: "int8", runner: ropts, built: func(_, d string, _ time.Duration) { rebuilt = d }})
+	if err != nil {
+		t.Fatalf("a damaged cached build: %v", err)
+	}
+	l2.model.Close()
+	if rebuilt != builtDir {
+		t.Errorf("the damaged cached build was not built again (built %q)", rebuilt)
 	}
 
 	if _, err := load(dir, loadOptions{quantize: "int3", runner: ropts}); err == nil || !strings.HasPrefix(err.Error(), "--quantize") {
