@@ -165,10 +165,12 @@ func ParseChat(w *ChatRequest, m *Model) (*ParsedChat, error) {
 }
 
 // renderChat renders messages through the chat template into token ids, with the
-// request's tools when it has some. Under a format whose templates know no tools, earlier
-// tool calls are written into their messages' content (withCallsAsText).
+// request's tools when it has some. Under a format whose templates know no tools, the
+// tools are described in the system message (toolPlan.describe) and earlier tool calls
+// are written into their messages' content in the form it teaches (withCallsAsText);
+// without tools the messages are the template's to render, as they are.
 func renderChat(m *Model, msgs []Message, addGen bool, plan *toolPlan, kwargs json.RawMessage) ([]int32, error) {
-	if m.toolFormat().DescribeTools {
+	if plan != nil && plan.format.DescribeTools {
 		msgs = withCallsAsText(msgs)
 	}
 	o := ChatOptions{AddGenerationPrompt: addGen, Kwargs: kwargs}
