@@ -83,6 +83,20 @@ type fakeServeRecord struct {
 	Env  []string `json:"env"`
 }
 
+// readServeRecord reads what the fake server recorded in path.
+func readServeRecord(t *testing.T, path string) fakeServeRecord {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec fakeServeRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
 // fakeServeExe makes bench compare and bench soak start TestBenchHelperFakeServe in mode
 // instead of `conveyor serve`, through a script that runs this test binary; it returns the
 // file the fake records its arguments and environment in. CONVEYOR_ORT_LIB points at no
@@ -137,14 +151,7 @@ func TestBenchCompareServerEnvironment(t *testing.T) {
 	if code, stderr := runCompareQuietly(t, out); code != 0 {
 		t.Fatalf("bench compare: exit %d: %s", code, stderr)
 	}
-	b, err := os.ReadFile(record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec fakeServeRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := readServeRecord(t, record)
 	var conveyorEnv []string
 	for _, kv := range rec.Env {
 		if strings.HasPrefix(kv, "CONVEYOR_") {

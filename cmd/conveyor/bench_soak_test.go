@@ -119,14 +119,7 @@ func TestBenchSoakInterrupted(t *testing.T) {
 	if !strings.Contains(stdout.String(), "\nsoak INTERRUPTED: ") || strings.Contains(stdout.String(), "soak FAIL") {
 		t.Errorf("the summary does not say INTERRUPTED:\n%s", stdout.String())
 	}
-	b, err := os.ReadFile(record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec fakeServeRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatal(err)
-	}
+	rec := readServeRecord(t, record)
 	for _, kv := range rec.Env {
 		if strings.HasPrefix(kv, "CONVEYOR_") {
 			t.Errorf("the started server's environment has %s", kv)
