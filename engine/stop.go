@@ -17,7 +17,8 @@ type textStream interface {
 // top of the sequence's text stream:
 //
 //   - an eos id (unless IgnoreEOS) or a stop token id ends the sequence with "stop" once
-//     MinTokens tokens exist; the token id is reported but its text is not;
+//     MinTokens tokens exist; the token id is reported but its text is not (unless
+//     IncludeStopStr);
 //   - a stop string ends it with "stop"; everything after it is never released, nor is
 //     the stop string itself unless IncludeStopStr. Stop strings are matched across token boundaries: text whose end
 //     could still grow into a stop string is held back until decided. Only text after
@@ -64,9 +65,15 @@ func (c *stopChecker) add(id int32) (text string, finish FinishReason) {
 	c.numOut++
 	if c.numOut > c.minTokens {
 		if slices.Contains(c.eos, id) || slices.Contains(c.stopIDs, id) {
-			// The stop token's own text is not released, but text completed before it
-			// (and not a stop string) is.
-			text = c.finish()
+			// The stop token's own text is not released (unless IncludeStopStr, as vLLM
+			// keeps it then: its text when special tokens are kept), but text completed
+			// before it (and not a stop string) is.
+			if c.keepStop && c.stream != nil {
+				text = c.held + c.stream.Add(id) + c.stream.Flush()
+				c.held = ""
+			} else {
+				text = c.finish()
+			}
 			c.done = FinishStop
 			return text, FinishStop
 		}

@@ -91,6 +91,10 @@ func TestStopChecker(t *testing.T) {
 			[]int32{1, 5, 6, 7, 4}, []string{"Hello", "", "", " STOP"}, FinishStop},
 		{"include_stop_str_in_output drops what follows in the same token", func(p *SamplingParams) { p.Stop = []string{"or"}; p.IncludeStopStr = true },
 			[]int32{1, 2, 3}, []string{"Hell", "o wor"}, FinishStop},
+		{"include_stop_str_in_output keeps a stop token's text", func(p *SamplingParams) { p.StopTokenIDs = []int32{4}; p.IncludeStopStr = true },
+			[]int32{1, 4}, []string{"Hello", "!"}, FinishStop},
+		{"include_stop_str_in_output keeps eos's text and the held text before it", func(p *SamplingParams) { p.Stop = []string{" STOP"}; p.IncludeStopStr = true },
+			[]int32{1, 5, 0}, []string{"Hello", "", " ST<eos>"}, FinishStop},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -291,3 +291,18 @@ func TestChatTemplateKwargs(t *testing.T) {
 		}
 	}
 }
+
+// TestChatTemplateIsFalseIsTheBoolean: `x is false` holds for the boolean false only, as
+// in Jinja (Qwen3's `enable_thinking is false`): "true", 1, 0, "" or [] leave thinking on.
+func TestChatTemplateIsFalseIsTheBoolean(t *testing.T) {
+	tok := chatFixture(t, `{{ 'F' if enable_thinking is false else 'f' }}{{ 'T' if enable_thinking is true else 't' }}`)
+	for kwargs, want := range map[string]string{
+		`{"enable_thinking": false}`: "Ft", `{"enable_thinking": true}`: "fT", `{"enable_thinking": "true"}`: "ft",
+		`{"enable_thinking": 0}`: "ft", `{"enable_thinking": 1}`: "ft", `{"enable_thinking": ""}`: "ft", `{"enable_thinking": []}`: "ft", `{}`: "ft",
+	} {
+		got, err := tok.ApplyChatTemplateWith(nil, ChatOptions{Kwargs: json.RawMessage(kwargs)})
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", kwargs, got, err, want)
+		}
+	}
+}

@@ -35,6 +35,8 @@ type loadOptions struct {
 	runner models.RunnerOptions
 	// built, when set, is told that load built the checkpoint's graph into dir.
 	built func(src, dir string, took time.Duration)
+	// log receives load's warnings; nil = slog.Default().
+	log *slog.Logger
 }
 
 // loaded is a model load opened: the directory, its tokenizer and its runner.
@@ -84,7 +86,11 @@ func load(dir string, o loadOptions) (*loaded, error) {
 	if err != nil && !built && dir != src && (errors.Is(err, models.ErrModelDir) || errors.Is(err, tokenizer.ErrInvalid) || errors.Is(err, fs.ErrNotExist)) {
 		// A cached build of a checkpoint that does not load (a disk that filled up, a file
 		// damaged since): built again, once, rather than failing the same way every start.
-		slog.Warn("the cached build does not load; building it again", "dir", dir, "err", err)
+		log := o.log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("the cached build does not load; building it again", "dir", dir, "err", err)
 		if rerr := os.RemoveAll(dir); rerr != nil {
 			return nil, fmt.Errorf("%w (removing the cached build: %v)", err, rerr)
 		}
@@ -275,6 +281,7 @@ func (o *serveOptions) loadModel(log *slog.Logger, ecfg engine.Config) (*loadedM
 		built: func(src, dir string, took time.Duration) {
 			log.Info("built the checkpoint's ONNX graph", "checkpoint", src, "dir", dir, "seconds", took.Seconds())
 		},
+		log: log,
 	}
 	l, err := load(o.modelDir, lo)
 	if err != nil {

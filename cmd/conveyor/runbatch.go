@@ -199,6 +199,7 @@ func runBatch(ctx context.Context, o *batchOptions, stderr io.Writer, progress b
 		if err != nil {
 			return err
 		}
+		ecfg.Logger = srvLog
 		srv, err := api.New(acfg)
 		if err != nil {
 			return fmt.Errorf("run-batch: %w", err)

@@ -512,6 +512,7 @@ func serve(ctx context.Context, o *serveOptions, stdout, stderr io.Writer, ready
 	if err != nil {
 		return err
 	}
+	ecfg.Logger = log // the engine's reports in --log-format too
 	srv, err := api.New(acfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.name(), err)

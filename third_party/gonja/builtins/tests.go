@@ -82,8 +82,10 @@ func testEven(_ *exec.Context, in *exec.Value, params *exec.VarArgs) (bool, erro
 	return in.Integer()%2 == 0, nil
 }
 
+// testFalse is Jinja2's "false" test: the value is the boolean false (Python's
+// `value is False`), not any value that is not true.
 func testFalse(_ *exec.Context, in *exec.Value, params *exec.VarArgs) (bool, error) {
-	return !in.Bool(), nil
+	return in.IsBool() && !in.Bool(), nil
 }
 
 func testFloat(_ *exec.Context, in *exec.Value, params *exec.VarArgs) (bool, error) {
@@ -187,8 +189,9 @@ func testString(_ *exec.Context, in *exec.Value, params *exec.VarArgs) (bool, er
 	return in.IsString(), nil
 }
 
+// testTrue is Jinja2's "true" test: the value is the boolean true.
 func testTrue(_ *exec.Context, in *exec.Value, params *exec.VarArgs) (bool, error) {
-	return in.Bool(), nil
+	return in.IsBool() && in.Bool(), nil
 }
 
 func testUndefined(ctx *exec.Context, in *exec.Value, params *exec.VarArgs) (bool, error) {
