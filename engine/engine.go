@@ -156,6 +156,10 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if cfg.BlockSizeTokens, err = spec.BlockSize(cfg.BlockSizeTokens); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	maxLen := spec.MaxPositions
 	if cfg.MaxModelLen > maxLen {
 		// As vLLM refuses it: a context the model was not built for is not served in silence
@@ -181,10 +185,6 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 		if cfg.MaxModelLen > 0 || fits < 2 {
 			return nil, fmt.Errorf("%w: KVCacheBytes %d holds %d tokens of one sequence, fewer than MaxModelLen %d; give more KVCacheBytes or a smaller MaxModelLen", ErrInvalidConfig,
 				cfg.KVCacheBytes, fits, maxLen)
-		}
-		log := cfg.Logger
-		if log == nil {
-			log = slog.Default()
 		}
 		log.Warn("the KV cache holds less than the model's context: max_model_len is capped to what fits (raise --kv-cache-memory to serve the whole context)",
 			"max_model_len", fits, "context", maxLen)
@@ -217,10 +217,6 @@ func newEngine(cfg Config, model Model, text textSource) (*Engine, error) {
 	if err != nil {
 		storage.Close()
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
 	}
 	var d *drafter
 	if cfg.DraftModel != nil {
@@ -304,8 +300,8 @@ func (e *Engine) EOSTokenIDs() []int32 { return append([]int32(nil), e.eos...) }
 // ErrOverloaded when MaxQueue requests already wait for a batch slot, ErrClosed after
 // Shutdown. Under the continuous policy a request whose sequences fit in the batch's free
 // slots (MaxNumSeqs less the sequences running or accepted before it) does not wait, so it
-// never counts against MaxQueue: a burst on an idle server is not refused. The caller may reuse req once
-// Submit returns.
+// never counts against MaxQueue: a burst on an idle server is not refused. The caller may
+// reuse req once Submit returns.
 func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error) {
 	if req == nil {
 		return nil, fmt.Errorf("%w: nil request", ErrInvalidRequest)

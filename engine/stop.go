@@ -20,9 +20,9 @@ type textStream interface {
 //     MinTokens tokens exist; the token id is reported but its text is not (unless
 //     IncludeStopStr);
 //   - a stop string ends it with "stop"; everything after it is never released, nor is
-//     the stop string itself unless IncludeStopStr. Stop strings are matched across token boundaries: text whose end
-//     could still grow into a stop string is held back until decided. Only text after
-//     the first MinTokens tokens is searched;
+//     the stop string itself unless IncludeStopStr. Stop strings are matched across
+//     token boundaries: text whose end could still grow into a stop string is held back
+//     until decided. Only text after the first MinTokens tokens is searched;
 //   - MaxTokens generated tokens end it with "length", releasing the held text.
 type stopChecker struct {
 	stream    textStream // nil: token ids only, no text

@@ -279,22 +279,8 @@ func TestBenchHelpHasUsageLine(t *testing.T) {
 		{[]string{"bench", "compare", "-h"}, "usage: conveyor bench compare [flags]\n"},
 		{[]string{"bench", "soak", "-h"}, "usage: conveyor bench soak --url URL [flags]\n"},
 	} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		saved := os.Stderr
-		os.Stderr = w
-		var stdout, errOut bytes.Buffer
-		code := runMain(tc.args, &stdout, &errOut)
-		os.Stderr = saved
-		w.Close()
-		help, _ := io.ReadAll(r)
-		r.Close()
-		if code != 0 || errOut.Len() != 0 {
-			t.Errorf("%v: exit %d, %q", tc.args, code, errOut.String())
-		}
-		if !strings.HasPrefix(string(help), tc.want) || !strings.Contains(string(help), "\n  -") {
+		help := benchHelp(t, tc.args)
+		if !strings.HasPrefix(help, tc.want) || !strings.Contains(string(help), "\n  -") {
 			t.Errorf("%v: help starts %.80q, want %q and the flags", tc.args, help, tc.want)
 		}
 	}
